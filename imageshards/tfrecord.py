@@ -1,0 +1,57 @@
+"""TFRecord framing, written and checked without TensorFlow's file layer.
+
+Shards go through Beam's `FileSystems` (local, `gs://`, and a GCS emulator alike), which
+`tf.io.TFRecordWriter` cannot do. The format: for each record, its length as little-endian
+uint64, the masked CRC32C of those 8 bytes, the data, and the masked CRC32C of the data.
+"""
+
+import struct
+
+import google_crc32c
+
+_MASK_DELTA = 0xA282EAD8
+_HEADER = struct.Struct('<QI')
+_FOOTER = struct.Struct('<I')
+
+
+class CorruptRecordError(ValueError):
+    """A TFRecord file whose framing or checksums do not hold."""
+
+
+def masked_crc32c(data):
+    crc = google_crc32c.value(data)
+    return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
+
+
+def frame(record):
+    """The bytes that store one record in a TFRecord file."""
+    length = struct.pack('<Q', len(record))
+    return b''.join((length, struct.pack('<I', masked_crc32c(length)), record,
+                     _FOOTER.pack(masked_crc32c(record))))
+
+
+def read_records(f, name='<stream>'):
+    """Yields the records of an open binary TFRecord file, checking every length and CRC.
+
+    Raises:
+        CorruptRecordError: naming `name` and the record's offset, on a bad checksum or a
+            truncated file.
+    """
+    offset = 0
+    while True:
+        header = f.read(_HEADER.size)
+        if not header:
+            return
+        if len(header) < _HEADER.size:
+            raise CorruptRecordError(f'{name}: truncated record header at byte {offset}')
+        length, length_crc = _HEADER.unpack(header)
+        if masked_crc32c(header[:8]) != length_crc:
+            raise CorruptRecordError(f'{name}: corrupt record length at byte {offset}')
+        data = f.read(length)
+        footer = f.read(_FOOTER.size)
+        if len(data) < length or len(footer) < _FOOTER.size:
+            raise CorruptRecordError(f'{name}: truncated record at byte {offset}')
+        if masked_crc32c(data) != _FOOTER.unpack(footer)[0]:
+            raise CorruptRecordError(f'{name}: corrupt record data at byte {offset}')
+        offset += _HEADER.size + length + _FOOTER.size
+        yield data

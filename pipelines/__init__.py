@@ -1,0 +1,1 @@
+"""Apache Beam pipelines of imageshards (DirectRunner locally, Dataflow at scale)."""

@@ -1,0 +1,289 @@
+"""Assigning every valid image to a split and a shard: a seeded, stratified, balanced shuffle.
+
+Randomness is a pure function of (seed, the image's stable key): a salted SHA-256 ranks the
+images of each class, so retries, runners and worker counts cannot change the result.
+
+* Splits: each class is divided among the requested splits in proportion (every class's count
+  within one image of its share), the lowest-ranked images going to the first split. A manifest's
+  `split` column overrides this for its rows.
+* Shards: each split has S shards whose record counts differ by at most one, and each shard's
+  count of every class is within one of its proportional share (`ShardPlan.class_row`). Which
+  images of a class go to which shard follows their rank, so it is uniformly random.
+* Order within a shard: a second salted hash, so it is a uniformly random permutation.
+
+Only metadata moves: `(group, label, bucket)` groups of `ImageMeta`, where the bucket (top bits
+of the rank hash) bounds the size of one group on a large class.
+"""
+
+import bisect
+import collections
+import dataclasses
+import hashlib
+import math
+
+import apache_beam as beam
+
+_RANK = 'rank'
+_ORDER = 'order'
+
+
+def shuffle_hash(seed, purpose, key):
+    """A 64-bit value uniform over keys, fixed by (seed, purpose, key)."""
+    digest = hashlib.sha256(f'{seed}\x00{purpose}\x00{key}'.encode('utf-8')).digest()
+    return int.from_bytes(digest[:8], 'big')
+
+
+def order_key(seed, meta):
+    """Sort key of a record inside its shard."""
+    return shuffle_hash(seed, _ORDER, meta.key), meta.key
+
+
+def stratified_split_counts(class_sizes, fractions):
+    """Divides each class among splits: every count within one of `size * fraction`.
+
+    Where a class's share must round up in some split, the split that is furthest behind its
+    overall share (over the classes so far) gets it, so split totals stay proportional too.
+
+    Args:
+        class_sizes: [n_c] per class, in label order.
+        fractions: [f_s] per split, summing to 1.
+    Returns:
+        [[count per split] per class].
+    """
+    totals = [0] * len(fractions)
+    cumulative = 0
+    rows = []
+    for size in class_sizes:
+        quotas = [size * fraction for fraction in fractions]
+        row = [math.floor(quota) for quota in quotas]
+        cumulative += size
+        eligible = [s for s, quota in enumerate(quotas) if quota > row[s]]
+        behind = sorted(eligible, key=lambda s: (totals[s] + row[s] - cumulative * fractions[s], s))
+        for s in behind[:size - sum(row)]:
+            row[s] += 1
+        totals = [total + count for total, count in zip(totals, row)]
+        rows.append(row)
+    return rows
+
+
+def shard_extras(class_sizes, num_shards):
+    """Plans a controlled rounding of class counts over the shards of one split.
+
+    With N records in S shards, the first `N % S` shards hold one record more. Class c's share of
+    shard s is `n_c * size_s / N`; it receives the floor of that, plus one in R_c shards, where
+    R_c makes its row sum to n_c. Of those, x_c go to large shards and the rest to small ones,
+    dealt round-robin inside each group from running offsets, so that every shard's column sums
+    to its size: a rounding within one of proportional that a flow argument shows always exists.
+
+    Returns:
+        [(x_c, large_offset_c, small_offset_c)] per class.
+    """
+    total = sum(class_sizes)
+    if total == 0:
+        return [(0, 0, 0)] * len(class_sizes)
+    q, large = divmod(total, num_shards)
+    small = num_shards - large
+    floors_large = [n * (q + 1) // total for n in class_sizes]
+    floors_small = [n * q // total for n in class_sizes]
+    extras = [n - large * fl - small * fs
+              for n, fl, fs in zip(class_sizes, floors_large, floors_small)]
+    lower = [max(0, extra - small) for extra in extras]
+    upper = [min(extra, large) for extra in extras]
+    needed = large * (q + 1 - sum(floors_large))  # extras that the large shards must receive
+    # Start near each class's fractional share of the large shards, then correct the total.
+    targets = [large * ((n * (q + 1)) % total) / total for n in class_sizes]
+    x = [min(max(math.floor(t), lo), hi) for t, lo, hi in zip(targets, lower, upper)]
+    by_shortfall = sorted(range(len(x)), key=lambda c: (x[c] - targets[c], c))
+    _adjust(x, needed - sum(x), by_shortfall, upper, +1)
+    _adjust(x, sum(x) - needed, by_shortfall[::-1], lower, -1)
+    plan, large_offset, small_offset = [], 0, 0
+    for x_c, extra in zip(x, extras):
+        plan.append((x_c, large_offset, small_offset))
+        large_offset = (large_offset + x_c) % large if large else 0
+        small_offset = (small_offset + extra - x_c) % small if small else 0
+    return plan
+
+
+def _adjust(x, amount, order, bounds, step):
+    """Moves `amount` units of x by `step`, one per class per pass, in `order`, within `bounds`."""
+    while amount > 0:
+        for c in order:
+            if amount and x[c] != bounds[c]:
+                x[c] += step
+                amount -= 1
+
+
+def class_row(n_c, total, num_shards, extras):
+    """How many records of a class of `n_c` each shard receives (see `shard_extras`)."""
+    x_c, large_offset, small_offset = extras
+    q, large = divmod(total, num_shards)
+    small = num_shards - large
+    row = [n_c * (q + 1 if s < large else q) // total for s in range(num_shards)]
+    for j in range(x_c):
+        row[(large_offset + j) % large] += 1
+    for j in range(n_c - sum(row)):
+        row[large + (small_offset + j) % small] += 1
+    return row
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardPlan:
+    """Where every rank goes; computed once from the counts of (group, label, bucket)."""
+    splits: tuple  # split names that received records, requested order first
+    num_shards: dict  # split -> shard count
+    num_records: dict  # split -> record count
+    class_counts: dict  # (split, label) -> records
+    bucket_offsets: dict  # (group, label, bucket) -> rank of its first image in (group, label)
+    shares: dict  # label -> [(split, count)] for images with no manifest split
+    explicit: dict  # (split, label) -> images a manifest put in that split
+    extras: dict  # (split, label) -> shard_extras() entry
+
+    def place(self, group, label, bucket, rank_in_bucket):
+        """(split, rank within the split's class) of the image with this rank."""
+        rank = self.bucket_offsets[(group, label, bucket)] + rank_in_bucket
+        if group:
+            return group, rank
+        for split, count in self.shares[label]:
+            if rank < count:
+                # A manifest's own rows of this split and class rank first.
+                return split, self.explicit.get((split, label), 0) + rank
+            rank -= count
+        raise AssertionError(f'rank {rank} beyond the images of label {label}')
+
+    def row_bounds(self, split, label):
+        """Cumulative record counts of a class over the shards of a split, for bisect."""
+        row = class_row(self.class_counts[(split, label)], self.num_records[split],
+                        self.num_shards[split], self.extras[(split, label)])
+        bounds, running = [], 0
+        for count in row:
+            running += count
+            bounds.append(running)
+        return bounds
+
+    def shard_keys(self):
+        return [(split, shard) for split in self.splits for shard in range(self.num_shards[split])]
+
+
+def make_plan(counts, fractions, num_shards=0, shard_bytes=128e6):
+    """Builds the ShardPlan.
+
+    Args:
+        counts: {(group, label, bucket): (images, bytes)} where group is a manifest's split or ''.
+        fractions: (split, fraction) pairs for images without a manifest split.
+        num_shards: shards per split; 0 derives it from `shard_bytes`.
+        shard_bytes: target image bytes per shard.
+    """
+    bucket_offsets, group_sizes, group_bytes = {}, collections.Counter(), collections.Counter()
+    for (group, label, bucket), (images, size) in sorted(counts.items()):
+        bucket_offsets[(group, label, bucket)] = group_sizes[(group, label)]
+        group_sizes[(group, label)] += images
+        group_bytes[(group, label)] += size
+    labels = sorted({label for _, label in group_sizes})
+    names = [name for name, _ in fractions]
+    unassigned = [group_sizes[('', label)] for label in labels]
+    rows = stratified_split_counts(unassigned, [fraction for _, fraction in fractions])
+    shares = {label: list(zip(names, row)) for label, row in zip(labels, rows)}
+    explicit = {key: images for key, images in group_sizes.items() if key[0] and images}
+    class_counts, split_bytes = collections.Counter(explicit), collections.Counter()
+    for (group, label), images in explicit.items():
+        split_bytes[group] += group_bytes[(group, label)]
+    for label, n in zip(labels, unassigned):
+        for split, count in shares[label]:
+            class_counts[(split, label)] += count
+            if n:
+                split_bytes[split] += group_bytes[('', label)] * count / n
+    num_records = collections.Counter()
+    for (split, _), images in class_counts.items():
+        num_records[split] += images
+    manifest_only = sorted(set(num_records) - set(names))
+    splits = tuple(s for s in names + manifest_only if num_records[s] > 0)
+    shard_counts, extras = {}, {}
+    for split in splits:
+        derived = min(num_records[split], math.ceil(split_bytes[split] / shard_bytes))
+        shard_counts[split] = num_shards or max(1, derived)
+        sizes = [class_counts.get((split, label), 0) for label in labels]
+        for label, entry in zip(labels, shard_extras(sizes, shard_counts[split])):
+            extras[(split, label)] = entry
+    return ShardPlan(splits, shard_counts, dict(num_records),
+                     {key: n for key, n in class_counts.items() if n}, bucket_offsets, shares,
+                     explicit, extras)
+
+
+def bucket_bits_for(largest_class, target=50_000):
+    """Bits of the rank hash that split one class's images into groups of about `target`."""
+    return max(0, math.ceil(math.log2(largest_class / target))) if largest_class > target else 0
+
+
+class _KeyByRankGroup(beam.DoFn):
+    """[ImageMeta] -> ((group, label, bucket), [(rank_hash, ImageMeta)]), one per group in the chunk."""
+
+    def __init__(self, seed, bucket_bits):
+        self._seed, self._bucket_bits = seed, bucket_bits
+
+    def process(self, metas):
+        groups = collections.defaultdict(list)
+        for meta in metas:
+            h = shuffle_hash(self._seed, _RANK, meta.key)
+            bucket = h >> (64 - self._bucket_bits) if self._bucket_bits else 0
+            groups[(meta.split, meta.label, bucket)].append((h, meta))
+        yield from groups.items()
+
+
+def _count(keyed):
+    key, items = keyed
+    return key, (len(items), sum(meta.num_bytes for _, meta in items))
+
+
+def _sum_pairs(pairs):
+    images = size = 0
+    for a, b in pairs:
+        images += a
+        size += b
+    return images, size
+
+
+class _PlaceInShards(beam.DoFn):
+    """((group, label, bucket), [[(h, meta)]]) -> ((split, shard), [ImageMeta]) per shard touched."""
+
+    def process(self, grouped, plan):
+        (group, label, bucket), lists = grouped
+        items = sorted((item for items in lists for item in items), key=lambda i: (i[0], i[1].key))
+        by_shard = collections.defaultdict(list)
+        bounds = {}
+        for rank_in_bucket, (_, meta) in enumerate(items):
+            split, rank = plan.place(group, label, bucket, rank_in_bucket)
+            if split not in bounds:
+                bounds[split] = plan.row_bounds(split, label)
+            by_shard[(split, bisect.bisect_right(bounds[split], rank))].append(meta)
+        yield from by_shard.items()
+
+
+class AssignShards(beam.PTransform):
+    """Chunks of ImageMeta -> ((split, shard), [ImageMeta]) pieces, and the ShardPlan singleton.
+
+    Returns a dict with `placed` (the pieces) and `plan` (a one-element PCollection).
+    """
+
+    def __init__(self, seed, fractions, num_shards, shard_bytes, bucket_bits):
+        super().__init__()
+        self._seed = seed
+        self._fractions = tuple(fractions)
+        self._num_shards = num_shards
+        self._shard_bytes = shard_bytes
+        self._bucket_bits = bucket_bits
+
+    def expand(self, chunks):
+        keyed = chunks | 'KeyByRankGroup' >> beam.ParDo(_KeyByRankGroup(self._seed, self._bucket_bits))
+        # ((group, label, bucket), [(rank_hash, ImageMeta)])
+        plan = (
+            keyed
+            | 'CountGroups' >> beam.Map(_count)
+            | 'SumCounts' >> beam.CombinePerKey(_sum_pairs)
+            | 'CollectCounts' >> beam.combiners.ToDict()
+            | 'MakePlan' >> beam.Map(make_plan, self._fractions, self._num_shards, self._shard_bytes))
+        placed = (
+            keyed
+            | 'GroupByRankGroup' >> beam.GroupByKey()
+            | 'PlaceInShards' >> beam.ParDo(_PlaceInShards(), plan=beam.pvalue.AsSingleton(plan)))
+        # ((split, shard), [ImageMeta])
+        return {'placed': placed, 'plan': plan}

@@ -1,0 +1,149 @@
+"""`imageshards build` (also `python -m pipelines.build`): images -> shuffled, balanced shards.
+
+    list inputs (launcher) -> ReadListing -> ValidateImages -> [DropDuplicates] -> AssignShards
+        -> WriteShards -> Finalize (rejected.jsonl, dataset.json, _SUCCESS)
+
+Example:
+    imageshards build --input data/ --output out/ --splits train=0.9,val=0.1 \\
+        --direct_running_mode=multi_processing --direct_num_workers=2
+"""
+
+import collections
+import logging
+import os
+import sys
+
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.metrics.metric import MetricsFilter
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.options.pipeline_options import StandardOptions
+from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+
+from imageshards import features
+from pipelines import finalize
+from pipelines import listing as listing_lib
+from pipelines import options
+from pipelines.assign import AssignShards
+from pipelines.assign import bucket_bits_for
+from pipelines.dedup import DropDuplicates
+from pipelines.validate import NAMESPACE
+from pipelines.validate import ValidateImages
+from pipelines.write import WriteShards
+
+
+def build_pipeline(pipeline, config, listing, listing_path, output_dir):
+    """Adds the build's steps to `pipeline`; returns the PCollection of final counts."""
+    label_ids = {name: i for i, name in enumerate(listing.labels)}
+    temp_dir = finalize.join(output_dir, finalize.TEMP_DIR)
+    class_sizes = collections.Counter(
+        (entry.split, entry.label) for entry in listing.entries if not entry.reject)
+    lines = pipeline | 'ReadListing' >> beam.io.ReadFromText(listing_path)
+    # JSON list of InputEntry (one work item)
+    validated = lines | 'ValidateImages' >> ValidateImages(
+        label_ids, config.max_pixels, config.io_threads, total=len(listing.entries),
+        reencode_dir=output_dir if config.format == features.PATHS else None)
+    chunks = validated.valid
+    # [ImageMeta]
+    if config.dedup:
+        unique = chunks | 'DropDuplicates' >> DropDuplicates()
+        chunks, duplicates = unique.unique, unique.duplicates
+    else:
+        duplicates = pipeline | 'NoDuplicates' >> beam.Create([])
+    assigned = chunks | 'AssignShards' >> AssignShards(
+        config.seed, config.splits, config.num_shards, config.shard_size_mb * 1e6,
+        bucket_bits_for(max(class_sizes.values(), default=0)))
+    # ((split, shard), [ImageMeta])
+    shards = assigned['placed'] | 'WriteShards' >> WriteShards(
+        assigned['plan'], output_dir, temp_dir, config.format, config.seed, listing.labels,
+        config.io_threads)
+    # dataset.json entry of each shard
+    context = {
+        'output': output_dir,
+        'input': config.input,
+        'format': config.format,
+        'seed': config.seed,
+        'labels': listing.labels,
+        'inputs': len(listing.entries),
+        'skipped': dict(listing.skipped),
+        'dedup': config.dedup,
+    }
+    return pipeline | 'Finalize' >> finalize.Finalize(
+        shards, validated.rejected, duplicates, assigned['plan'], context)
+
+
+def make_pipeline(beam_args):
+    """A Pipeline for the runner the options name; the FnApiRunner for the DirectRunner.
+
+    Beam's DirectRunner first tries the Prism runner, which downloads a binary and ignores
+    `--direct_running_mode`; the FnApiRunner is the DirectRunner's own engine and honours
+    `--direct_running_mode` and `--direct_num_workers`.
+    """
+    pipeline_options = PipelineOptions(beam_args)
+    if pipeline_options.view_as(StandardOptions).runner in (None, 'DirectRunner'):
+        return beam.Pipeline(runner=FnApiRunner(), options=pipeline_options)
+    return beam.Pipeline(options=pipeline_options)
+
+
+def _absolute(path):
+    return path if listing_lib.is_uri(path) else os.path.abspath(path)
+
+
+def run(argv=None, test_pipeline=None):
+    """Runs a build; returns the dataset.json it wrote, as a dict."""
+    config, beam_args = options.parse_build_args(argv)
+    output_dir = _absolute(config.output).rstrip('/')
+    listing = listing_lib.list_inputs(config.input)
+    logging.info('listed %d inputs with %d labels (skipped %d files: %s)', len(listing.entries),
+                 len(listing.labels), listing.num_skipped, listing.skipped)
+    finalize.prepare_output(output_dir, config.overwrite)
+    listing_path = finalize.join(output_dir, finalize.TEMP_DIR, 'listing.jsonl')
+    listing_lib.write_listing(listing.entries, listing_path, config.chunk_size)
+    pipeline = test_pipeline or make_pipeline(beam_args)
+    build_pipeline(pipeline, config, listing, listing_path, output_dir)
+    result = pipeline.run()
+    result.wait_until_finish()
+    dataset = finalize.load_dataset_json(output_dir)
+    _report(result, dataset, output_dir)
+    return dataset
+
+
+def _report(result, dataset, output_dir):
+    counters = {}
+    try:
+        for counter in result.metrics().query(MetricsFilter().with_namespace(NAMESPACE))['counters']:
+            value = counter.committed if counter.committed is not None else counter.attempted
+            counters[counter.key.metric.name] = counters.get(counter.key.metric.name, 0) + value
+    except Exception:  # pylint: disable=broad-except
+        logging.warning('the runner reported no metrics; dataset.json has the counts')
+    lines = [f'imageshards build: {output_dir}']
+    lines += [f'  counter {name:<28} {value:>12,}' for name, value in sorted(counters.items())]
+    counts = dataset['counts']
+    lines.append('  inputs {inputs:,} = written {written:,} + rejected {rejected:,} + duplicates '
+                 '{duplicates:,}; skipped {skipped:,} non-image files'.format(**counts))
+    for split, info in dataset['splits'].items():
+        lines.append(f'  {split}: {info["num_records"]:,} records in {info["num_shards"]} shards')
+    if counts['rejected']:
+        lines.append(f'  rejected by reason: {counts["rejected_by_reason"]} '
+                     f'(see {finalize.REJECTED_JSONL})')
+    print('\n'.join(lines))
+    strays = finalize.stray_shards(output_dir, dataset)
+    if strays:
+        logging.warning('%d files in %s look like shards but are not in this build\'s '
+                        'dataset.json (left alone): %s', len(strays), output_dir, strays[:10])
+
+
+def main(argv=None):
+    # TensorFlow's C++ INFO lines (oneDNN, CUDA probing) drown the build's own output.
+    os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '1')
+    logging.basicConfig(level=logging.INFO, format='%(asctime)s %(levelname)s %(message)s')
+    try:
+        run(sys.argv[1:] if argv is None else argv)
+    except (ValueError, FileExistsError, FileNotFoundError) as e:
+        logging.error('%s', e)
+        return 2
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

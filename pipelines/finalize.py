@@ -1,0 +1,203 @@
+"""The output directory: refusing to clobber it, and the files written after the shards.
+
+Layout of a build (the contract the trainer and tools read):
+    OUT/<split>/<split>-SSSSS-of-NNNNN.tfrecord
+    OUT/rejected.jsonl     one object per rejected input: id, path, reason, detail
+    OUT/duplicates.jsonl   with --dedup: each dropped input and the one kept instead
+    OUT/dataset.json       labels, counts, splits and their shards (path, records, bytes, sha256)
+    OUT/_SUCCESS           written last
+    OUT/reencoded/         `paths` builds: lossless copies of images TensorFlow cannot decode as is
+"""
+
+import collections
+import datetime
+import json
+import logging
+import re
+
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+
+import imageshards
+from imageshards import features
+
+DATASET_JSON = 'dataset.json'
+REJECTED_JSONL = 'rejected.jsonl'
+DUPLICATES_JSONL = 'duplicates.jsonl'
+SUCCESS = '_SUCCESS'
+TEMP_DIR = '.imageshards-tmp'
+REENCODED_DIR = 'reencoded'
+_OWN_FILES = (SUCCESS, DATASET_JSON, REJECTED_JSONL, DUPLICATES_JSONL)
+_SHARD_NAME = re.compile(r'^[^/]+/[^/]+-\d{5}-of-\d{5}\.tfrecord$')
+
+
+class AccountingError(RuntimeError):
+    """Inputs that are neither written, rejected nor counted as duplicates."""
+
+
+def join(output_dir, *parts):
+    return FileSystems.join(output_dir, *parts)
+
+
+def _list(directory):
+    """Every file below `directory` (recursively), or [] if it does not exist."""
+    try:
+        results = FileSystems.match([join(directory, '**')])
+    except Exception:  # pylint: disable=broad-except
+        return []
+    return [metadata.path for result in results for metadata in result.metadata_list]
+
+
+def _tree(directory):
+    """A folder of ours and its files, to delete (a local folder goes last, once empty)."""
+    return _list(directory) + [directory]
+
+
+def _delete(paths):
+    existing = [path for path in paths if FileSystems.exists(path)]
+    if existing:
+        FileSystems.delete(existing)
+
+
+def prepare_output(output_dir, overwrite):
+    """Refuses a non-empty output directory unless `overwrite`; then removes the earlier build.
+
+    Only files an earlier imageshards build wrote are removed: those its dataset.json lists,
+    its own top-level files, its temporary folder and its re-encoded copies. Anything else in
+    the directory is left alone.
+    """
+    existing = _list(output_dir)
+    if not existing:
+        return
+    if not overwrite:
+        raise FileExistsError(
+            f'--output {output_dir} is not empty ({len(existing)} files); pass --overwrite to '
+            f'replace an earlier build there, or choose another directory')
+    # _SUCCESS first: from here on, no reader may take the directory for a finished build.
+    _delete([join(output_dir, SUCCESS)])
+    old = load_dataset_json(output_dir, missing_ok=True)
+    doomed = [join(output_dir, name) for name in _OWN_FILES]
+    if old is not None:
+        doomed += [join(output_dir, shard['path'])
+                   for split in old.get('splits', {}).values() for shard in split['shards']]
+        doomed += _tree(join(output_dir, REENCODED_DIR))
+    doomed += _tree(join(output_dir, TEMP_DIR))
+    _delete(doomed)
+    logging.info('--overwrite: removed %d files of an earlier build in %s', len(doomed), output_dir)
+
+
+def stray_shards(output_dir, dataset):
+    """Files named like shards in the output that the new dataset.json does not list."""
+    listed = {shard['path'] for split in dataset['splits'].values() for shard in split['shards']}
+    prefix = output_dir.rstrip('/') + '/'
+    relative = [path[len(prefix):] for path in _list(output_dir) if path.startswith(prefix)]
+    return sorted(path for path in relative if _SHARD_NAME.match(path) and path not in listed)
+
+
+def load_dataset_json(output_dir, missing_ok=False):
+    path = join(output_dir, DATASET_JSON)
+    if not FileSystems.exists(path):
+        if missing_ok:
+            return None
+        raise FileNotFoundError(f'no {DATASET_JSON} in {output_dir}: not an imageshards build')
+    with FileSystems.open(path) as f:
+        return json.loads(f.read().decode('utf-8'))
+
+
+def _write_atomically(path, data):
+    temporary = f'{path}.tmp'
+    with FileSystems.create(temporary) as f:
+        f.write(data)
+    FileSystems.rename([temporary], [path])
+
+
+def _jsonl(rows):
+    return b''.join(json.dumps(row, ensure_ascii=False, sort_keys=True).encode('utf-8') + b'\n'
+                    for row in rows)
+
+
+def dataset_summary(context, shards, rejections, duplicates, plan):
+    """The content of dataset.json; raises AccountingError unless every input is accounted for."""
+    by_split = collections.defaultdict(list)
+    for shard in shards:
+        by_split[shard['split']].append(shard)
+    splits = {}
+    for split in plan.splits:
+        entries = sorted(by_split[split], key=lambda shard: shard['index'])
+        class_counts = collections.Counter()
+        for shard in entries:
+            class_counts.update(shard['class_counts'])
+        splits[split] = {
+            'num_records': sum(shard['num_records'] for shard in entries),
+            'num_shards': len(entries),
+            'class_counts': {label: class_counts[label] for label in context['labels']
+                             if class_counts[label]},
+            'shards': [{key: shard[key] for key in ('path', 'num_records', 'num_bytes', 'sha256',
+                                                    'class_counts')} for shard in entries],
+        }
+    written = sum(split['num_records'] for split in splits.values())
+    counts = {
+        'inputs': context['inputs'],
+        'written': written,
+        'rejected': len(rejections),
+        'duplicates': len(duplicates),
+        'skipped': sum(context['skipped'].values()),
+        'reencoded': sum(shard['reencoded'] for shard in shards),
+        'rejected_by_reason': dict(sorted(collections.Counter(r['reason'] for r in rejections).items())),
+        'skipped_by_reason': dict(sorted(context['skipped'].items())),
+    }
+    if counts['inputs'] != written + counts['rejected'] + counts['duplicates']:
+        raise AccountingError(
+            f'{counts["inputs"]} inputs but {written} written + {counts["rejected"]} rejected + '
+            f'{counts["duplicates"]} duplicates; refusing to mark the build complete')
+    return {
+        'format': context['format'],
+        'seed': context['seed'],
+        'input': context['input'],
+        'labels': context['labels'],
+        'counts': counts,
+        'splits': splits,
+        'features': features.record_schema(context['format']),
+        'imageshards_version': imageshards.__version__,
+        'created': datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'),
+    }
+
+
+def _finalize(unused_element, shards, rejections, duplicates, plan, context):
+    output_dir = context['output']
+    rejections = sorted(rejections, key=lambda row: row['id'])
+    duplicates = sorted(duplicates, key=lambda row: row['id'])
+    summary = dataset_summary(context, shards, rejections, duplicates, plan)
+    _write_atomically(join(output_dir, REJECTED_JSONL), _jsonl(rejections))
+    if context['dedup']:
+        _write_atomically(join(output_dir, DUPLICATES_JSONL), _jsonl(duplicates))
+    _write_atomically(join(output_dir, DATASET_JSON),
+                      json.dumps(summary, indent=2, ensure_ascii=False).encode('utf-8') + b'\n')
+    _delete(_tree(join(output_dir, TEMP_DIR)))
+    _write_atomically(join(output_dir, SUCCESS), b'')
+    yield summary['counts']
+
+
+class Finalize(beam.PTransform):
+    """Writes rejected.jsonl, duplicates.jsonl, dataset.json and, last, _SUCCESS.
+
+    Runs once, after every shard is written (it reads them all as side inputs). Running it
+    again writes the same files.
+    """
+
+    def __init__(self, shards, rejections, duplicates, plan, context):
+        super().__init__()
+        self._inputs = (shards, rejections, duplicates, plan)
+        self._context = context
+
+    def expand(self, root):
+        shards, rejections, duplicates, plan = self._inputs
+        return (root
+                | 'Once' >> beam.Create([None])
+                | 'WriteMetadata' >> beam.FlatMap(
+                    _finalize,
+                    shards=beam.pvalue.AsList(shards),
+                    rejections=beam.pvalue.AsList(rejections),
+                    duplicates=beam.pvalue.AsList(duplicates),
+                    plan=beam.pvalue.AsSingleton(plan),
+                    context=self._context))

@@ -1,0 +1,145 @@
+"""Flags and typed configuration of `imageshards build`.
+
+App flags are parsed here; everything else on the command line (`--runner`,
+`--direct_num_workers`, `--project`, ...) is handed to Beam's `PipelineOptions` untouched. A YAML
+file given with `--config` supplies defaults for both: its top-level keys are the app flags
+(with underscores) and its `beam:` mapping holds pipeline options. The command line wins.
+"""
+
+import argparse
+import dataclasses
+import re
+
+import yaml
+
+from imageshards import features
+
+SPLIT_NAME = re.compile(r'^[A-Za-z0-9][A-Za-z0-9_.-]*$')
+DEFAULT_SHARD_SIZE_MB = 128.0
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildConfig:
+    """What to build; pipeline (runner) options live apart, in Beam's PipelineOptions."""
+    input: str
+    output: str
+    format: str = features.EXAMPLES
+    seed: int = 0
+    splits: tuple = (('train', 1.0),)
+    num_shards: int = 0  # per split; 0 means derive from shard_size_mb
+    shard_size_mb: float = DEFAULT_SHARD_SIZE_MB
+    dedup: bool = False
+    overwrite: bool = False
+    max_pixels: int = 89_478_485  # Pillow's own decompression-bomb threshold
+    io_threads: int = 16
+    chunk_size: int = 256
+
+    @property
+    def split_names(self):
+        return tuple(name for name, _ in self.splits)
+
+
+def parse_splits(text):
+    """Parses `train=0.8,val=0.1,test=0.1` into (('train', 0.8), ...); fractions must sum to 1."""
+    splits = []
+    for part in str(text).split(','):
+        name, sep, fraction = part.strip().partition('=')
+        name = name.strip()
+        if not sep or not SPLIT_NAME.match(name):
+            raise ValueError(f'--splits: expected name=fraction, got {part!r} in {text!r}')
+        try:
+            value = float(fraction)
+        except ValueError:
+            raise ValueError(f'--splits: {fraction!r} is not a number in {text!r}') from None
+        if not 0 <= value <= 1:
+            raise ValueError(f'--splits: fraction {value} of {name!r} is outside [0, 1]')
+        if name in dict(splits):
+            raise ValueError(f'--splits: {name!r} appears twice in {text!r}')
+        splits.append((name, value))
+    total = sum(value for _, value in splits)
+    if abs(total - 1.0) > 1e-6:
+        raise ValueError(f'--splits: fractions sum to {total:g}, not 1, in {text!r}')
+    return tuple(splits)
+
+
+def _positive_int(text):
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f'expected a positive integer, got {text}')
+    return value
+
+
+def _positive_float(text):
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f'expected a positive number, got {text}')
+    return value
+
+
+def build_arg_parser():
+    parser = argparse.ArgumentParser(
+        prog='imageshards build',
+        description='Globally shuffle labeled images into balanced TFRecord shards (Apache Beam). '
+                    'Unrecognised flags (--runner, --direct_num_workers, --project, ...) go to Beam.')
+    parser.add_argument('--config', help='YAML file with defaults for these flags and a beam: mapping')
+    parser.add_argument('--input', help='directory tree <root>/<class>/..., a glob, or a .csv/.jsonl '
+                                        'manifest with path,label[,split]; local or gs://')
+    parser.add_argument('--output', help='output directory (local or gs://)')
+    parser.add_argument('--format', choices=features.FORMATS, default=features.EXAMPLES,
+                        help='examples: image bytes in tf.train.Example; paths: shuffled path manifests')
+    parser.add_argument('--seed', type=int, default=0, help='shuffle and split seed')
+    parser.add_argument('--splits', type=parse_splits, default=(('train', 1.0),),
+                        help='e.g. train=0.8,val=0.1,test=0.1 (a manifest split column wins)')
+    shards = parser.add_mutually_exclusive_group()
+    shards.add_argument('--num-shards', type=_positive_int, default=0, help='shards per split')
+    shards.add_argument('--shard-size-mb', type=_positive_float, default=DEFAULT_SHARD_SIZE_MB,
+                        help='target shard size in MB of image bytes (default %(default)s)')
+    parser.add_argument('--dedup', action='store_true',
+                        help='drop byte-identical images, keeping the first in listing order')
+    parser.add_argument('--overwrite', action='store_true',
+                        help='write into a non-empty output directory, replacing an earlier build')
+    parser.add_argument('--max-pixels', type=_positive_int, default=BuildConfig.max_pixels,
+                        help='reject images declaring more pixels than this (decompression bombs)')
+    parser.add_argument('--io-threads', type=_positive_int, default=BuildConfig.io_threads,
+                        help='concurrent reads and decodes per worker')
+    parser.add_argument('--chunk-size', type=_positive_int, default=BuildConfig.chunk_size,
+                        help='images per work item')
+    return parser
+
+
+def _yaml_defaults(path):
+    with open(path, encoding='utf-8') as f:
+        loaded = yaml.safe_load(f) or {}
+    if not isinstance(loaded, dict):
+        raise ValueError(f'{path}: expected a mapping at the top level')
+    beam = loaded.pop('beam', None) or {}
+    defaults = {key.replace('-', '_'): value for key, value in loaded.items()}
+    if 'splits' in defaults and not isinstance(defaults['splits'], tuple):
+        splits = defaults['splits']
+        if isinstance(splits, dict):
+            splits = ','.join(f'{k}={v}' for k, v in splits.items())
+        defaults['splits'] = parse_splits(splits)
+    beam_args = [f'--{key}={value}' for key, value in beam.items()]
+    return defaults, beam_args
+
+
+def parse_build_args(argv):
+    """Returns (BuildConfig, beam_args) from a command line."""
+    parser = build_arg_parser()
+    known, _ = parser.parse_known_args(argv)
+    config_beam_args = []
+    if known.config:
+        defaults, config_beam_args = _yaml_defaults(known.config)
+        valid = {action.dest for action in parser._actions}  # pylint: disable=protected-access
+        unknown = sorted(set(defaults) - valid)
+        if unknown:
+            raise ValueError(f'{known.config}: unknown keys {unknown}')
+        parser.set_defaults(**defaults)
+    args, beam_args = parser.parse_known_args(argv)
+    for flag in ('input', 'output'):
+        if not getattr(args, flag):
+            parser.error(f'--{flag} is required (on the command line or in --config)')
+    values = vars(args)
+    values.pop('config')
+    # Config-file pipeline options first, so the same flag on the command line overrides them.
+    return BuildConfig(**values), config_beam_args + beam_args

@@ -1,0 +1,165 @@
+"""ValidateImages: read and decode every input once, keep metadata, reject with reasons.
+
+Work items are chunks of listed inputs (one line of the listing file). Each chunk's files are
+read and decoded on a thread pool: Pillow and file reads release the GIL, and on `gs://` the
+concurrent reads hide per-object latency.
+"""
+
+import concurrent.futures
+import logging
+import threading
+import time
+import typing
+
+import apache_beam as beam
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+from PIL import Image
+
+from pipelines import images
+from pipelines.listing import parse_listing_line
+
+NAMESPACE = 'imageshards'
+REJECTED = 'rejected'
+
+
+class ImageMeta(typing.NamedTuple):
+    """What the shuffle moves for one valid image: metadata, never pixels or bytes."""
+    id: int
+    key: str
+    path: str
+    label: int
+    split: str  # a manifest's split, or '' to be assigned
+    format: str
+    height: int
+    width: int
+    channels: int
+    sha256: str  # of the stored bytes (the original, or the lossless re-encode)
+    num_bytes: int  # of the stored bytes
+    source_sha256: str
+    reencoded: bool
+
+
+def rejection(entry, reason, detail):
+    """One line of rejected.jsonl."""
+    return {'id': entry.id, 'path': entry.path, 'reason': reason, 'detail': detail}
+
+
+def read_file(path):
+    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+        return f.read()
+
+
+def reencoded_path(output_dir, sha256):
+    """Where a `paths` build keeps the lossless copy of an image TensorFlow cannot decode as is."""
+    return FileSystems.join(output_dir, 'reencoded', f'{sha256}.png')
+
+
+class _Progress:
+    """Logs validation progress of this worker process every `interval` seconds."""
+
+    def __init__(self, total, interval=15.0):
+        self._total, self._interval = total, interval
+        self._lock = threading.Lock()
+        self._done = 0
+        self._start = self._last = time.monotonic()
+
+    def add(self, n):
+        with self._lock:
+            self._done += n
+            now = time.monotonic()
+            if now - self._last < self._interval:
+                return
+            self._last = now
+            rate = self._done / max(now - self._start, 1e-9)
+            logging.info('validated %d of %d inputs in this worker (%.0f images/s)', self._done,
+                         self._total, rate)
+
+
+class _ValidateChunk(beam.DoFn):
+    """Listing line -> [ImageMeta] of its valid images; rejections to the REJECTED output."""
+
+    def __init__(self, label_ids, max_pixels, io_threads, total, reencode_dir=None):
+        self._label_ids = label_ids
+        self._max_pixels = max_pixels
+        self._io_threads = io_threads
+        self._total = total
+        self._reencode_dir = reencode_dir  # set for `paths` builds
+        self._pool = None
+        self._progress = None
+        self._listed = beam.metrics.Metrics.counter(NAMESPACE, 'listed')
+        self._valid = beam.metrics.Metrics.counter(NAMESPACE, 'validated')
+        self._reencoded = beam.metrics.Metrics.counter(NAMESPACE, 'reencoded')
+
+    def setup(self):
+        # Pillow refuses at open beyond twice this; our own check rejects beyond it.
+        Image.MAX_IMAGE_PIXELS = self._max_pixels
+        self._pool = concurrent.futures.ThreadPoolExecutor(self._io_threads)
+        self._progress = _Progress(self._total)
+
+    def teardown(self):
+        if self._pool:
+            self._pool.shutdown()
+
+    def process(self, line):
+        entries = parse_listing_line(line)
+        self._listed.inc(len(entries))
+        valid = []
+        for outcome in self._pool.map(self._validate, entries):
+            if isinstance(outcome, ImageMeta):
+                valid.append(outcome)
+            else:
+                beam.metrics.Metrics.counter(NAMESPACE, f'rejected_{outcome["reason"]}').inc()
+                yield beam.pvalue.TaggedOutput(REJECTED, outcome)
+        self._valid.inc(len(valid))
+        self._progress.add(len(entries))
+        yield valid
+
+    def _validate(self, entry):
+        if entry.reject:
+            return rejection(entry, entry.reject, entry.detail)
+        try:
+            data = read_file(entry.path)
+        except Exception as e:  # every failure to read becomes a rejection with its cause
+            reason = 'missing_file' if not _exists(entry.path) else 'read_error'
+            return rejection(entry, reason, f'{type(e).__name__}: {e}')
+        try:
+            info, stored = images.inspect_image(data, self._max_pixels)
+        except images.Rejected as e:
+            return rejection(entry, e.reason, e.detail)
+        if info.reencoded:
+            self._reencoded.inc()
+            if self._reencode_dir:
+                _write_once(reencoded_path(self._reencode_dir, info.sha256), stored)
+        source_sha256 = images.sha256_hex(data) if info.reencoded else info.sha256
+        return ImageMeta(entry.id, entry.key, entry.path, self._label_ids[entry.label], entry.split,
+                         info.format, info.height, info.width, info.channels, info.sha256,
+                         info.num_bytes, source_sha256, info.reencoded)
+
+
+def _exists(path):
+    try:
+        return FileSystems.exists(path)
+    except Exception:  # an unreachable store is not a missing file
+        return True
+
+
+def _write_once(path, data):
+    """Content-addressed write: an existing file already holds these bytes."""
+    if FileSystems.exists(path):
+        return
+    temporary = f'{path}.tmp-{threading.get_ident()}-{time.monotonic_ns()}'
+    with FileSystems.create(temporary) as f:
+        f.write(data)
+    FileSystems.rename([temporary], [path])
+
+
+class ValidateImages(beam.PTransform):
+    """Listing lines -> chunks of ImageMeta (main output) and rejections (`REJECTED` output)."""
+
+    def __init__(self, label_ids, max_pixels, io_threads, total, reencode_dir=None):
+        super().__init__()
+        self._fn = _ValidateChunk(label_ids, max_pixels, io_threads, total, reencode_dir)
+
+    def expand(self, lines):
+        return lines | 'Decode' >> beam.ParDo(self._fn).with_outputs(REJECTED, main='valid')

@@ -1,0 +1,165 @@
+"""WriteShards: one TFRecord file per (split, shard), its records in seeded random order.
+
+Image bytes are read here, a second time, so that the shuffle before this step carries only
+metadata. Each shard is written under the build's temporary folder and renamed into place when
+complete, so a crash never leaves a file that looks like a finished shard.
+"""
+
+import collections
+import concurrent.futures
+import hashlib
+import itertools
+import uuid
+
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+
+from imageshards import features
+from imageshards import tfrecord
+from pipelines import images
+from pipelines.assign import order_key
+from pipelines.validate import NAMESPACE
+from pipelines.validate import read_file
+from pipelines.validate import reencoded_path
+
+
+def shard_name(split, index, num_shards):
+    return f'{split}-{index:05d}-of-{num_shards:05d}.tfrecord'
+
+
+def shard_path(split, index, num_shards):
+    """A shard's path relative to the output directory (as listed in dataset.json)."""
+    return f'{split}/{shard_name(split, index, num_shards)}'
+
+
+class InputChangedError(RuntimeError):
+    """An input's bytes differ from those validated earlier in the same build."""
+
+
+def bounded_map(pool, fn, items, window):
+    """Like `pool.map`, in order, with at most `window` results in memory at once."""
+    items = iter(items)
+    pending = collections.deque(pool.submit(fn, item) for item in itertools.islice(items, window))
+    while pending:
+        result = pending.popleft().result()
+        for item in itertools.islice(items, 1):
+            pending.append(pool.submit(fn, item))
+        yield result
+
+
+class _WriteShard(beam.DoFn):
+    """((split, shard), [[ImageMeta]]) -> the shard's entry for dataset.json."""
+
+    def __init__(self, output_dir, temp_dir, fmt, seed, label_names, io_threads):
+        self._output_dir = output_dir
+        self._temp_dir = temp_dir
+        self._format = fmt
+        self._seed = seed
+        self._label_names = label_names
+        self._io_threads = io_threads
+        self._pool = None
+        self._records = beam.metrics.Metrics.counter(NAMESPACE, 'written')
+        self._bytes = beam.metrics.Metrics.counter(NAMESPACE, 'bytes_written')
+        self._shards = beam.metrics.Metrics.counter(NAMESPACE, 'shards_written')
+
+    def setup(self):
+        self._pool = concurrent.futures.ThreadPoolExecutor(self._io_threads)
+
+    def teardown(self):
+        if self._pool:
+            self._pool.shutdown()
+
+    def process(self, keyed, plan):
+        (split, index), pieces = keyed
+        metas = sorted((meta for piece in pieces for meta in piece),
+                       key=lambda meta: order_key(self._seed, meta))
+        relative = shard_path(split, index, plan.num_shards[split])
+        temporary = FileSystems.join(self._temp_dir, f'{uuid.uuid4().hex}.tfrecord')
+        digest, num_bytes = hashlib.sha256(), 0
+        class_counts = collections.Counter()
+        with FileSystems.create(temporary) as f:
+            for meta, framed in zip(metas, bounded_map(self._pool, self._framed_record, metas,
+                                                       4 * self._io_threads)):
+                f.write(framed)
+                digest.update(framed)
+                num_bytes += len(framed)
+                class_counts[meta.label] += 1
+        final = FileSystems.join(self._output_dir, relative)
+        _make_parent(final)
+        FileSystems.rename([temporary], [final])
+        self._records.inc(len(metas))
+        self._bytes.inc(num_bytes)
+        self._shards.inc()
+        yield {
+            'split': split,
+            'index': index,
+            'path': relative,
+            'num_records': len(metas),
+            'num_bytes': num_bytes,
+            'sha256': digest.hexdigest(),
+            'class_counts': {self._label_names[label]: class_counts[label]
+                             for label in sorted(class_counts)},
+            'reencoded': sum(meta.reencoded for meta in metas),
+        }
+
+    def _framed_record(self, meta):
+        values = {
+            features.FORMAT: meta.format,
+            features.HEIGHT: meta.height,
+            features.WIDTH: meta.width,
+            features.CHANNELS: meta.channels,
+            features.LABEL: meta.label,
+            features.LABEL_TEXT: self._label_names[meta.label],
+            features.FILENAME: meta.path,
+            features.SHA256: meta.sha256,
+            features.ID: meta.id,
+        }
+        if self._format == features.EXAMPLES:
+            values[features.ENCODED] = self._stored_bytes(meta)
+        else:
+            values[features.PATH] = (reencoded_path(self._output_dir, meta.sha256)
+                                     if meta.reencoded else meta.path)
+        return tfrecord.frame(features.encode_example(self._format, values))
+
+    @staticmethod
+    def _stored_bytes(meta):
+        data = read_file(meta.path)
+        if meta.reencoded:
+            data = images.reencode(data)
+        if images.sha256_hex(data) != meta.sha256:
+            raise InputChangedError(
+                f'{meta.path} changed while the build was running (sha256 {meta.sha256} when '
+                f'validated); rerun the build on inputs that are not being modified')
+        return data
+
+
+def _make_parent(path):
+    parent = path.rsplit('/', 1)[0]
+    if FileSystems.get_scheme(path) is None and not FileSystems.exists(parent):
+        try:
+            FileSystems.mkdirs(parent)
+        except OSError:  # another shard's writer created it first
+            pass
+
+
+class WriteShards(beam.PTransform):
+    """((split, shard), [ImageMeta]) pieces -> one dataset.json shard entry per shard.
+
+    Every shard of the plan is written, also one that received no records.
+    """
+
+    def __init__(self, plan, output_dir, temp_dir, fmt, seed, label_names, io_threads):
+        super().__init__()
+        self._plan = plan
+        self._fn = _WriteShard(output_dir, temp_dir, fmt, seed, label_names, io_threads)
+
+    def expand(self, placed):
+        every_shard = (self._plan
+                       | 'ListShards' >> beam.FlatMap(lambda plan: [(key, []) for key in
+                                                                    plan.shard_keys()]))
+        return (
+            (placed, every_shard)
+            | 'WithEveryShard' >> beam.Flatten()
+            | 'GroupByShard' >> beam.GroupByKey()
+            # ((split, shard), [[ImageMeta]])
+            | 'Write' >> beam.ParDo(self._fn, plan=beam.pvalue.AsSingleton(self._plan)))

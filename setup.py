@@ -1,0 +1,47 @@
+"""imageshards: globally shuffled, balanced TFRecord shards from labeled images, and a trainer.
+
+This file is also what Dataflow stages to its workers (`--setup_file ./setup.py`).
+"""
+
+import re
+
+import setuptools
+
+with open('imageshards/__init__.py', encoding='utf-8') as f:
+    VERSION = re.search(r"__version__ = '([^']+)'", f.read()).group(1)
+
+REQUIRED = [
+    'apache-beam[gcp]>=2.77,<3',
+    'tensorflow>=2.21,<2.22',
+    'tensorflow-transform>=1.21,<1.22',
+    'pillow>=10.4',
+    'google-cloud-storage>=2.18,<4',
+    'google-crc32c>=1.5',
+    'numpy>=1.26',
+    'pyyaml>=6',
+]
+
+EXTRAS = {
+    'samples': ['scikit-learn>=1.4'],
+    'test': [
+        'pytest>=8',
+        'scikit-learn>=1.4',
+        'gcp-storage-emulator>=2024.8',
+        'psutil>=5.9',
+    ],
+}
+
+setuptools.setup(
+    name='imageshards',
+    version=VERSION,
+    description='Globally shuffled, balanced TFRecord shards from labeled images with Apache '
+                'Beam, and an interleaved tf.data trainer for GPUs and Vertex AI.',
+    long_description=open('README.md', encoding='utf-8').read(),
+    long_description_content_type='text/markdown',
+    python_requires='>=3.10,<3.13',
+    packages=setuptools.find_packages(include=['imageshards', 'imageshards.*', 'pipelines',
+                                               'pipelines.*', 'trainer', 'trainer.*']),
+    install_requires=REQUIRED,
+    extras_require=EXTRAS,
+    entry_points={'console_scripts': ['imageshards=imageshards.cli:main']},
+)

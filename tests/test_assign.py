@@ -1,0 +1,150 @@
+"""The seeded, stratified split and shard assignment: pure functions and the Beam transform."""
+
+import collections
+import random
+
+import apache_beam as beam
+import pytest
+from apache_beam.testing.util import assert_that
+from apache_beam.testing.util import equal_to
+
+from beam_helpers import collect
+from beam_helpers import new_test_pipeline
+from pipelines import assign
+from pipelines.validate import ImageMeta
+
+
+def _meta(i, label, split='', key=None):
+    return ImageMeta(i, key or f'k/{i:05d}.jpg', f'/in/{i}.jpg', label, split, 'jpeg', 8, 8, 3,
+                     f'{i:064x}', 100 + i, f'{i:064x}', False)
+
+
+def test_shuffle_hash_depends_on_seed_purpose_and_key_only():
+    assert assign.shuffle_hash(0, 'rank', 'a') == assign.shuffle_hash(0, 'rank', 'a')
+    values = {assign.shuffle_hash(s, p, k) for s in (0, 1) for p in ('rank', 'order')
+              for k in ('a', 'b')}
+    assert len(values) == 8
+    assert all(0 <= v < 2**64 for v in values)
+
+
+@pytest.mark.parametrize('trial', range(300))
+def test_split_counts_are_stratified_and_proportional(trial):
+    rng = random.Random(trial)
+    raw = [rng.random() for _ in range(rng.randint(1, 4))]
+    fractions = [value / sum(raw) for value in raw]
+    sizes = [rng.randint(0, 60) for _ in range(rng.randint(1, 25))]
+    rows = assign.stratified_split_counts(sizes, fractions)
+    for size, row in zip(sizes, rows):
+        assert sum(row) == size
+        assert all(abs(count - size * f) <= 1 for count, f in zip(row, fractions))
+    totals = [sum(row[s] for row in rows) for s in range(len(fractions))]
+    assert all(abs(total - sum(sizes) * f) <= 1.5 for total, f in zip(totals, fractions))
+
+
+def test_split_counts_balance_ties_across_classes():
+    rows = assign.stratified_split_counts([5] * 10, [0.8, 0.1, 0.1])
+    totals = [sum(column) for column in zip(*rows)]
+    assert totals == [40, 5, 5]
+
+
+@pytest.mark.parametrize('trial', range(500))
+def test_shard_rows_are_balanced_and_within_one_of_proportional(trial):
+    rng = random.Random(trial)
+    num_shards = rng.randint(1, 16)
+    sizes = [rng.randint(0, rng.choice([3, 15, 80])) for _ in range(rng.randint(1, 8))]
+    total = sum(sizes)
+    if not total:
+        return
+    extras = assign.shard_extras(sizes, num_shards)
+    rows = [assign.class_row(n, total, num_shards, e) for n, e in zip(sizes, extras)]
+    columns = [sum(row[s] for row in rows) for s in range(num_shards)]
+    assert max(columns) - min(columns) <= 1
+    for size, row in zip(sizes, rows):
+        assert sum(row) == size and min(row) >= 0
+        for shard, count in enumerate(row):
+            assert abs(count - size * columns[shard] / total) <= 1
+
+
+def test_bucket_bits_keep_groups_small():
+    assert assign.bucket_bits_for(10) == 0
+    assert assign.bucket_bits_for(50_000) == 0
+    assert assign.bucket_bits_for(50_001) == 1
+    assert assign.bucket_bits_for(1_000_000) == 5  # 2**5 buckets of ~31k
+
+
+def test_plan_puts_manifest_splits_first_and_apportions_the_rest():
+    counts = {('', 0, 0): (10, 1000), ('', 1, 0): (5, 500), ('test', 1, 0): (2, 200)}
+    plan = assign.make_plan(counts, [('train', 0.8), ('val', 0.2)], num_shards=2)
+    assert plan.splits == ('train', 'val', 'test')
+    assert plan.num_records == {'train': 12, 'val': 3, 'test': 2}
+    assert plan.class_counts == {('train', 0): 8, ('val', 0): 2, ('train', 1): 4, ('val', 1): 1,
+                                 ('test', 1): 2}
+    assert plan.num_shards == {'train': 2, 'val': 2, 'test': 2}
+    # Ranks of a label's unassigned images go to train first, then val.
+    assert [plan.place('', 0, 0, rank) for rank in (0, 7, 8, 9)] == [
+        ('train', 0), ('train', 7), ('val', 0), ('val', 1)]
+
+
+def test_plan_derives_shard_counts_from_bytes():
+    counts = {('', 0, 0): (100, 1_000_000)}
+    assert assign.make_plan(counts, [('train', 1.0)], shard_bytes=300_000).num_shards == {'train': 4}
+    assert assign.make_plan(counts, [('train', 1.0)], shard_bytes=1e9).num_shards == {'train': 1}
+    tiny = {('', 0, 0): (2, 1_000_000)}
+    assert assign.make_plan(tiny, [('train', 1.0)], shard_bytes=1).num_shards == {'train': 2}
+
+
+def test_assign_shards_places_the_lowest_ranked_images_in_the_first_shard():
+    metas = [_meta(i, 0) for i in range(4)]
+    by_rank = sorted(metas, key=lambda m: assign.shuffle_hash(0, 'rank', m.key))
+    expected = [(('train', 0), m.id) for m in by_rank[:2]] + [
+        (('train', 1), m.id) for m in by_rank[2:]]
+    with new_test_pipeline() as p:
+        assigned = p | beam.Create([metas[:3], metas[3:]]) | assign.AssignShards(
+            0, [('train', 1.0)], 2, 1e9, 0)
+        ids = assigned['placed'] | beam.FlatMap(lambda kv: [(kv[0], m.id) for m in kv[1]])
+        assert_that(ids, equal_to(expected))
+
+
+def _placements(tmp_path, chunks, fractions, num_shards, bucket_bits):
+    """Runs AssignShards and returns {image id: (split, shard)}."""
+    def build(p):
+        assigned = p | beam.Create(chunks) | assign.AssignShards(
+            0, fractions, num_shards, 1e9, bucket_bits)
+        return assigned['placed'] | beam.FlatMap(lambda kv: [(m.id, kv[0]) for m in kv[1]])
+    pairs = collect(build, tmp_path)
+    return {image_id: tuple(place) for image_id, place in pairs}
+
+
+def test_assign_shards_is_stratified_balanced_and_independent_of_chunking_and_buckets(tmp_path):
+    rng = random.Random(5)
+    metas = [_meta(i, rng.choice([0, 0, 0, 1, 2])) for i in range(300)]
+    fractions = [('train', 0.7), ('val', 0.2), ('test', 0.1)]
+    one_chunk = _placements(tmp_path, [metas], fractions, 4, bucket_bits=0)
+    many_chunks = _placements(tmp_path, [metas[i:i + 7] for i in range(0, 300, 7)], fractions, 4,
+                              bucket_bits=3)
+    assert one_chunk == many_chunks
+    assert sorted(one_chunk) == list(range(300))
+    label_of = {m.id: m.label for m in metas}
+    per_label = collections.Counter(label_of.values())
+    split_counts = collections.Counter((split, label_of[i]) for i, (split, _) in one_chunk.items())
+    for (split, fraction) in fractions:
+        for label, n in per_label.items():
+            assert abs(split_counts[(split, label)] - n * fraction) <= 1
+    for split, _ in fractions:
+        shard_sizes = collections.Counter(shard for s, shard in one_chunk.values() if s == split)
+        assert len(shard_sizes) == 4
+        assert max(shard_sizes.values()) - min(shard_sizes.values()) <= 1
+        split_total = sum(shard_sizes.values())
+        for label in per_label:
+            in_split = split_counts[(split, label)]
+            for shard, size in shard_sizes.items():
+                count = sum(1 for i, place in one_chunk.items()
+                            if place == (split, shard) and label_of[i] == label)
+                assert abs(count - in_split * size / split_total) <= 1
+
+
+def test_manifest_splits_win(tmp_path):
+    metas = [_meta(i, 0, split='holdout' if i < 5 else '') for i in range(20)]
+    placed = _placements(tmp_path, [metas], [('train', 1.0)], 1, 0)
+    assert {i for i, (split, _) in placed.items() if split == 'holdout'} == set(range(5))
+    assert all(split == 'train' for i, (split, _) in placed.items() if i >= 5)

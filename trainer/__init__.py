@@ -1,0 +1,1 @@
+"""Training from imageshards output (tf.data input pipeline, Keras, Vertex AI)."""
