@@ -38,10 +38,13 @@ def build_pipeline(pipeline, config, listing, listing_path, output_dir):
     temp_dir = finalize.join(output_dir, finalize.TEMP_DIR)
     class_sizes = collections.Counter(
         (entry.split, entry.label) for entry in listing.entries if not entry.reject)
-    lines = pipeline | 'ReadListing' >> beam.io.ReadFromText(listing_path)
+    lines = (pipeline
+             | 'ReadListing' >> beam.io.ReadFromText(listing_path)
+             # Work items are few and small; spreading them lets every worker validate.
+             | 'SpreadWork' >> beam.Reshuffle())
     # JSON list of InputEntry (one work item)
     validated = lines | 'ValidateImages' >> ValidateImages(
-        label_ids, config.max_pixels, config.io_threads, total=len(listing.entries),
+        label_ids, config.max_pixels, config.threads, total=len(listing.entries),
         reencode_dir=output_dir if config.format == features.PATHS else None)
     chunks = validated.valid
     # [ImageMeta]
@@ -56,7 +59,7 @@ def build_pipeline(pipeline, config, listing, listing_path, output_dir):
     # ((split, shard), [ImageMeta])
     shards = assigned['placed'] | 'WriteShards' >> WriteShards(
         assigned['plan'], output_dir, temp_dir, config.format, config.seed, listing.labels,
-        config.io_threads)
+        config.threads)
     # dataset.json entry of each shard
     context = {
         'output': output_dir,

@@ -12,6 +12,7 @@ import time
 import typing
 
 import apache_beam as beam
+import google_crc32c
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from PIL import Image
@@ -37,6 +38,7 @@ class ImageMeta(typing.NamedTuple):
     sha256: str  # of the stored bytes (the original, or the lossless re-encode)
     num_bytes: int  # of the stored bytes
     source_sha256: str
+    source_crc32c: int  # lets the writer check cheaply that the file has not changed since
     reencoded: bool
 
 
@@ -134,7 +136,7 @@ class _ValidateChunk(beam.DoFn):
         source_sha256 = images.sha256_hex(data) if info.reencoded else info.sha256
         return ImageMeta(entry.id, entry.key, entry.path, self._label_ids[entry.label], entry.split,
                          info.format, info.height, info.width, info.channels, info.sha256,
-                         info.num_bytes, source_sha256, info.reencoded)
+                         info.num_bytes, source_sha256, google_crc32c.value(data), info.reencoded)
 
 
 def _exists(path):

@@ -12,6 +12,7 @@ import itertools
 import uuid
 
 import apache_beam as beam
+import google_crc32c
 from apache_beam.io.filesystems import FileSystems
 
 from imageshards import features
@@ -124,12 +125,15 @@ class _WriteShard(beam.DoFn):
     @staticmethod
     def _stored_bytes(meta):
         data = read_file(meta.path)
+        if google_crc32c.value(data) != meta.source_crc32c:
+            raise InputChangedError(
+                f'{meta.path} changed while the build was running (its bytes differ from those '
+                f'validated); rerun the build on inputs that are not being modified')
         if meta.reencoded:
             data = images.reencode(data)
-        if images.sha256_hex(data) != meta.sha256:
-            raise InputChangedError(
-                f'{meta.path} changed while the build was running (sha256 {meta.sha256} when '
-                f'validated); rerun the build on inputs that are not being modified')
+            if images.sha256_hex(data) != meta.sha256:
+                raise InputChangedError(f're-encoding {meta.path} gave other bytes than during '
+                                        f'validation: workers must share one Pillow version')
         return data
 
 

@@ -16,7 +16,7 @@ from pipelines.validate import ImageMeta
 
 def _meta(i, label, split='', key=None):
     return ImageMeta(i, key or f'k/{i:05d}.jpg', f'/in/{i}.jpg', label, split, 'jpeg', 8, 8, 3,
-                     f'{i:064x}', 100 + i, f'{i:064x}', False)
+                     f'{i:064x}', 100 + i, f'{i:064x}', 0, False)
 
 
 def test_shuffle_hash_depends_on_seed_purpose_and_key_only():

@@ -3,6 +3,8 @@
 import json
 
 import apache_beam as beam
+import google_crc32c
+import pytest
 from apache_beam.testing.util import assert_that
 from apache_beam.testing.util import equal_to
 
@@ -47,9 +49,11 @@ def test_validate_images_keeps_metadata_and_rejects_with_reasons(tmp_path):
         metas = result.valid | beam.FlatMap(lambda chunk: chunk)
         assert_that(metas, equal_to([
             ImageMeta(0, 'cat/a.jpg', str(good), 0, '', 'jpeg', 24, 32, 3, good_info.sha256,
-                      good_info.num_bytes, good_info.sha256, False),
+                      good_info.num_bytes, good_info.sha256,
+                      google_crc32c.value(good.read_bytes()), False),
             ImageMeta(1, 'cat/b.bmp', str(bmp), 0, 'val', 'png', 24, 32, 3, bmp_info.sha256,
-                      bmp_info.num_bytes, images.sha256_hex(bmp.read_bytes()), True),
+                      bmp_info.num_bytes, images.sha256_hex(bmp.read_bytes()),
+                      google_crc32c.value(bmp.read_bytes()), True),
         ]), label='valid')
         reasons = result.rejected | beam.Map(lambda r: (r['id'], r['reason']))
         assert_that(reasons, equal_to([(2, 'truncated'), (3, 'missing_file'), (4, 'empty_path')]),
@@ -57,7 +61,7 @@ def test_validate_images_keeps_metadata_and_rejects_with_reasons(tmp_path):
 
 
 def _meta(i, sha, label=0):
-    return ImageMeta(i, f'k{i}', f'/in/{i}', label, '', 'jpeg', 1, 1, 3, sha, 10, sha, False)
+    return ImageMeta(i, f'k{i}', f'/in/{i}', label, '', 'jpeg', 1, 1, 3, sha, 10, sha, 0, False)
 
 
 def test_drop_duplicates_keeps_the_first_in_listing_order(tmp_path):
@@ -81,7 +85,7 @@ def _tree_metas(tmp_path, count):
         info, _ = images.inspect_image(data, 10**8)
         metas.append(ImageMeta(i, f'in/{i}', str(path), i % 2, '', info.format, info.height,
                                info.width, info.channels, info.sha256, info.num_bytes,
-                               info.sha256, False))
+                               info.sha256, google_crc32c.value(data), False))
     return metas
 
 
@@ -158,3 +162,19 @@ def test_shard_bytes_parse_with_the_trainers_feature_spec(tmp_path, tf):
         assert images.sha256_hex(encoded) == sha.decode()
         image = tf.io.decode_image(encoded, channels=3, expand_animations=False)
         assert image.shape == (24, 32, 3)
+
+
+def test_write_shards_fails_loudly_when_an_input_changed_after_validation(tmp_path):
+    metas = _tree_metas(tmp_path, 2)
+    with open(metas[1].path, 'r+b') as f:  # same size, other bytes
+        f.seek(200)
+        f.write(b'\x00\x01\x02')
+    plan = assign.make_plan({('', 0, 0): (1, 0), ('', 1, 0): (1, 0)}, [('train', 1.0)],
+                            num_shards=1)
+    out = tmp_path / 'out'
+    with pytest.raises(Exception, match='changed while the build was running'):
+        with new_test_pipeline() as p:
+            _ = (p | beam.Create([(('train', 0), metas)])
+                 | WriteShards(p | 'Plan' >> beam.Create([plan]), str(out), str(out / 'tmp'),
+                               features.EXAMPLES, 0, ['a', 'b'], io_threads=1))
+    assert not (out / 'train').exists()
