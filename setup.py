@@ -28,6 +28,7 @@ EXTRAS = {
         'scikit-learn>=1.4',
         'gcp-storage-emulator>=2024.8',
         'psutil>=5.9',
+        'ruff>=0.6',
     ],
 }
 
@@ -35,12 +36,13 @@ setuptools.setup(
     name='imageshards',
     version=VERSION,
     description='Globally shuffled, balanced TFRecord shards from labeled images with Apache '
-                'Beam, and an interleaved tf.data trainer for GPUs and Vertex AI.',
+    'Beam, and an interleaved tf.data trainer for GPUs and Vertex AI.',
     long_description=open('README.md', encoding='utf-8').read(),
     long_description_content_type='text/markdown',
     python_requires='>=3.10,<3.13',
-    packages=setuptools.find_packages(include=['imageshards', 'imageshards.*', 'pipelines',
-                                               'pipelines.*', 'trainer', 'trainer.*']),
+    packages=setuptools.find_packages(
+        include=['imageshards', 'imageshards.*', 'pipelines', 'pipelines.*', 'trainer', 'trainer.*']
+    ),
     install_requires=REQUIRED,
     extras_require=EXTRAS,
     entry_points={'console_scripts': ['imageshards=imageshards.cli:main']},

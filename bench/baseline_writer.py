@@ -31,17 +31,21 @@ def main(root, out_dir, per_shard=1000, seed=0):
     for start in range(0, len(files), per_shard):
         path = os.path.join(out_dir, f'train-{start // per_shard:05d}.tfrecord')
         with tf.io.TFRecordWriter(path) as writer:
-            for name in files[start:start + per_shard]:
+            for name in files[start : start + per_shard]:
                 with open(name, 'rb') as f:
                     data = f.read()
                 label = os.path.relpath(name, root).split(os.sep)[0]
-                example = tf.train.Example(features=tf.train.Features(feature={
-                    'image/encoded': _bytes(data),
-                    'image/format': _bytes(b'jpeg'),
-                    'image/class/label': _int64(label_ids[label]),
-                    'image/class/text': _bytes(label.encode()),
-                    'image/filename': _bytes(name.encode()),
-                }))
+                example = tf.train.Example(
+                    features=tf.train.Features(
+                        feature={
+                            'image/encoded': _bytes(data),
+                            'image/format': _bytes(b'jpeg'),
+                            'image/class/label': _int64(label_ids[label]),
+                            'image/class/text': _bytes(label.encode()),
+                            'image/filename': _bytes(name.encode()),
+                        }
+                    )
+                )
                 writer.write(example.SerializeToString())
     print(f'wrote {len(files)} records')
 

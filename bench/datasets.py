@@ -20,6 +20,7 @@ def _photos():
     global _PHOTOS
     if _PHOTOS is None:
         from sklearn.datasets import load_sample_images  # pylint: disable=import-outside-toplevel
+
         _PHOTOS = [Image.fromarray(array) for array in load_sample_images().images]
     return _PHOTOS
 

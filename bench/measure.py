@@ -10,8 +10,9 @@ import psutil
 def run_measured(command, env=None, interval=0.1):
     """Runs `command`; returns (seconds, peak RSS in bytes summed over the process tree, output)."""
     start = time.perf_counter()
-    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True)
+    process = subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     peak = [0]
     done = threading.Event()
 

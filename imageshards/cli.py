@@ -20,9 +20,11 @@ def main(argv=None):
     command, rest = argv[0], argv[1:]
     if command == 'build':
         from pipelines import build  # pylint: disable=import-outside-toplevel
+
         return build.main(rest)
     if command == 'sample-data':
         from imageshards import sample_data  # pylint: disable=import-outside-toplevel
+
         return sample_data.main(rest)
     print(f'imageshards: unknown command {command!r}\n\n{_USAGE}', file=sys.stderr)
     return 2

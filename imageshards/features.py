@@ -32,15 +32,15 @@ PATHS = 'paths'
 FORMATS = (EXAMPLES, PATHS)
 
 _COMMON = {
-        FORMAT: 'bytes',
-        HEIGHT: 'int64',
-        WIDTH: 'int64',
-        CHANNELS: 'int64',
-        LABEL: 'int64',
-        LABEL_TEXT: 'bytes',
-        FILENAME: 'bytes',
-        SHA256: 'bytes',
-        ID: 'int64',
+    FORMAT: 'bytes',
+    HEIGHT: 'int64',
+    WIDTH: 'int64',
+    CHANNELS: 'int64',
+    LABEL: 'int64',
+    LABEL_TEXT: 'bytes',
+    FILENAME: 'bytes',
+    SHA256: 'bytes',
+    ID: 'int64',
 }
 
 
@@ -56,9 +56,11 @@ def record_schema(fmt):
 def feature_spec(fmt):
     """The `tf.io.parse_example` spec for the records of a build in format `fmt`."""
     import tensorflow as tf
+
     dtypes = {'bytes': tf.string, 'int64': tf.int64}
-    return {key: tf.io.FixedLenFeature([], dtypes[kind])
-            for key, kind in record_schema(fmt).items()}
+    return {
+        key: tf.io.FixedLenFeature([], dtypes[kind]) for key, kind in record_schema(fmt).items()
+    }
 
 
 def encode_example(fmt, values):
@@ -71,7 +73,9 @@ def encode_example(fmt, values):
     """
     schema = record_schema(fmt)
     if set(values) != set(schema):
-        raise ValueError(f'record keys {sorted(values)} do not match the {fmt} schema {sorted(schema)}')
+        raise ValueError(
+            f'record keys {sorted(values)} do not match the {fmt} schema {sorted(schema)}'
+        )
     example = example_class()()
     feature_map = example.features.feature
     for key, kind in schema.items():
@@ -79,7 +83,9 @@ def encode_example(fmt, values):
         if kind == 'int64':
             feature_map[key].int64_list.value.append(value)
         else:
-            feature_map[key].bytes_list.value.append(value.encode('utf-8') if isinstance(value, str) else value)
+            feature_map[key].bytes_list.value.append(
+                value.encode('utf-8') if isinstance(value, str) else value
+            )
     # Map fields serialize in arbitrary order unless asked; shards must be byte-identical.
     return example.SerializeToString(deterministic=True)
 
@@ -92,7 +98,8 @@ def example_class():
     """
     field = descriptor_pb2.FieldDescriptorProto
     proto = descriptor_pb2.FileDescriptorProto(
-        name='imageshards/tensorflow_example.proto', package='tensorflow', syntax='proto3')
+        name='imageshards/tensorflow_example.proto', package='tensorflow', syntax='proto3'
+    )
 
     def message(name, *fields, nested=None):
         added = proto.message_type.add(name=name)
@@ -109,18 +116,28 @@ def example_class():
     message('BytesList', ('value', field.TYPE_BYTES, repeated, '', False))
     message('FloatList', ('value', field.TYPE_FLOAT, repeated, '', False))
     message('Int64List', ('value', field.TYPE_INT64, repeated, '', False))
-    feature = message('Feature',
-                      ('bytes_list', field.TYPE_MESSAGE, optional, '.tensorflow.BytesList', True),
-                      ('float_list', field.TYPE_MESSAGE, optional, '.tensorflow.FloatList', True),
-                      ('int64_list', field.TYPE_MESSAGE, optional, '.tensorflow.Int64List', True))
+    feature = message(
+        'Feature',
+        ('bytes_list', field.TYPE_MESSAGE, optional, '.tensorflow.BytesList', True),
+        ('float_list', field.TYPE_MESSAGE, optional, '.tensorflow.FloatList', True),
+        ('int64_list', field.TYPE_MESSAGE, optional, '.tensorflow.Int64List', True),
+    )
     feature.oneof_decl.add(name='kind')
     entry = descriptor_pb2.DescriptorProto(name='FeatureEntry')
     entry.options.map_entry = True
     entry.field.add(name='key', number=1, type=field.TYPE_STRING, label=optional)
-    entry.field.add(name='value', number=2, type=field.TYPE_MESSAGE, label=optional,
-                    type_name='.tensorflow.Feature')
-    message('Features', ('feature', field.TYPE_MESSAGE, repeated,
-                         '.tensorflow.Features.FeatureEntry', False), nested=entry)
+    entry.field.add(
+        name='value',
+        number=2,
+        type=field.TYPE_MESSAGE,
+        label=optional,
+        type_name='.tensorflow.Feature',
+    )
+    message(
+        'Features',
+        ('feature', field.TYPE_MESSAGE, repeated, '.tensorflow.Features.FeatureEntry', False),
+        nested=entry,
+    )
     message('Example', ('features', field.TYPE_MESSAGE, optional, '.tensorflow.Features', False))
     pool = descriptor_pool.DescriptorPool()
     pool.Add(proto)

@@ -17,6 +17,7 @@ CLASS_NAMES = ('zero', 'one', 'two', 'three', 'four', 'five', 'six', 'seven', 'e
 def write_digits(out_dir, size=32, limit=None, jpeg_every=2):
     """Writes digits as images; every `jpeg_every`-th as JPEG, the rest PNG. Returns the count."""
     from sklearn.datasets import load_digits  # pylint: disable=import-outside-toplevel
+
     digits = load_digits()
     count = len(digits.images) if limit is None else min(limit, len(digits.images))
     for index in range(count):

@@ -26,8 +26,14 @@ def masked_crc32c(data):
 def frame(record):
     """The bytes that store one record in a TFRecord file."""
     length = struct.pack('<Q', len(record))
-    return b''.join((length, struct.pack('<I', masked_crc32c(length)), record,
-                     _FOOTER.pack(masked_crc32c(record))))
+    return b''.join(
+        (
+            length,
+            struct.pack('<I', masked_crc32c(length)),
+            record,
+            _FOOTER.pack(masked_crc32c(record)),
+        )
+    )
 
 
 def read_records(f, name='<stream>'):

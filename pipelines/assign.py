@@ -29,7 +29,7 @@ _ORDER = 'order'
 
 def shuffle_hash(seed, purpose, key):
     """A 64-bit value uniform over keys, fixed by (seed, purpose, key)."""
-    digest = hashlib.sha256(f'{seed}\x00{purpose}\x00{key}'.encode('utf-8')).digest()
+    digest = hashlib.sha256(f'{seed}\x00{purpose}\x00{key}'.encode()).digest()
     return int.from_bytes(digest[:8], 'big')
 
 
@@ -59,7 +59,7 @@ def stratified_split_counts(class_sizes, fractions):
         cumulative += size
         eligible = [s for s, quota in enumerate(quotas) if quota > row[s]]
         behind = sorted(eligible, key=lambda s: (totals[s] + row[s] - cumulative * fractions[s], s))
-        for s in behind[:size - sum(row)]:
+        for s in behind[: size - sum(row)]:
             row[s] += 1
         totals = [total + count for total, count in zip(totals, row)]
         rows.append(row)
@@ -85,8 +85,9 @@ def shard_extras(class_sizes, num_shards):
     small = num_shards - large
     floors_large = [n * (q + 1) // total for n in class_sizes]
     floors_small = [n * q // total for n in class_sizes]
-    extras = [n - large * fl - small * fs
-              for n, fl, fs in zip(class_sizes, floors_large, floors_small)]
+    extras = [
+        n - large * fl - small * fs for n, fl, fs in zip(class_sizes, floors_large, floors_small)
+    ]
     lower = [max(0, extra - small) for extra in extras]
     upper = [min(extra, large) for extra in extras]
     needed = large * (q + 1 - sum(floors_large))  # extras that the large shards must receive
@@ -129,6 +130,7 @@ def class_row(n_c, total, num_shards, extras):
 @dataclasses.dataclass(frozen=True)
 class ShardPlan:
     """Where every rank goes; computed once from the counts of (group, label, bucket)."""
+
     splits: tuple  # split names that received records, requested order first
     num_shards: dict  # split -> shard count
     num_records: dict  # split -> record count
@@ -152,8 +154,12 @@ class ShardPlan:
 
     def row_bounds(self, split, label):
         """Cumulative record counts of a class over the shards of a split, for bisect."""
-        row = class_row(self.class_counts[(split, label)], self.num_records[split],
-                        self.num_shards[split], self.extras[(split, label)])
+        row = class_row(
+            self.class_counts[(split, label)],
+            self.num_records[split],
+            self.num_shards[split],
+            self.extras[(split, label)],
+        )
         bounds, running = [], 0
         for count in row:
             running += count
@@ -185,7 +191,7 @@ def make_plan(counts, fractions, num_shards=0, shard_bytes=128e6):
     shares = {label: list(zip(names, row)) for label, row in zip(labels, rows)}
     explicit = {key: images for key, images in group_sizes.items() if key[0] and images}
     class_counts, split_bytes = collections.Counter(explicit), collections.Counter()
-    for (group, label), images in explicit.items():
+    for group, label in explicit:
         split_bytes[group] += group_bytes[(group, label)]
     for label, n in zip(labels, unassigned):
         for split, count in shares[label]:
@@ -204,9 +210,16 @@ def make_plan(counts, fractions, num_shards=0, shard_bytes=128e6):
         sizes = [class_counts.get((split, label), 0) for label in labels]
         for label, entry in zip(labels, shard_extras(sizes, shard_counts[split])):
             extras[(split, label)] = entry
-    return ShardPlan(splits, shard_counts, dict(num_records),
-                     {key: n for key, n in class_counts.items() if n}, bucket_offsets, shares,
-                     explicit, extras)
+    return ShardPlan(
+        splits,
+        shard_counts,
+        dict(num_records),
+        {key: n for key, n in class_counts.items() if n},
+        bucket_offsets,
+        shares,
+        explicit,
+        extras,
+    )
 
 
 def bucket_bits_for(largest_class, target=50_000):
@@ -215,7 +228,7 @@ def bucket_bits_for(largest_class, target=50_000):
 
 
 class _KeyByRankGroup(beam.DoFn):
-    """[ImageMeta] -> ((group, label, bucket), [(rank_hash, ImageMeta)]), one per group in the chunk."""
+    """[ImageMeta] -> ((group, label, bucket), [(rank_hash, ImageMeta)]) per group in the chunk."""
 
     def __init__(self, seed, bucket_bits):
         self._seed, self._bucket_bits = seed, bucket_bits
@@ -243,7 +256,7 @@ def _sum_pairs(pairs):
 
 
 class _PlaceInShards(beam.DoFn):
-    """((group, label, bucket), [[(h, meta)]]) -> ((split, shard), [ImageMeta]) per shard touched."""
+    """((group, label, bucket), [[(h, meta)]]) -> ((split, shard), [ImageMeta]) per shard."""
 
     def process(self, grouped, plan):
         (group, label, bucket), lists = grouped
@@ -273,17 +286,22 @@ class AssignShards(beam.PTransform):
         self._bucket_bits = bucket_bits
 
     def expand(self, chunks):
-        keyed = chunks | 'KeyByRankGroup' >> beam.ParDo(_KeyByRankGroup(self._seed, self._bucket_bits))
+        keyed = chunks | 'KeyByRankGroup' >> beam.ParDo(
+            _KeyByRankGroup(self._seed, self._bucket_bits)
+        )
         # ((group, label, bucket), [(rank_hash, ImageMeta)])
         plan = (
             keyed
             | 'CountGroups' >> beam.Map(_count)
             | 'SumCounts' >> beam.CombinePerKey(_sum_pairs)
             | 'CollectCounts' >> beam.combiners.ToDict()
-            | 'MakePlan' >> beam.Map(make_plan, self._fractions, self._num_shards, self._shard_bytes))
+            | 'MakePlan'
+            >> beam.Map(make_plan, self._fractions, self._num_shards, self._shard_bytes)
+        )
         placed = (
             keyed
             | 'GroupByRankGroup' >> beam.GroupByKey()
-            | 'PlaceInShards' >> beam.ParDo(_PlaceInShards(), plan=beam.pvalue.AsSingleton(plan)))
+            | 'PlaceInShards' >> beam.ParDo(_PlaceInShards(), plan=beam.pvalue.AsSingleton(plan))
+        )
         # ((split, shard), [ImageMeta])
         return {'placed': placed, 'plan': plan}

@@ -8,13 +8,11 @@ Example:
         --direct_running_mode=multi_processing --direct_num_workers=2
 """
 
-import collections
 import logging
 import os
 import sys
 
 import apache_beam as beam
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.options.pipeline_options import StandardOptions
@@ -33,33 +31,52 @@ from pipelines.write import WriteShards
 
 
 def build_pipeline(pipeline, config, listing, listing_path, output_dir):
-    """Adds the build's steps to `pipeline`; returns the PCollection of final counts."""
+    """Adds the build's steps to `pipeline`; returns the PCollection of final counts.
+
+    Args:
+        listing: the ListingSummary of the inputs, whose entries are in `listing_path`.
+    """
     label_ids = {name: i for i, name in enumerate(listing.labels)}
     temp_dir = finalize.join(output_dir, finalize.TEMP_DIR)
-    class_sizes = collections.Counter(
-        (entry.split, entry.label) for entry in listing.entries if not entry.reject)
-    lines = (pipeline
-             | 'ReadListing' >> beam.io.ReadFromText(listing_path)
-             # Work items are few and small; spreading them lets every worker validate.
-             | 'SpreadWork' >> beam.Reshuffle())
+    lines = (
+        pipeline
+        | 'ReadListing' >> beam.io.ReadFromText(listing_path)
+        # Work items are few and small; spreading them lets every worker validate.
+        | 'SpreadWork' >> beam.Reshuffle()
+    )
     # JSON list of InputEntry (one work item)
     validated = lines | 'ValidateImages' >> ValidateImages(
-        label_ids, config.max_pixels, config.threads, total=len(listing.entries),
-        reencode_dir=output_dir if config.format == features.PATHS else None)
+        label_ids,
+        config.max_pixels,
+        config.threads,
+        total=listing.num_inputs,
+        reencode_dir=output_dir if config.format == features.PATHS else None,
+    )
     chunks = validated.valid
     # [ImageMeta]
     if config.dedup:
-        unique = chunks | 'DropDuplicates' >> DropDuplicates()
+        unique = chunks | 'DropDuplicates' >> DropDuplicates(listing.base)
         chunks, duplicates = unique.unique, unique.duplicates
     else:
         duplicates = pipeline | 'NoDuplicates' >> beam.Create([])
     assigned = chunks | 'AssignShards' >> AssignShards(
-        config.seed, config.splits, config.num_shards, config.shard_size_mb * 1e6,
-        bucket_bits_for(max(class_sizes.values(), default=0)))
+        config.seed,
+        config.splits,
+        config.num_shards,
+        config.shard_size_mb * 1e6,
+        bucket_bits_for(listing.largest_group),
+    )
     # ((split, shard), [ImageMeta])
     shards = assigned['placed'] | 'WriteShards' >> WriteShards(
-        assigned['plan'], output_dir, temp_dir, config.format, config.seed, listing.labels,
-        config.threads)
+        assigned['plan'],
+        listing.base,
+        output_dir,
+        temp_dir,
+        config.format,
+        config.seed,
+        listing.labels,
+        config.threads,
+    )
     # dataset.json entry of each shard
     context = {
         'output': output_dir,
@@ -67,12 +84,13 @@ def build_pipeline(pipeline, config, listing, listing_path, output_dir):
         'format': config.format,
         'seed': config.seed,
         'labels': listing.labels,
-        'inputs': len(listing.entries),
+        'inputs': listing.num_inputs,
         'skipped': dict(listing.skipped),
         'dedup': config.dedup,
     }
     return pipeline | 'Finalize' >> finalize.Finalize(
-        shards, validated.rejected, duplicates, assigned['plan'], context)
+        shards, validated.rejected, duplicates, assigned['plan'], context
+    )
 
 
 def make_pipeline(beam_args):
@@ -97,13 +115,20 @@ def run(argv=None, test_pipeline=None):
     config, beam_args = options.parse_build_args(argv)
     output_dir = _absolute(config.output).rstrip('/')
     listing = listing_lib.list_inputs(config.input)
-    logging.info('listed %d inputs with %d labels (skipped %d files: %s)', len(listing.entries),
-                 len(listing.labels), listing.num_skipped, listing.skipped)
+    logging.info(
+        'listed %d inputs with %d labels (skipped %d files: %s)',
+        len(listing.entries),
+        len(listing.labels),
+        listing.num_skipped,
+        listing.skipped,
+    )
     finalize.prepare_output(output_dir, config.overwrite)
     listing_path = finalize.join(output_dir, finalize.TEMP_DIR, 'listing.jsonl')
     listing_lib.write_listing(listing.entries, listing_path, config.chunk_size)
+    summary = listing.summary()
+    del listing  # the pipeline reads the entries from the listing file; keep memory flat
     pipeline = test_pipeline or make_pipeline(beam_args)
-    build_pipeline(pipeline, config, listing, listing_path, output_dir)
+    build_pipeline(pipeline, config, summary, listing_path, output_dir)
     result = pipeline.run()
     result.wait_until_finish()
     dataset = finalize.load_dataset_json(output_dir)
@@ -114,7 +139,9 @@ def run(argv=None, test_pipeline=None):
 def _report(result, dataset, output_dir):
     counters = {}
     try:
-        for counter in result.metrics().query(MetricsFilter().with_namespace(NAMESPACE))['counters']:
+        for counter in result.metrics().query(MetricsFilter().with_namespace(NAMESPACE))[
+            'counters'
+        ]:
             value = counter.committed if counter.committed is not None else counter.attempted
             counters[counter.key.metric.name] = counters.get(counter.key.metric.name, 0) + value
     except Exception:  # pylint: disable=broad-except
@@ -122,18 +149,26 @@ def _report(result, dataset, output_dir):
     lines = [f'imageshards build: {output_dir}']
     lines += [f'  counter {name:<28} {value:>12,}' for name, value in sorted(counters.items())]
     counts = dataset['counts']
-    lines.append('  inputs {inputs:,} = written {written:,} + rejected {rejected:,} + duplicates '
-                 '{duplicates:,}; skipped {skipped:,} non-image files'.format(**counts))
+    lines.append(
+        '  inputs {inputs:,} = written {written:,} + rejected {rejected:,} + duplicates '
+        '{duplicates:,}; skipped {skipped:,} non-image files'.format(**counts)
+    )
     for split, info in dataset['splits'].items():
         lines.append(f'  {split}: {info["num_records"]:,} records in {info["num_shards"]} shards')
     if counts['rejected']:
-        lines.append(f'  rejected by reason: {counts["rejected_by_reason"]} '
-                     f'(see {finalize.REJECTED_JSONL})')
+        lines.append(
+            f'  rejected by reason: {counts["rejected_by_reason"]} (see {finalize.REJECTED_JSONL})'
+        )
     print('\n'.join(lines))
     strays = finalize.stray_shards(output_dir, dataset)
     if strays:
-        logging.warning('%d files in %s look like shards but are not in this build\'s '
-                        'dataset.json (left alone): %s', len(strays), output_dir, strays[:10])
+        logging.warning(
+            "%d files in %s look like shards but are not in this build's "
+            'dataset.json (left alone): %s',
+            len(strays),
+            output_dir,
+            strays[:10],
+        )
 
 
 def main(argv=None):

@@ -2,6 +2,7 @@
 
 import apache_beam as beam
 
+from pipelines.listing import source_path
 from pipelines.validate import NAMESPACE
 
 DUPLICATES = 'duplicates'
@@ -10,27 +11,41 @@ DUPLICATES = 'duplicates'
 class _KeepFirst(beam.DoFn):
     """(source sha256, [ImageMeta]) -> [first ImageMeta]; the others to DUPLICATES."""
 
-    def __init__(self):
+    def __init__(self, input_base):
+        self._input_base = input_base
         self._dropped = beam.metrics.Metrics.counter(NAMESPACE, 'duplicates')
 
     def process(self, grouped):
-        sha256, metas = grouped
+        digest, metas = grouped
         kept, *others = sorted(metas, key=lambda meta: meta.id)
         for meta in others:
             self._dropped.inc()
-            yield beam.pvalue.TaggedOutput(DUPLICATES, {
-                'id': meta.id, 'path': meta.path, 'sha256': sha256,
-                'duplicate_of_id': kept.id, 'duplicate_of_path': kept.path})
+            yield beam.pvalue.TaggedOutput(
+                DUPLICATES,
+                {
+                    'id': meta.id,
+                    'path': source_path(self._input_base, meta.key),
+                    'sha256': digest.hex(),
+                    'duplicate_of_id': kept.id,
+                    'duplicate_of_path': source_path(self._input_base, kept.key),
+                },
+            )
         yield [kept]
 
 
 class DropDuplicates(beam.PTransform):
     """Chunks of ImageMeta -> chunks without byte-identical repeats, and the repeats."""
 
+    def __init__(self, input_base):
+        super().__init__()
+        self._input_base = input_base
+
     def expand(self, chunks):
         return (
             chunks
-            | 'KeyBySha256' >> beam.FlatMap(lambda metas: [(m.source_sha256, m) for m in metas])
+            | 'KeyBySha256' >> beam.FlatMap(lambda metas: [(m.content_digest, m) for m in metas])
             | 'GroupBySha256' >> beam.GroupByKey()
             # (source sha256, [ImageMeta])
-            | 'KeepFirst' >> beam.ParDo(_KeepFirst()).with_outputs(DUPLICATES, main='unique'))
+            | 'KeepFirst'
+            >> beam.ParDo(_KeepFirst(self._input_base)).with_outputs(DUPLICATES, main='unique')
+        )

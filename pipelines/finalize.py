@@ -72,14 +72,18 @@ def prepare_output(output_dir, overwrite):
     if not overwrite:
         raise FileExistsError(
             f'--output {output_dir} is not empty ({len(existing)} files); pass --overwrite to '
-            f'replace an earlier build there, or choose another directory')
+            f'replace an earlier build there, or choose another directory'
+        )
     # _SUCCESS first: from here on, no reader may take the directory for a finished build.
     _delete([join(output_dir, SUCCESS)])
     old = load_dataset_json(output_dir, missing_ok=True)
     doomed = [join(output_dir, name) for name in _OWN_FILES]
     if old is not None:
-        doomed += [join(output_dir, shard['path'])
-                   for split in old.get('splits', {}).values() for shard in split['shards']]
+        doomed += [
+            join(output_dir, shard['path'])
+            for split in old.get('splits', {}).values()
+            for shard in split['shards']
+        ]
         doomed += _tree(join(output_dir, REENCODED_DIR))
     doomed += _tree(join(output_dir, TEMP_DIR))
     _delete(doomed)
@@ -90,7 +94,7 @@ def stray_shards(output_dir, dataset):
     """Files named like shards in the output that the new dataset.json does not list."""
     listed = {shard['path'] for split in dataset['splits'].values() for shard in split['shards']}
     prefix = output_dir.rstrip('/') + '/'
-    relative = [path[len(prefix):] for path in _list(output_dir) if path.startswith(prefix)]
+    relative = [path[len(prefix) :] for path in _list(output_dir) if path.startswith(prefix)]
     return sorted(path for path in relative if _SHARD_NAME.match(path) and path not in listed)
 
 
@@ -112,8 +116,9 @@ def _write_atomically(path, data):
 
 
 def _jsonl(rows):
-    return b''.join(json.dumps(row, ensure_ascii=False, sort_keys=True).encode('utf-8') + b'\n'
-                    for row in rows)
+    return b''.join(
+        json.dumps(row, ensure_ascii=False, sort_keys=True).encode('utf-8') + b'\n' for row in rows
+    )
 
 
 def dataset_summary(context, shards, rejections, duplicates, plan):
@@ -130,10 +135,16 @@ def dataset_summary(context, shards, rejections, duplicates, plan):
         splits[split] = {
             'num_records': sum(shard['num_records'] for shard in entries),
             'num_shards': len(entries),
-            'class_counts': {label: class_counts[label] for label in context['labels']
-                             if class_counts[label]},
-            'shards': [{key: shard[key] for key in ('path', 'num_records', 'num_bytes', 'sha256',
-                                                    'class_counts')} for shard in entries],
+            'class_counts': {
+                label: class_counts[label] for label in context['labels'] if class_counts[label]
+            },
+            'shards': [
+                {
+                    key: shard[key]
+                    for key in ('path', 'num_records', 'num_bytes', 'sha256', 'class_counts')
+                }
+                for shard in entries
+            ],
         }
     written = sum(split['num_records'] for split in splits.values())
     counts = {
@@ -143,13 +154,16 @@ def dataset_summary(context, shards, rejections, duplicates, plan):
         'duplicates': len(duplicates),
         'skipped': sum(context['skipped'].values()),
         'reencoded': sum(shard['reencoded'] for shard in shards),
-        'rejected_by_reason': dict(sorted(collections.Counter(r['reason'] for r in rejections).items())),
+        'rejected_by_reason': dict(
+            sorted(collections.Counter(r['reason'] for r in rejections).items())
+        ),
         'skipped_by_reason': dict(sorted(context['skipped'].items())),
     }
     if counts['inputs'] != written + counts['rejected'] + counts['duplicates']:
         raise AccountingError(
             f'{counts["inputs"]} inputs but {written} written + {counts["rejected"]} rejected + '
-            f'{counts["duplicates"]} duplicates; refusing to mark the build complete')
+            f'{counts["duplicates"]} duplicates; refusing to mark the build complete'
+        )
     return {
         'format': context['format'],
         'seed': context['seed'],
@@ -159,7 +173,7 @@ def dataset_summary(context, shards, rejections, duplicates, plan):
         'splits': splits,
         'features': features.record_schema(context['format']),
         'imageshards_version': imageshards.__version__,
-        'created': datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'),
+        'created': datetime.datetime.now(datetime.UTC).isoformat(timespec='seconds'),
     }
 
 
@@ -171,8 +185,10 @@ def _finalize(unused_element, shards, rejections, duplicates, plan, context):
     _write_atomically(join(output_dir, REJECTED_JSONL), _jsonl(rejections))
     if context['dedup']:
         _write_atomically(join(output_dir, DUPLICATES_JSONL), _jsonl(duplicates))
-    _write_atomically(join(output_dir, DATASET_JSON),
-                      json.dumps(summary, indent=2, ensure_ascii=False).encode('utf-8') + b'\n')
+    _write_atomically(
+        join(output_dir, DATASET_JSON),
+        json.dumps(summary, indent=2, ensure_ascii=False).encode('utf-8') + b'\n',
+    )
     _delete(_tree(join(output_dir, TEMP_DIR)))
     _write_atomically(join(output_dir, SUCCESS), b'')
     yield summary['counts']
@@ -192,12 +208,16 @@ class Finalize(beam.PTransform):
 
     def expand(self, root):
         shards, rejections, duplicates, plan = self._inputs
-        return (root
-                | 'Once' >> beam.Create([None])
-                | 'WriteMetadata' >> beam.FlatMap(
-                    _finalize,
-                    shards=beam.pvalue.AsList(shards),
-                    rejections=beam.pvalue.AsList(rejections),
-                    duplicates=beam.pvalue.AsList(duplicates),
-                    plan=beam.pvalue.AsSingleton(plan),
-                    context=self._context))
+        return (
+            root
+            | 'Once' >> beam.Create([None])
+            | 'WriteMetadata'
+            >> beam.FlatMap(
+                _finalize,
+                shards=beam.pvalue.AsList(shards),
+                rejections=beam.pvalue.AsList(rejections),
+                duplicates=beam.pvalue.AsList(duplicates),
+                plan=beam.pvalue.AsSingleton(plan),
+                context=self._context,
+            )
+        )

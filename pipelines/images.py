@@ -30,6 +30,7 @@ _SIXTEEN_BIT_MODES = frozenset(['I', 'I;16', 'I;16B', 'I;16L', 'I;16N'])
 
 class ImageInfo(typing.NamedTuple):
     """What a record stores about a valid image (of the stored bytes, not the source's)."""
+
     format: str  # 'jpeg' or 'png'
     height: int
     width: int
@@ -64,14 +65,14 @@ def inspect_image(data, max_pixels):
     if _keeps_original(image, data):
         _decode(image, reduced=image.format == 'JPEG')
         channels = _CHANNELS[image.mode] + (image.mode == 'P' and 'transparency' in image.info)
-        info = ImageInfo(image.format.lower(), height, width, channels,
-                         sha256_hex(data), len(data), False)
+        info = ImageInfo(
+            image.format.lower(), height, width, channels, sha256_hex(data), len(data), False
+        )
         return info, None
     rgb = to_rgb(_decode(image, reduced=False))
     stored = encode_png(rgb)
     width, height = rgb.size
-    return ImageInfo('png', height, width, 3, sha256_hex(stored), len(stored),
-                     True), stored
+    return ImageInfo('png', height, width, 3, sha256_hex(stored), len(stored), True), stored
 
 
 def sha256_hex(data):
@@ -114,16 +115,18 @@ def _open(data, max_pixels):
     except UnidentifiedImageError:
         signature = _signature(data)
         if signature:
-            raise Rejected('decode_error', f'{signature} signature but an unreadable header '
-                                           f'({_head(data)})') from None
+            raise Rejected(
+                'decode_error', f'{signature} signature but an unreadable header ({_head(data)})'
+            ) from None
         raise Rejected('not_an_image', f'not a recognised image format ({_head(data)})') from None
     except _DECODE_ERRORS as e:
         raise _rejection(e) from None
     width, height = image.size
     if width * height > max_pixels:
-        raise Rejected('decompression_bomb',
-                       f'{width}x{height} = {width * height} pixels, more than --max-pixels '
-                       f'{max_pixels}')
+        raise Rejected(
+            'decompression_bomb',
+            f'{width}x{height} = {width * height} pixels, more than --max-pixels {max_pixels}',
+        )
     if width < 1 or height < 1:
         raise Rejected('decode_error', f'image declares size {width}x{height}')
     return image
@@ -158,10 +161,23 @@ def _decode(image, reduced):
 
 
 # What Pillow raises on damaged data, by format plugin.
-_DECODE_ERRORS = (Image.DecompressionBombError, OSError, ValueError, SyntaxError, EOFError,
-                  IndexError, struct.error)
-_SIGNATURES = ((b'\x89PNG\r\n\x1a\n', 'PNG'), (b'\xff\xd8\xff', 'JPEG'), (b'GIF8', 'GIF'),
-               (b'BM', 'BMP'), (b'II*\x00', 'TIFF'), (b'MM\x00*', 'TIFF'))
+_DECODE_ERRORS = (
+    Image.DecompressionBombError,
+    OSError,
+    ValueError,
+    SyntaxError,
+    EOFError,
+    IndexError,
+    struct.error,
+)
+_SIGNATURES = (
+    (b'\x89PNG\r\n\x1a\n', 'PNG'),
+    (b'\xff\xd8\xff', 'JPEG'),
+    (b'GIF8', 'GIF'),
+    (b'BM', 'BMP'),
+    (b'II*\x00', 'TIFF'),
+    (b'MM\x00*', 'TIFF'),
+)
 
 
 def _rejection(error):

@@ -7,6 +7,7 @@ input root), which seeds the shuffle. Problems found here (an empty label, a dup
 carried to the pipeline as rejections, so every input is accounted for in one place.
 """
 
+import collections
 import csv
 import dataclasses
 import io
@@ -21,7 +22,8 @@ from apache_beam.io.filesystems import FileSystems
 from pipelines.options import SPLIT_NAME
 
 IMAGE_EXTENSIONS = frozenset(
-    ['.jpg', '.jpeg', '.jpe', '.jfif', '.png', '.gif', '.bmp', '.webp', '.tif', '.tiff'])
+    ['.jpg', '.jpeg', '.jpe', '.jfif', '.png', '.gif', '.bmp', '.webp', '.tif', '.tiff']
+)
 MANIFEST_COLUMNS = ('path', 'label', 'split')
 _GLOB_CHARS = re.compile(r'[*?\[]')
 _URI_SCHEME = re.compile(r'^[a-zA-Z][a-zA-Z0-9+.-]*://')
@@ -29,6 +31,7 @@ _URI_SCHEME = re.compile(r'^[a-zA-Z][a-zA-Z0-9+.-]*://')
 
 class InputEntry(typing.NamedTuple):
     """One input of the build. `reject` holds a reason code when listing already rejected it."""
+
     id: int
     path: str  # what workers read: an absolute local path or a URI
     key: str  # stable key: the path relative to the input root, seeds the shuffle
@@ -44,14 +47,43 @@ class Listing:
     labels: list  # sorted names of the labels of the entries not rejected here
     skipped: dict  # reason -> number of files that are not inputs (hidden, not an image)
     skipped_examples: list  # a few skipped paths, for the log
+    base: (
+        str  # what relative keys are relative to: the root, the glob's base, the manifest's folder
+    )
 
     @property
     def num_skipped(self):
         return sum(self.skipped.values())
 
+    def summary(self):
+        """What the pipeline needs to know of the listing, without holding every entry."""
+        groups = collections.Counter((e.split, e.label) for e in self.entries if not e.reject)
+        return ListingSummary(
+            self.labels,
+            len(self.entries),
+            dict(self.skipped),
+            self.base,
+            max(groups.values(), default=0),
+        )
+
+
+class ListingSummary(typing.NamedTuple):
+    labels: list
+    num_inputs: int
+    skipped: dict
+    base: str
+    largest_group: int  # images of the most common (manifest split, label)
+
+
+def source_path(base, key):
+    """The path or URI of the input with this stable key (see `InputEntry.key`)."""
+    if is_uri(key) or posixpath.isabs(key):
+        return key
+    return FileSystems.join(base, key)
+
 
 def list_inputs(spec):
-    """Lists `spec` (tree, glob, .csv or .jsonl manifest); raises ValueError when nothing matches."""
+    """Lists a tree, glob, .csv or .jsonl manifest; raises ValueError when nothing matches."""
     lower = spec.lower()
     if lower.endswith('.csv'):
         listing = _list_manifest(spec, _read_csv_rows)
@@ -65,8 +97,10 @@ def list_inputs(spec):
             raise ValueError(f'--input does not exist: {spec}')
         listing = _list_files(root, FileSystems.join(root, '**'), spec)
     if not listing.entries:
-        raise ValueError(f'--input matched no image files: {spec} '
-                         f'(skipped {listing.num_skipped}: {dict(listing.skipped)})')
+        raise ValueError(
+            f'--input matched no image files: {spec} '
+            f'(skipped {listing.num_skipped}: {dict(listing.skipped)})'
+        )
     return listing
 
 
@@ -80,7 +114,7 @@ def _absolute(path):
 
 def _glob_base(pattern):
     """The folder above the first wildcard: `data/*/*.jpg` -> `data`."""
-    prefix = pattern[:_GLOB_CHARS.search(pattern).start()]
+    prefix = pattern[: _GLOB_CHARS.search(pattern).start()]
     base = prefix.rsplit('/', 1)[0] if '/' in prefix else '.'
     return _absolute(base).rstrip('/')
 
@@ -92,7 +126,7 @@ def _list_files(root, pattern, spec):
         matched.extend(metadata.path for metadata in result.metadata_list)
     skipped, skipped_examples, candidates = {}, [], []
     for path in matched:
-        relative = path[len(root) + 1:] if path.startswith(root + '/') else path
+        relative = path[len(root) + 1 :] if path.startswith(root + '/') else path
         parts = relative.split('/')
         if any(part.startswith('.') for part in parts):
             reason = 'hidden'
@@ -110,10 +144,11 @@ def _list_files(root, pattern, spec):
         label = relative.split('/', 1)[0] if '/' in relative else ''
         entry = InputEntry(id=len(entries), path=path, key=relative, label=label)
         if not label:
-            entry = entry._replace(reject='no_label',
-                                   detail=f'image is directly under {spec}, not in a class folder')
+            entry = entry._replace(
+                reject='no_label', detail=f'image is directly under {spec}, not in a class folder'
+            )
         entries.append(entry)
-    return Listing(entries, _labels(entries), skipped, skipped_examples)
+    return Listing(entries, _labels(entries), skipped, skipped_examples, root)
 
 
 def _labels(entries):
@@ -157,8 +192,9 @@ def _check_columns(header, manifest):
     missing = [column for column in ('path', 'label') if column not in header]
     unknown = [column for column in header if column not in MANIFEST_COLUMNS]
     if missing or unknown:
-        raise ValueError(f'{manifest}: header must be path,label[,split]; '
-                         f'missing {missing}, unknown {unknown}')
+        raise ValueError(
+            f'{manifest}: header must be path,label[,split]; missing {missing}, unknown {unknown}'
+        )
 
 
 def _list_manifest(manifest, read_rows):
@@ -171,8 +207,9 @@ def _list_manifest(manifest, read_rows):
     with FileSystems.open(manifest) as f:
         for row, problem in read_rows(f, manifest):
             entries.append(
-                _manifest_entry(len(entries), row, problem, manifest, folder, first_row_of))
-    return Listing(entries, _labels(entries), {}, [])
+                _manifest_entry(len(entries), row, problem, manifest, folder, first_row_of)
+            )
+    return Listing(entries, _labels(entries), {}, [], folder)
 
 
 def _manifest_entry(entry_id, row, problem, manifest, folder, first_row_of):
@@ -184,8 +221,9 @@ def _manifest_entry(entry_id, row, problem, manifest, folder, first_row_of):
     label = (row.get('label') or '').strip()
     split = (row.get('split') or '').strip()
     if not raw_path:
-        return InputEntry(entry_id, row_ref, row_ref, label, reject='empty_path',
-                          detail='the row has no path')
+        return InputEntry(
+            entry_id, row_ref, row_ref, label, reject='empty_path', detail='the row has no path'
+        )
     if is_uri(raw_path) or posixpath.isabs(raw_path):
         key, path = raw_path, raw_path
     else:
@@ -195,11 +233,13 @@ def _manifest_entry(entry_id, row, problem, manifest, folder, first_row_of):
     if not label:
         return entry._replace(reject='empty_label', detail=f'row {entry_id} has an empty label')
     if split and not SPLIT_NAME.match(split):
-        return entry._replace(reject='invalid_split',
-                              detail=f'split {split!r} is not a usable folder name')
+        return entry._replace(
+            reject='invalid_split', detail=f'split {split!r} is not a usable folder name'
+        )
     if path in first_row_of:
-        return entry._replace(reject='duplicate_row',
-                              detail=f'same path as row {first_row_of[path]}')
+        return entry._replace(
+            reject='duplicate_row', detail=f'same path as row {first_row_of[path]}'
+        )
     first_row_of[path] = entry_id
     return entry
 
@@ -208,7 +248,7 @@ def write_listing(entries, path, chunk_size):
     """Writes entries as JSON lines of `chunk_size` entries each: one line, one work item."""
     with FileSystems.create(path) as f:
         for start in range(0, len(entries), chunk_size):
-            chunk = [list(entry) for entry in entries[start:start + chunk_size]]
+            chunk = [list(entry) for entry in entries[start : start + chunk_size]]
             f.write(json.dumps(chunk, ensure_ascii=False).encode('utf-8') + b'\n')
 
 

@@ -21,6 +21,7 @@ DEFAULT_SHARD_SIZE_MB = 128.0
 @dataclasses.dataclass(frozen=True)
 class BuildConfig:
     """What to build; pipeline (runner) options live apart, in Beam's PipelineOptions."""
+
     input: str
     output: str
     format: str = features.EXAMPLES
@@ -91,31 +92,66 @@ def build_arg_parser():
     parser = argparse.ArgumentParser(
         prog='imageshards build',
         description='Globally shuffle labeled images into balanced TFRecord shards (Apache Beam). '
-                    'Unrecognised flags (--runner, --direct_num_workers, --project, ...) go to Beam.')
-    parser.add_argument('--config', help='YAML file with defaults for these flags and a beam: mapping')
-    parser.add_argument('--input', help='directory tree <root>/<class>/..., a glob, or a .csv/.jsonl '
-                                        'manifest with path,label[,split]; local or gs://')
+        'Unrecognised flags (--runner, --direct_num_workers, --project, ...) go to Beam.',
+    )
+    parser.add_argument(
+        '--config', help='YAML file with defaults for these flags and a beam: mapping'
+    )
+    parser.add_argument(
+        '--input',
+        help='directory tree <root>/<class>/..., a glob, or a .csv/.jsonl '
+        'manifest with path,label[,split]; local or gs://',
+    )
     parser.add_argument('--output', help='output directory (local or gs://)')
-    parser.add_argument('--format', choices=features.FORMATS, default=features.EXAMPLES,
-                        help='examples: image bytes in tf.train.Example; paths: shuffled path manifests')
+    parser.add_argument(
+        '--format',
+        choices=features.FORMATS,
+        default=features.EXAMPLES,
+        help='examples: image bytes in tf.train.Example; paths: shuffled path manifests',
+    )
     parser.add_argument('--seed', type=int, default=0, help='shuffle and split seed')
-    parser.add_argument('--splits', type=parse_splits, default=(('train', 1.0),),
-                        help='e.g. train=0.8,val=0.1,test=0.1 (a manifest split column wins)')
+    parser.add_argument(
+        '--splits',
+        type=parse_splits,
+        default=(('train', 1.0),),
+        help='e.g. train=0.8,val=0.1,test=0.1 (a manifest split column wins)',
+    )
     shards = parser.add_mutually_exclusive_group()
     shards.add_argument('--num-shards', type=_positive_int, default=0, help='shards per split')
-    shards.add_argument('--shard-size-mb', type=_positive_float, default=DEFAULT_SHARD_SIZE_MB,
-                        help='target shard size in MB of image bytes (default %(default)s)')
-    parser.add_argument('--dedup', action='store_true',
-                        help='drop byte-identical images, keeping the first in listing order')
-    parser.add_argument('--overwrite', action='store_true',
-                        help='write into a non-empty output directory, replacing an earlier build')
-    parser.add_argument('--max-pixels', type=_positive_int, default=BuildConfig.max_pixels,
-                        help='reject images declaring more pixels than this (decompression bombs)')
-    parser.add_argument('--io-threads', type=_positive_int, default=BuildConfig.io_threads,
-                        help='concurrent reads and decodes per worker (default: 4 for local '
-                             'inputs, 32 for gs://)')
-    parser.add_argument('--chunk-size', type=_positive_int, default=BuildConfig.chunk_size,
-                        help='images per work item')
+    shards.add_argument(
+        '--shard-size-mb',
+        type=_positive_float,
+        default=DEFAULT_SHARD_SIZE_MB,
+        help='target shard size in MB of image bytes (default %(default)s)',
+    )
+    parser.add_argument(
+        '--dedup',
+        action='store_true',
+        help='drop byte-identical images, keeping the first in listing order',
+    )
+    parser.add_argument(
+        '--overwrite',
+        action='store_true',
+        help='write into a non-empty output directory, replacing an earlier build',
+    )
+    parser.add_argument(
+        '--max-pixels',
+        type=_positive_int,
+        default=BuildConfig.max_pixels,
+        help='reject images declaring more pixels than this (decompression bombs)',
+    )
+    parser.add_argument(
+        '--io-threads',
+        type=_positive_int,
+        default=BuildConfig.io_threads,
+        help='concurrent reads and decodes per worker (default: 4 for local inputs, 32 for gs://)',
+    )
+    parser.add_argument(
+        '--chunk-size',
+        type=_positive_int,
+        default=BuildConfig.chunk_size,
+        help='images per work item',
+    )
     return parser
 
 

@@ -6,6 +6,7 @@ concurrent reads hide per-object latency.
 """
 
 import concurrent.futures
+import hashlib
 import logging
 import threading
 import time
@@ -25,21 +26,26 @@ REJECTED = 'rejected'
 
 
 class ImageMeta(typing.NamedTuple):
-    """What the shuffle moves for one valid image: metadata, never pixels or bytes."""
+    """What the shuffle moves for one valid image: compact metadata, never pixels or bytes."""
+
     id: int
-    key: str
-    path: str
+    key: str  # the source is `listing.source_path(base, key)`
     label: int
     split: str  # a manifest's split, or '' to be assigned
     format: str
     height: int
     width: int
     channels: int
-    sha256: str  # of the stored bytes (the original, or the lossless re-encode)
+    sha256: bytes  # digest of the stored bytes (the original, or the lossless re-encode)
     num_bytes: int  # of the stored bytes
-    source_sha256: str
+    source_sha256: bytes  # digest of the source file when re-encoded, else b''
     source_crc32c: int  # lets the writer check cheaply that the file has not changed since
     reencoded: bool
+
+    @property
+    def content_digest(self):
+        """The sha256 digest of the source file's bytes."""
+        return self.source_sha256 or self.sha256
 
 
 def rejection(entry, reason, detail):
@@ -74,8 +80,12 @@ class _Progress:
                 return
             self._last = now
             rate = self._done / max(now - self._start, 1e-9)
-            logging.info('validated %d of %d inputs in this worker (%.0f images/s)', self._done,
-                         self._total, rate)
+            logging.info(
+                'validated %d of %d inputs in this worker (%.0f images/s)',
+                self._done,
+                self._total,
+                rate,
+            )
 
 
 class _ValidateChunk(beam.DoFn):
@@ -129,14 +139,27 @@ class _ValidateChunk(beam.DoFn):
             info, stored = images.inspect_image(data, self._max_pixels)
         except images.Rejected as e:
             return rejection(entry, e.reason, e.detail)
+        source_sha256 = b''
         if info.reencoded:
             self._reencoded.inc()
+            source_sha256 = hashlib.sha256(data).digest()
             if self._reencode_dir:
                 _write_once(reencoded_path(self._reencode_dir, info.sha256), stored)
-        source_sha256 = images.sha256_hex(data) if info.reencoded else info.sha256
-        return ImageMeta(entry.id, entry.key, entry.path, self._label_ids[entry.label], entry.split,
-                         info.format, info.height, info.width, info.channels, info.sha256,
-                         info.num_bytes, source_sha256, google_crc32c.value(data), info.reencoded)
+        return ImageMeta(
+            entry.id,
+            entry.key,
+            self._label_ids[entry.label],
+            entry.split,
+            info.format,
+            info.height,
+            info.width,
+            info.channels,
+            bytes.fromhex(info.sha256),
+            info.num_bytes,
+            source_sha256,
+            google_crc32c.value(data),
+            info.reencoded,
+        )
 
 
 def _exists(path):

@@ -19,6 +19,7 @@ from imageshards import features
 from imageshards import tfrecord
 from pipelines import images
 from pipelines.assign import order_key
+from pipelines.listing import source_path
 from pipelines.validate import NAMESPACE
 from pipelines.validate import read_file
 from pipelines.validate import reencoded_path
@@ -51,7 +52,8 @@ def bounded_map(pool, fn, items, window):
 class _WriteShard(beam.DoFn):
     """((split, shard), [[ImageMeta]]) -> the shard's entry for dataset.json."""
 
-    def __init__(self, output_dir, temp_dir, fmt, seed, label_names, io_threads):
+    def __init__(self, input_base, output_dir, temp_dir, fmt, seed, label_names, io_threads):
+        self._input_base = input_base
         self._output_dir = output_dir
         self._temp_dir = temp_dir
         self._format = fmt
@@ -72,15 +74,18 @@ class _WriteShard(beam.DoFn):
 
     def process(self, keyed, plan):
         (split, index), pieces = keyed
-        metas = sorted((meta for piece in pieces for meta in piece),
-                       key=lambda meta: order_key(self._seed, meta))
+        metas = sorted(
+            (meta for piece in pieces for meta in piece),
+            key=lambda meta: order_key(self._seed, meta),
+        )
         relative = shard_path(split, index, plan.num_shards[split])
         temporary = FileSystems.join(self._temp_dir, f'{uuid.uuid4().hex}.tfrecord')
         digest, num_bytes = hashlib.sha256(), 0
         class_counts = collections.Counter()
         with FileSystems.create(temporary) as f:
-            for meta, framed in zip(metas, bounded_map(self._pool, self._framed_record, metas,
-                                                       4 * self._io_threads)):
+            for meta, framed in zip(
+                metas, bounded_map(self._pool, self._framed_record, metas, 4 * self._io_threads)
+            ):
                 f.write(framed)
                 digest.update(framed)
                 num_bytes += len(framed)
@@ -98,12 +103,14 @@ class _WriteShard(beam.DoFn):
             'num_records': len(metas),
             'num_bytes': num_bytes,
             'sha256': digest.hexdigest(),
-            'class_counts': {self._label_names[label]: class_counts[label]
-                             for label in sorted(class_counts)},
+            'class_counts': {
+                self._label_names[label]: class_counts[label] for label in sorted(class_counts)
+            },
             'reencoded': sum(meta.reencoded for meta in metas),
         }
 
     def _framed_record(self, meta):
+        source = source_path(self._input_base, meta.key)
         values = {
             features.FORMAT: meta.format,
             features.HEIGHT: meta.height,
@@ -111,30 +118,35 @@ class _WriteShard(beam.DoFn):
             features.CHANNELS: meta.channels,
             features.LABEL: meta.label,
             features.LABEL_TEXT: self._label_names[meta.label],
-            features.FILENAME: meta.path,
-            features.SHA256: meta.sha256,
+            features.FILENAME: source,
+            features.SHA256: meta.sha256.hex(),
             features.ID: meta.id,
         }
         if self._format == features.EXAMPLES:
-            values[features.ENCODED] = self._stored_bytes(meta)
+            values[features.ENCODED] = _stored_bytes(source, meta)
         else:
-            values[features.PATH] = (reencoded_path(self._output_dir, meta.sha256)
-                                     if meta.reencoded else meta.path)
+            values[features.PATH] = (
+                reencoded_path(self._output_dir, meta.sha256.hex()) if meta.reencoded else source
+            )
         return tfrecord.frame(features.encode_example(self._format, values))
 
-    @staticmethod
-    def _stored_bytes(meta):
-        data = read_file(meta.path)
-        if google_crc32c.value(data) != meta.source_crc32c:
+
+def _stored_bytes(source, meta):
+    """The bytes a record stores, checked against what validation saw."""
+    data = read_file(source)
+    if google_crc32c.value(data) != meta.source_crc32c:
+        raise InputChangedError(
+            f'{source} changed while the build was running (its bytes differ from those '
+            f'validated); rerun the build on inputs that are not being modified'
+        )
+    if meta.reencoded:
+        data = images.reencode(data)
+        if hashlib.sha256(data).digest() != meta.sha256:
             raise InputChangedError(
-                f'{meta.path} changed while the build was running (its bytes differ from those '
-                f'validated); rerun the build on inputs that are not being modified')
-        if meta.reencoded:
-            data = images.reencode(data)
-            if images.sha256_hex(data) != meta.sha256:
-                raise InputChangedError(f're-encoding {meta.path} gave other bytes than during '
-                                        f'validation: workers must share one Pillow version')
-        return data
+                f're-encoding {source} gave other bytes than during '
+                f'validation: workers must share one Pillow version'
+            )
+    return data
 
 
 def _make_parent(path):
@@ -152,18 +164,19 @@ class WriteShards(beam.PTransform):
     Every shard of the plan is written, also one that received no records.
     """
 
-    def __init__(self, plan, output_dir, temp_dir, fmt, seed, label_names, io_threads):
+    def __init__(self, plan, input_base, output_dir, temp_dir, fmt, seed, label_names, io_threads):
         super().__init__()
         self._plan = plan
-        self._fn = _WriteShard(output_dir, temp_dir, fmt, seed, label_names, io_threads)
+        self._fn = _WriteShard(input_base, output_dir, temp_dir, fmt, seed, label_names, io_threads)
 
     def expand(self, placed):
-        every_shard = (self._plan
-                       | 'ListShards' >> beam.FlatMap(lambda plan: [(key, []) for key in
-                                                                    plan.shard_keys()]))
+        every_shard = self._plan | 'ListShards' >> beam.FlatMap(
+            lambda plan: [(key, []) for key in plan.shard_keys()]
+        )
         return (
             (placed, every_shard)
             | 'WithEveryShard' >> beam.Flatten()
             | 'GroupByShard' >> beam.GroupByKey()
             # ((split, shard), [[ImageMeta]])
-            | 'Write' >> beam.ParDo(self._fn, plan=beam.pvalue.AsSingleton(self._plan)))
+            | 'Write' >> beam.ParDo(self._fn, plan=beam.pvalue.AsSingleton(self._plan))
+        )

@@ -16,6 +16,9 @@ def collect(build, tmp_path):
     """Runs `build(pipeline) -> PCollection` and returns its elements (JSON round-tripped)."""
     out = tmp_path / f'collect-{uuid.uuid4().hex}.jsonl'
     with new_test_pipeline() as p:
-        _ = (build(p) | 'ToJson' >> beam.Map(json.dumps)
-             | 'Write' >> beam.io.WriteToText(str(out), shard_name_template=''))
+        _ = (
+            build(p)
+            | 'ToJson' >> beam.Map(json.dumps)
+            | 'Write' >> beam.io.WriteToText(str(out), shard_name_template='')
+        )
     return [json.loads(line) for line in out.read_text(encoding='utf-8').splitlines()]

@@ -16,4 +16,5 @@ def pytest_configure(config):
 @pytest.fixture(scope='session')
 def tf():
     import tensorflow  # pylint: disable=import-outside-toplevel
+
     return tensorflow

@@ -6,8 +6,16 @@ import numpy as np
 from PIL import Image
 
 # One colour per class so that a model can tell classes apart; noise makes every image unique.
-CLASS_COLOURS = [(220, 40, 40), (40, 200, 60), (50, 70, 220), (230, 200, 40), (160, 60, 200),
-                 (40, 200, 200), (240, 120, 20), (120, 120, 120)]
+CLASS_COLOURS = [
+    (220, 40, 40),
+    (40, 200, 60),
+    (50, 70, 220),
+    (230, 200, 40),
+    (160, 60, 200),
+    (40, 200, 200),
+    (240, 120, 20),
+    (120, 120, 120),
+]
 
 
 def pixels(index, class_index=0, size=(24, 32)):
@@ -18,13 +26,16 @@ def pixels(index, class_index=0, size=(24, 32)):
     image[:] = CLASS_COLOURS[class_index % len(CLASS_COLOURS)]
     noise = rng.integers(0, 256, (height // 2, width // 2, 3), dtype=np.uint8)
     top, left = index % (height // 2), (index * 7) % (width // 2)
-    image[top:top + height // 2, left:left + width // 2] = noise
+    image[top : top + height // 2, left : left + width // 2] = noise
     return image
 
 
 def encode(array_or_image, fmt='JPEG', **params):
-    image = array_or_image if isinstance(array_or_image, Image.Image) else Image.fromarray(
-        array_or_image)
+    image = (
+        array_or_image
+        if isinstance(array_or_image, Image.Image)
+        else Image.fromarray(array_or_image)
+    )
     buffer = io.BytesIO()
     image.save(buffer, format=fmt, **params)
     return buffer.getvalue()

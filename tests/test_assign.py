@@ -8,21 +8,36 @@ import pytest
 from apache_beam.testing.util import assert_that
 from apache_beam.testing.util import equal_to
 
-from beam_helpers import collect
-from beam_helpers import new_test_pipeline
 from pipelines import assign
 from pipelines.validate import ImageMeta
 
+from beam_helpers import collect
+from beam_helpers import new_test_pipeline
 
-def _meta(i, label, split='', key=None):
-    return ImageMeta(i, key or f'k/{i:05d}.jpg', f'/in/{i}.jpg', label, split, 'jpeg', 8, 8, 3,
-                     f'{i:064x}', 100 + i, f'{i:064x}', 0, False)
+
+def _meta(i, label, split=''):
+    return ImageMeta(
+        id=i,
+        key=f'k/{i:05d}.jpg',
+        label=label,
+        split=split,
+        format='jpeg',
+        height=8,
+        width=8,
+        channels=3,
+        sha256=bytes(32),
+        num_bytes=100 + i,
+        source_sha256=b'',
+        source_crc32c=0,
+        reencoded=False,
+    )
 
 
 def test_shuffle_hash_depends_on_seed_purpose_and_key_only():
     assert assign.shuffle_hash(0, 'rank', 'a') == assign.shuffle_hash(0, 'rank', 'a')
-    values = {assign.shuffle_hash(s, p, k) for s in (0, 1) for p in ('rank', 'order')
-              for k in ('a', 'b')}
+    values = {
+        assign.shuffle_hash(s, p, k) for s in (0, 1) for p in ('rank', 'order') for k in ('a', 'b')
+    }
     assert len(values) == 8
     assert all(0 <= v < 2**64 for v in values)
 
@@ -77,17 +92,28 @@ def test_plan_puts_manifest_splits_first_and_apportions_the_rest():
     plan = assign.make_plan(counts, [('train', 0.8), ('val', 0.2)], num_shards=2)
     assert plan.splits == ('train', 'val', 'test')
     assert plan.num_records == {'train': 12, 'val': 3, 'test': 2}
-    assert plan.class_counts == {('train', 0): 8, ('val', 0): 2, ('train', 1): 4, ('val', 1): 1,
-                                 ('test', 1): 2}
+    assert plan.class_counts == {
+        ('train', 0): 8,
+        ('val', 0): 2,
+        ('train', 1): 4,
+        ('val', 1): 1,
+        ('test', 1): 2,
+    }
     assert plan.num_shards == {'train': 2, 'val': 2, 'test': 2}
     # Ranks of a label's unassigned images go to train first, then val.
     assert [plan.place('', 0, 0, rank) for rank in (0, 7, 8, 9)] == [
-        ('train', 0), ('train', 7), ('val', 0), ('val', 1)]
+        ('train', 0),
+        ('train', 7),
+        ('val', 0),
+        ('val', 1),
+    ]
 
 
 def test_plan_derives_shard_counts_from_bytes():
     counts = {('', 0, 0): (100, 1_000_000)}
-    assert assign.make_plan(counts, [('train', 1.0)], shard_bytes=300_000).num_shards == {'train': 4}
+    assert assign.make_plan(counts, [('train', 1.0)], shard_bytes=300_000).num_shards == {
+        'train': 4
+    }
     assert assign.make_plan(counts, [('train', 1.0)], shard_bytes=1e9).num_shards == {'train': 1}
     tiny = {('', 0, 0): (2, 1_000_000)}
     assert assign.make_plan(tiny, [('train', 1.0)], shard_bytes=1).num_shards == {'train': 2}
@@ -97,20 +123,29 @@ def test_assign_shards_places_the_lowest_ranked_images_in_the_first_shard():
     metas = [_meta(i, 0) for i in range(4)]
     by_rank = sorted(metas, key=lambda m: assign.shuffle_hash(0, 'rank', m.key))
     expected = [(('train', 0), m.id) for m in by_rank[:2]] + [
-        (('train', 1), m.id) for m in by_rank[2:]]
+        (('train', 1), m.id) for m in by_rank[2:]
+    ]
     with new_test_pipeline() as p:
-        assigned = p | beam.Create([metas[:3], metas[3:]]) | assign.AssignShards(
-            0, [('train', 1.0)], 2, 1e9, 0)
+        assigned = (
+            p
+            | beam.Create([metas[:3], metas[3:]])
+            | assign.AssignShards(0, [('train', 1.0)], 2, 1e9, 0)
+        )
         ids = assigned['placed'] | beam.FlatMap(lambda kv: [(kv[0], m.id) for m in kv[1]])
         assert_that(ids, equal_to(expected))
 
 
 def _placements(tmp_path, chunks, fractions, num_shards, bucket_bits):
     """Runs AssignShards and returns {image id: (split, shard)}."""
+
     def build(p):
-        assigned = p | beam.Create(chunks) | assign.AssignShards(
-            0, fractions, num_shards, 1e9, bucket_bits)
+        assigned = (
+            p
+            | beam.Create(chunks)
+            | assign.AssignShards(0, fractions, num_shards, 1e9, bucket_bits)
+        )
         return assigned['placed'] | beam.FlatMap(lambda kv: [(m.id, kv[0]) for m in kv[1]])
+
     pairs = collect(build, tmp_path)
     return {image_id: tuple(place) for image_id, place in pairs}
 
@@ -120,14 +155,15 @@ def test_assign_shards_is_stratified_balanced_and_independent_of_chunking_and_bu
     metas = [_meta(i, rng.choice([0, 0, 0, 1, 2])) for i in range(300)]
     fractions = [('train', 0.7), ('val', 0.2), ('test', 0.1)]
     one_chunk = _placements(tmp_path, [metas], fractions, 4, bucket_bits=0)
-    many_chunks = _placements(tmp_path, [metas[i:i + 7] for i in range(0, 300, 7)], fractions, 4,
-                              bucket_bits=3)
+    many_chunks = _placements(
+        tmp_path, [metas[i : i + 7] for i in range(0, 300, 7)], fractions, 4, bucket_bits=3
+    )
     assert one_chunk == many_chunks
     assert sorted(one_chunk) == list(range(300))
     label_of = {m.id: m.label for m in metas}
     per_label = collections.Counter(label_of.values())
     split_counts = collections.Counter((split, label_of[i]) for i, (split, _) in one_chunk.items())
-    for (split, fraction) in fractions:
+    for split, fraction in fractions:
         for label, n in per_label.items():
             assert abs(split_counts[(split, label)] - n * fraction) <= 1
     for split, _ in fractions:
@@ -138,8 +174,11 @@ def test_assign_shards_is_stratified_balanced_and_independent_of_chunking_and_bu
         for label in per_label:
             in_split = split_counts[(split, label)]
             for shard, size in shard_sizes.items():
-                count = sum(1 for i, place in one_chunk.items()
-                            if place == (split, shard) and label_of[i] == label)
+                count = sum(
+                    1
+                    for i, place in one_chunk.items()
+                    if place == (split, shard) and label_of[i] == label
+                )
                 assert abs(count - in_split * size / split_total) <= 1
 
 

@@ -12,11 +12,12 @@ import sys
 import numpy as np
 import pytest
 
-import images_for_tests as imgs
 from imageshards import features
 from imageshards import tfrecord
 from pipelines import build
 from pipelines import images
+
+import images_for_tests as imgs
 
 CLASSES = ('ant', 'bee', 'cat', 'dog')
 PER_CLASS = 60
@@ -55,8 +56,18 @@ def _build(tmp_path_factory, name, *args):
 
 @pytest.fixture(scope='session')
 def tree_build(tree, tmp_path_factory):
-    return _build(tmp_path_factory, 'tree', '--input', str(tree), '--splits', SPLITS,
-                  '--num-shards', '4', '--seed', '3')
+    return _build(
+        tmp_path_factory,
+        'tree',
+        '--input',
+        str(tree),
+        '--splits',
+        SPLITS,
+        '--num-shards',
+        '4',
+        '--seed',
+        '3',
+    )
 
 
 def _records(out, dataset, split):
@@ -68,6 +79,7 @@ def _records(out, dataset, split):
 
 def _to_dict(record):
     from tensorflow.core.example import example_pb2  # pylint: disable=import-outside-toplevel
+
     example = example_pb2.Example.FromString(record)
     out = {}
     for key, feature in example.features.feature.items():
@@ -75,6 +87,10 @@ def _to_dict(record):
         value = getattr(feature, kind).value[0]
         out[key] = value
     return out
+
+
+def _jsonl(path):
+    return [json.loads(line) for line in path.read_text(encoding='utf-8').splitlines()]
 
 
 def _all_records(out, dataset):
@@ -98,7 +114,8 @@ def test_output_layout_and_dataset_json_contract(tree_build):
     for split, info in dataset['splits'].items():
         assert info['num_shards'] == 4
         assert [s['path'] for s in info['shards']] == [
-            f'{split}/{split}-{i:05d}-of-00004.tfrecord' for i in range(4)]
+            f'{split}/{split}-{i:05d}-of-00004.tfrecord' for i in range(4)
+        ]
         for shard in info['shards']:
             data = (out / shard['path']).read_bytes()
             assert shard['num_bytes'] == len(data)
@@ -108,9 +125,10 @@ def test_output_layout_and_dataset_json_contract(tree_build):
 
 def test_every_rejected_input_has_its_reason(tree_build, tree):
     out, _ = tree_build
-    rows = [json.loads(line) for line in (out / 'rejected.jsonl').read_text().splitlines()]
+    rows = _jsonl(out / 'rejected.jsonl')
     assert {os.path.relpath(r['path'], tree): r['reason'] for r in rows} == {
-        name: reason for name, (_, reason) in BROKEN.items()}
+        name: reason for name, (_, reason) in BROKEN.items()
+    }
     assert all(r['detail'] for r in rows)
     assert [r['id'] for r in rows] == sorted(r['id'] for r in rows)
 
@@ -120,10 +138,13 @@ def test_records_carry_the_contract_fields_and_decode_to_pillow_pixels(tree_buil
     records = [r for rs in _all_records(out, dataset).values() for r in rs]
     assert len(records) == dataset['counts']['written']
     assert set(records[0]) == set(features.record_schema('examples'))
-    listed = sorted(p for p in (str(p.relative_to(tree)) for p in tree.rglob('*') if p.is_file())
-                    if not os.path.basename(p).startswith('.') and not p.endswith('.txt'))
+    listed = sorted(
+        p
+        for p in (str(p.relative_to(tree)) for p in tree.rglob('*') if p.is_file())
+        if not os.path.basename(p).startswith('.') and not p.endswith('.txt')
+    )
     ids = sorted(r[features.ID] for r in records)
-    rejected_ids = {json.loads(line)['id'] for line in (out / 'rejected.jsonl').read_text().splitlines()}
+    rejected_ids = {row['id'] for row in _jsonl(out / 'rejected.jsonl')}
     assert ids == sorted(set(range(len(listed))) - rejected_ids)
     for record in records:
         source = record[features.FILENAME].decode()
@@ -157,7 +178,11 @@ def test_splits_are_stratified_and_shards_balanced(tree_build):
         total = sum(sizes)
         for shard in shards:
             for name in dataset['labels']:
-                share = dataset['splits'][split]['class_counts'].get(name, 0) * shard['num_records'] / total
+                share = (
+                    dataset['splits'][split]['class_counts'].get(name, 0)
+                    * shard['num_records']
+                    / total
+                )
                 assert abs(shard['class_counts'].get(name, 0) - share) <= 1, (shard['path'], name)
 
 
@@ -172,8 +197,11 @@ def test_record_order_is_uncorrelated_with_label_sorted_input(tree_build):
 
 
 def _shard_bytes(out, dataset):
-    return {s['path']: (out / s['path']).read_bytes()
-            for info in dataset['splits'].values() for s in info['shards']}
+    return {
+        s['path']: (out / s['path']).read_bytes()
+        for info in dataset['splits'].values()
+        for s in info['shards']
+    }
 
 
 def _without_timestamp(dataset):
@@ -182,9 +210,22 @@ def _without_timestamp(dataset):
 
 def test_same_seed_gives_byte_identical_output(tree, tree_build, tmp_path_factory):
     out, dataset = tree_build
-    again_out, again = _build(tmp_path_factory, 'again', '--input', str(tree), '--splits', SPLITS,
-                              '--num-shards', '4', '--seed', '3', '--io-threads', '3',
-                              '--chunk-size', '7')
+    again_out, again = _build(
+        tmp_path_factory,
+        'again',
+        '--input',
+        str(tree),
+        '--splits',
+        SPLITS,
+        '--num-shards',
+        '4',
+        '--seed',
+        '3',
+        '--io-threads',
+        '3',
+        '--chunk-size',
+        '7',
+    )
     assert _shard_bytes(again_out, again) == _shard_bytes(out, dataset)
     assert _without_timestamp(again) == _without_timestamp(dataset)
     assert (again_out / 'rejected.jsonl').read_bytes() == (out / 'rejected.jsonl').read_bytes()
@@ -194,22 +235,44 @@ def test_same_seed_gives_byte_identical_output(tree, tree_build, tmp_path_factor
 @pytest.mark.parametrize('mode', ['multi_processing', 'multi_threading'])
 def test_running_mode_does_not_change_a_byte(tree, tree_build, tmp_path_factory, mode):
     out, dataset = tree_build
-    other_out, other = _build(tmp_path_factory, mode, '--input', str(tree), '--splits', SPLITS,
-                              '--num-shards', '4', '--seed', '3',
-                              f'--direct_running_mode={mode}', '--direct_num_workers=2')
+    other_out, other = _build(
+        tmp_path_factory,
+        mode,
+        '--input',
+        str(tree),
+        '--splits',
+        SPLITS,
+        '--num-shards',
+        '4',
+        '--seed',
+        '3',
+        f'--direct_running_mode={mode}',
+        '--direct_num_workers=2',
+    )
     assert _shard_bytes(other_out, other) == _shard_bytes(out, dataset)
     assert _without_timestamp(other) == _without_timestamp(dataset)
 
 
 def test_another_seed_gives_another_order_with_the_same_balance(tree, tree_build, tmp_path_factory):
     out, dataset = tree_build
-    other_out, other = _build(tmp_path_factory, 'seed4', '--input', str(tree), '--splits', SPLITS,
-                              '--num-shards', '4', '--seed', '4')
+    other_out, other = _build(
+        tmp_path_factory,
+        'seed4',
+        '--input',
+        str(tree),
+        '--splits',
+        SPLITS,
+        '--num-shards',
+        '4',
+        '--seed',
+        '4',
+    )
     first = [r[features.ID] for r in _records(out, dataset, 'train')]
     second = [r[features.ID] for r in _records(other_out, other, 'train')]
     assert first != second
-    assert ({s: i['class_counts'] for s, i in dataset['splits'].items()}
-            == {s: i['class_counts'] for s, i in other['splits'].items()})
+    assert {s: i['class_counts'] for s, i in dataset['splits'].items()} == {
+        s: i['class_counts'] for s, i in other['splits'].items()
+    }
 
 
 @pytest.fixture(scope='session')
@@ -224,15 +287,24 @@ def manifest_rows(tree):
     return rows
 
 
-def test_csv_manifest_build_follows_row_order_and_split_column(tree, manifest_rows,
-                                                               tmp_path_factory):
+def test_csv_manifest_build_follows_row_order_and_split_column(
+    tree, manifest_rows, tmp_path_factory
+):
     manifest = tree / 'manifest.csv'
     with open(manifest, 'w', newline='', encoding='utf-8') as f:
         writer = csv.DictWriter(f, ['path', 'label', 'split'])
         writer.writeheader()
         writer.writerows(manifest_rows)
-    out, dataset = _build(tmp_path_factory, 'csv', '--input', str(manifest),
-                          '--splits', 'train=0.9,val=0.1', '--num-shards', '2')
+    out, dataset = _build(
+        tmp_path_factory,
+        'csv',
+        '--input',
+        str(manifest),
+        '--splits',
+        'train=0.9,val=0.1',
+        '--num-shards',
+        '2',
+    )
     manifest.unlink()
     records = _all_records(out, dataset)
     assert set(dataset['splits']) == {'train', 'val', 'test'}
@@ -241,16 +313,16 @@ def test_csv_manifest_build_follows_row_order_and_split_column(tree, manifest_ro
             row = manifest_rows[r[features.ID]]
             assert os.path.relpath(r[features.FILENAME].decode(), tree) == row['path']
             assert (row['split'] == 'test') == (split == 'test')
-    rejected = {json.loads(l)['id']: json.loads(l)['reason']
-                for l in (out / 'rejected.jsonl').read_text().splitlines()}
+    rejected = {row['id']: row['reason'] for row in _jsonl(out / 'rejected.jsonl')}
     n = len(manifest_rows)
     assert rejected[n - 2] == 'duplicate_row' and rejected[n - 1] == 'missing_file'
     counts = dataset['counts']
     assert counts['inputs'] == n == counts['written'] + counts['rejected']
 
 
-def test_jsonl_manifest_build_in_paths_format_matches_the_examples_build(tree, manifest_rows,
-                                                                        tmp_path_factory):
+def test_jsonl_manifest_build_in_paths_format_matches_the_examples_build(
+    tree, manifest_rows, tmp_path_factory
+):
     manifest = tree / 'manifest.jsonl'
     manifest.write_text(''.join(json.dumps(row) + '\n' for row in manifest_rows), encoding='utf-8')
     common = ['--input', str(manifest), '--num-shards', '2', '--seed', '11']
@@ -270,10 +342,13 @@ def test_jsonl_manifest_build_in_paths_format_matches_the_examples_build(tree, m
 
 
 def test_paths_build_points_reencoded_images_at_lossless_copies(tree, tmp_path_factory):
-    out, dataset = _build(tmp_path_factory, 'tree_paths', '--input', str(tree), '--format',
-                          'paths')
-    reencoded = [r for rs in _all_records(out, dataset).values() for r in rs
-                 if r[features.PATH].decode().startswith(str(out))]
+    out, dataset = _build(tmp_path_factory, 'tree_paths', '--input', str(tree), '--format', 'paths')
+    reencoded = [
+        r
+        for rs in _all_records(out, dataset).values()
+        for r in rs
+        if r[features.PATH].decode().startswith(str(out))
+    ]
     assert len(reencoded) == dataset['counts']['reencoded'] == 2
     for record in reencoded:
         data = open(record[features.PATH].decode(), 'rb').read()
@@ -290,7 +365,7 @@ def test_dedup_drops_byte_identical_images_keeping_the_first(tmp_path):
     dataset = build.run(['--input', str(root), '--output', str(tmp_path / 'out'), '--dedup'])
     assert dataset['counts']['duplicates'] == 2
     assert dataset['counts']['inputs'] == 10 == dataset['counts']['written'] + 2
-    rows = [json.loads(l) for l in (tmp_path / 'out' / 'duplicates.jsonl').read_text().splitlines()]
+    rows = _jsonl(tmp_path / 'out' / 'duplicates.jsonl')
     assert {os.path.basename(r['path']) for r in rows} == {'copy_of_a0.jpg', 'zz_copy.jpg'}
     assert {os.path.basename(r['duplicate_of_path']) for r in rows} == {'img_0000.jpg'}
 
@@ -307,7 +382,9 @@ def test_refuses_a_non_empty_output_and_overwrite_removes_only_its_own_files(tmp
     assert len(list((out / 'train').iterdir())) == 3
     build.run(['--input', str(root), '--output', str(out), '--overwrite', '--num-shards', '2'])
     assert sorted(p.name for p in (out / 'train').iterdir()) == [
-        'train-00000-of-00002.tfrecord', 'train-00001-of-00002.tfrecord']
+        'train-00000-of-00002.tfrecord',
+        'train-00001-of-00002.tfrecord',
+    ]
     assert (out / 'keep.txt').read_text() == 'mine'
     assert (out / '_SUCCESS').exists()
 
@@ -322,18 +399,47 @@ def test_a_build_with_no_images_fails_with_a_clear_message(tmp_path, caplog):
 
 def _cli_build(command, tree, out):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    subprocess.run([*command, 'build', '--input', str(tree), '--output', str(out),
-                    '--num-shards', '2', '--max-pixels', '50000000'],
-                   check=True, env=env, capture_output=True)
+    subprocess.run(
+        [
+            *command,
+            'build',
+            '--input',
+            str(tree),
+            '--output',
+            str(out),
+            '--num-shards',
+            '2',
+            '--max-pixels',
+            '50000000',
+        ],
+        check=True,
+        env=env,
+        capture_output=True,
+    )
 
 
 @pytest.mark.slow
 def test_module_and_console_script_build_the_same_bytes(tree, tmp_path):
     console = os.path.join(os.path.dirname(sys.executable), 'imageshards')
     _cli_build([console], tree, tmp_path / 'a')
-    subprocess.run([sys.executable, '-m', 'pipelines.build', '--input', str(tree), '--output',
-                    str(tmp_path / 'b'), '--num-shards', '2', '--max-pixels', '50000000'],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            '-m',
+            'pipelines.build',
+            '--input',
+            str(tree),
+            '--output',
+            str(tmp_path / 'b'),
+            '--num-shards',
+            '2',
+            '--max-pixels',
+            '50000000',
+        ],
+        check=True,
+        capture_output=True,
+    )
     for name in ('train-00000-of-00002.tfrecord', 'train-00001-of-00002.tfrecord'):
         assert (tmp_path / 'a' / 'train' / name).read_bytes() == (
-            tmp_path / 'b' / 'train' / name).read_bytes()
+            tmp_path / 'b' / 'train' / name
+        ).read_bytes()

@@ -25,14 +25,18 @@ def _tensorflow_bytes(tf, fmt, values):
             example.features.feature[key].int64_list.value.append(value)
         else:
             example.features.feature[key].bytes_list.value.append(
-                value.encode('utf-8') if isinstance(value, str) else value)
+                value.encode('utf-8') if isinstance(value, str) else value
+            )
     return example.SerializeToString(deterministic=True)
 
 
-@pytest.mark.parametrize('fmt, extra', [
-    (features.EXAMPLES, {features.ENCODED: bytes(range(256)) * 40}),
-    (features.PATHS, {features.PATH: '/data/cat/ü.png'}),
-])
+@pytest.mark.parametrize(
+    'fmt, extra',
+    [
+        (features.EXAMPLES, {features.ENCODED: bytes(range(256)) * 40}),
+        (features.PATHS, {features.PATH: '/data/cat/ü.png'}),
+    ],
+)
 def test_encoding_matches_tensorflow_deterministic_serialization(tf, fmt, extra):
     values = {**VALUES, **extra}
     ours = features.encode_example(fmt, values)

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-import images_for_tests as imgs
 from pipelines import images
+
+import images_for_tests as imgs
 
 MAX_PIXELS = 10_000_000
 RGB = imgs.pixels(3)
@@ -89,10 +90,10 @@ PNG = imgs.png(7, size=(64, 96))
 REJECTED = {
     'empty': (b'', 'empty_file'),
     'text': (b'<html><body>not an image</body></html>', 'not_an_image'),
-    'jpeg_truncated_half': (JPEG[:len(JPEG) // 2], 'truncated'),
+    'jpeg_truncated_half': (JPEG[: len(JPEG) // 2], 'truncated'),
     'jpeg_without_end_marker': (JPEG[:-2], 'truncated'),
     'jpeg_header_only': (JPEG[:200], 'truncated'),
-    'png_truncated': (PNG[:len(PNG) // 2], 'truncated'),
+    'png_truncated': (PNG[: len(PNG) // 2], 'truncated'),
     'png_bad_header_crc': (PNG[:30] + bytes([PNG[30] ^ 0xFF]) + PNG[31:], 'decode_error'),
     'png_zeroed_tail': (PNG[:-40] + bytes(len(PNG[-40:-12])) + PNG[-12:], 'truncated'),
 }

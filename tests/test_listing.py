@@ -2,8 +2,9 @@ import json
 
 import pytest
 
-import images_for_tests as imgs
 from pipelines import listing
+
+import images_for_tests as imgs
 
 
 def _write(path, data=b'x'):
@@ -13,8 +14,16 @@ def _write(path, data=b'x'):
 
 
 def test_tree_lists_images_sorted_by_relative_path_and_skips_others(tmp_path):
-    for relative in ['dog/b.jpg', 'cat/z.PNG', 'cat/sub/a.jpeg', 'dog/a.JPG', 'cat/notes.txt',
-                     'cat/.hidden.jpg', '.git/x.png', 'loose.jpg']:
+    for relative in [
+        'dog/b.jpg',
+        'cat/z.PNG',
+        'cat/sub/a.jpeg',
+        'dog/a.JPG',
+        'cat/notes.txt',
+        'cat/.hidden.jpg',
+        '.git/x.png',
+        'loose.jpg',
+    ]:
         _write(tmp_path / relative)
     result = listing.list_inputs(str(tmp_path))
     keys = [entry.key for entry in result.entries]
@@ -31,29 +40,42 @@ def test_glob_takes_the_class_from_the_folder_below_the_wildcard_base(tmp_path):
     for relative in ['data/cat/1.jpg', 'data/dog/2.png', 'data/dog/3.gif', 'other/x.jpg']:
         _write(tmp_path / relative)
     result = listing.list_inputs(str(tmp_path / 'data' / '*' / '*.[jp]*g'))
-    assert [(e.key, e.label) for e in result.entries] == [('cat/1.jpg', 'cat'), ('dog/2.png', 'dog')]
+    assert [(e.key, e.label) for e in result.entries] == [
+        ('cat/1.jpg', 'cat'),
+        ('dog/2.png', 'dog'),
+    ]
 
 
 def test_csv_manifest_in_row_order_with_relative_paths_and_reasons(tmp_path):
     _write(tmp_path / 'imgs' / 'a.jpg')
     manifest = tmp_path / 'm.csv'
-    manifest.write_text('path,label,split\n'
-                        'imgs/a.jpg,cat,\n'
-                        'imgs/../imgs/b.jpg,dog,val\n'
-                        'imgs/a.jpg,cat,\n'
-                        ',cat,\n'
-                        'imgs/c.jpg,,\n'
-                        'imgs/d.jpg,dog,bad/split\n'
-                        'imgs/e.jpg,dog,train,extra\n'
-                        'gs://bucket/f.jpg,cat,test\n')
+    manifest.write_text(
+        'path,label,split\n'
+        'imgs/a.jpg,cat,\n'
+        'imgs/../imgs/b.jpg,dog,val\n'
+        'imgs/a.jpg,cat,\n'
+        ',cat,\n'
+        'imgs/c.jpg,,\n'
+        'imgs/d.jpg,dog,bad/split\n'
+        'imgs/e.jpg,dog,train,extra\n'
+        'gs://bucket/f.jpg,cat,test\n'
+    )
     result = listing.list_inputs(str(manifest))
     entries = result.entries
     assert [e.id for e in entries] == list(range(8))
     assert entries[0].path == str(tmp_path / 'imgs' / 'a.jpg')
     assert entries[0].key == 'imgs/a.jpg'
     assert (entries[1].key, entries[1].split) == ('imgs/b.jpg', 'val')
-    assert [e.reject for e in entries] == ['', '', 'duplicate_row', 'empty_path', 'empty_label',
-                                          'invalid_split', 'malformed_row', '']
+    assert [e.reject for e in entries] == [
+        '',
+        '',
+        'duplicate_row',
+        'empty_path',
+        'empty_label',
+        'invalid_split',
+        'malformed_row',
+        '',
+    ]
     assert 'row 0' in entries[2].detail
     assert entries[7].path == 'gs://bucket/f.jpg'
     assert result.labels == ['cat', 'dog']
@@ -68,22 +90,35 @@ def test_csv_manifest_with_unknown_column_is_refused(tmp_path):
 
 def test_jsonl_manifest_rejects_unknown_keys_and_bad_lines(tmp_path):
     manifest = tmp_path / 'm.jsonl'
-    lines = [json.dumps({'path': 'a.jpg', 'label': 'cat'}), '',
-             json.dumps({'path': 'b.jpg', 'label': 'dog', 'colour': 'red'}),
-             '{not json', json.dumps(['a.jpg', 'cat']),
-             json.dumps({'path': 'ü b.jpg', 'label': 'dog', 'split': 'test'})]
+    lines = [
+        json.dumps({'path': 'a.jpg', 'label': 'cat'}),
+        '',
+        json.dumps({'path': 'b.jpg', 'label': 'dog', 'colour': 'red'}),
+        '{not json',
+        json.dumps(['a.jpg', 'cat']),
+        json.dumps({'path': 'ü b.jpg', 'label': 'dog', 'split': 'test'}),
+    ]
     manifest.write_text('\n'.join(lines) + '\n', encoding='utf-8')
     entries = listing.list_inputs(str(manifest)).entries
-    assert [e.reject for e in entries] == ['', 'malformed_row', 'malformed_row', 'malformed_row', '']
+    assert [e.reject for e in entries] == [
+        '',
+        'malformed_row',
+        'malformed_row',
+        'malformed_row',
+        '',
+    ]
     assert 'colour' in entries[1].detail
     assert (entries[4].key, entries[4].split) == ('ü b.jpg', 'test')
 
 
-@pytest.mark.parametrize('make_input', [
-    lambda d: str(d / 'missing'),
-    lambda d: str(d / 'empty'),
-    lambda d: str(d / 'empty' / '*.jpg'),
-])
+@pytest.mark.parametrize(
+    'make_input',
+    [
+        lambda d: str(d / 'missing'),
+        lambda d: str(d / 'empty'),
+        lambda d: str(d / 'empty' / '*.jpg'),
+    ],
+)
 def test_nothing_to_build_is_a_clear_error(tmp_path, make_input):
     (tmp_path / 'empty').mkdir()
     (tmp_path / 'empty' / 'readme.txt').write_text('no images')

@@ -5,17 +5,23 @@ from pipelines import options
 
 def test_parse_splits_keeps_order_and_values():
     assert options.parse_splits('train=0.8,val=0.1,test=0.1') == (
-        ('train', 0.8), ('val', 0.1), ('test', 0.1))
+        ('train', 0.8),
+        ('val', 0.1),
+        ('test', 0.1),
+    )
 
 
-@pytest.mark.parametrize('text, message', [
-    ('train=0.8,val=0.1', 'sum to 0.9'),
-    ('train=0.5,train=0.5', 'appears twice'),
-    ('train', 'expected name=fraction'),
-    ('train=x', 'not a number'),
-    ('tr/ain=1', 'expected name=fraction'),
-    ('train=1.5,val=-0.5', r'outside \[0, 1\]'),
-])
+@pytest.mark.parametrize(
+    'text, message',
+    [
+        ('train=0.8,val=0.1', 'sum to 0.9'),
+        ('train=0.5,train=0.5', 'appears twice'),
+        ('train', 'expected name=fraction'),
+        ('train=x', 'not a number'),
+        ('tr/ain=1', 'expected name=fraction'),
+        ('train=1.5,val=-0.5', r'outside \[0, 1\]'),
+    ],
+)
 def test_parse_splits_rejects_bad_specs(text, message):
     with pytest.raises(ValueError, match=message):
         options.parse_splits(text)
@@ -23,8 +29,18 @@ def test_parse_splits_rejects_bad_specs(text, message):
 
 def test_unknown_flags_go_to_beam():
     config, beam_args = options.parse_build_args(
-        ['--input', 'in', '--output', 'out', '--runner', 'DirectRunner',
-         '--direct_num_workers=2', '--num-shards', '3'])
+        [
+            '--input',
+            'in',
+            '--output',
+            'out',
+            '--runner',
+            'DirectRunner',
+            '--direct_num_workers=2',
+            '--num-shards',
+            '3',
+        ]
+    )
     assert (config.input, config.output, config.num_shards) == ('in', 'out', 3)
     assert beam_args == ['--runner', 'DirectRunner', '--direct_num_workers=2']
 
@@ -33,15 +49,20 @@ def test_config_file_gives_defaults_and_command_line_wins(tmp_path):
     config_file = tmp_path / 'build.yaml'
     config_file.write_text(
         'input: from_yaml\noutput: out\nseed: 7\nsplits: {train: 0.5, val: 0.5}\n'
-        'beam:\n  runner: DirectRunner\n  direct_num_workers: 1\n')
+        'beam:\n  runner: DirectRunner\n  direct_num_workers: 1\n'
+    )
     config, beam_args = options.parse_build_args(
-        ['--config', str(config_file), '--seed', '9', '--direct_num_workers=2'])
+        ['--config', str(config_file), '--seed', '9', '--direct_num_workers=2']
+    )
     assert config.input == 'from_yaml'
     assert config.seed == 9
     assert config.splits == (('train', 0.5), ('val', 0.5))
     # Beam parses left to right: the command line's value comes last and wins.
-    assert beam_args == ['--runner=DirectRunner', '--direct_num_workers=1',
-                         '--direct_num_workers=2']
+    assert beam_args == [
+        '--runner=DirectRunner',
+        '--direct_num_workers=1',
+        '--direct_num_workers=2',
+    ]
 
 
 def test_config_file_with_unknown_key_is_refused(tmp_path):
@@ -59,6 +80,7 @@ def test_input_and_output_are_required():
 def test_io_threads_default_to_few_locally_and_many_for_remote_inputs():
     local, _ = options.parse_build_args(['--input', 'data', '--output', 'out'])
     remote, _ = options.parse_build_args(['--input', 'gs://b/data', '--output', 'out'])
-    chosen, _ = options.parse_build_args(['--input', 'gs://b/data', '--output', 'o',
-                                          '--io-threads', '7'])
+    chosen, _ = options.parse_build_args(
+        ['--input', 'gs://b/data', '--output', 'o', '--io-threads', '7']
+    )
     assert (local.threads, remote.threads, chosen.threads) == (4, 32, 7)

@@ -1,5 +1,6 @@
 """Each Beam transform of the build on a TestPipeline: validate, deduplicate, write shards."""
 
+import hashlib
 import json
 
 import apache_beam as beam
@@ -8,9 +9,6 @@ import pytest
 from apache_beam.testing.util import assert_that
 from apache_beam.testing.util import equal_to
 
-import images_for_tests as imgs
-from beam_helpers import collect
-from beam_helpers import new_test_pipeline
 from imageshards import features
 from imageshards import tfrecord
 from pipelines import assign
@@ -20,6 +18,10 @@ from pipelines.listing import InputEntry
 from pipelines.validate import ImageMeta
 from pipelines.validate import ValidateImages
 from pipelines.write import WriteShards
+
+import images_for_tests as imgs
+from beam_helpers import collect
+from beam_helpers import new_test_pipeline
 
 
 def _line(entries):
@@ -44,38 +46,94 @@ def test_validate_images_keeps_metadata_and_rejects_with_reasons(tmp_path):
     good_info, _ = images.inspect_image(good.read_bytes(), 10**8)
     bmp_info, _ = images.inspect_image(bmp.read_bytes(), 10**8)
     with new_test_pipeline() as p:
-        result = (p | beam.Create([_line(entries[:2]), _line(entries[2:])])
-                  | ValidateImages({'cat': 0}, 10**8, io_threads=2, total=5))
+        result = (
+            p
+            | beam.Create([_line(entries[:2]), _line(entries[2:])])
+            | ValidateImages({'cat': 0}, 10**8, io_threads=2, total=5)
+        )
         metas = result.valid | beam.FlatMap(lambda chunk: chunk)
-        assert_that(metas, equal_to([
-            ImageMeta(0, 'cat/a.jpg', str(good), 0, '', 'jpeg', 24, 32, 3, good_info.sha256,
-                      good_info.num_bytes, good_info.sha256,
-                      google_crc32c.value(good.read_bytes()), False),
-            ImageMeta(1, 'cat/b.bmp', str(bmp), 0, 'val', 'png', 24, 32, 3, bmp_info.sha256,
-                      bmp_info.num_bytes, images.sha256_hex(bmp.read_bytes()),
-                      google_crc32c.value(bmp.read_bytes()), True),
-        ]), label='valid')
+        assert_that(
+            metas,
+            equal_to(
+                [
+                    ImageMeta(
+                        0,
+                        'cat/a.jpg',
+                        0,
+                        '',
+                        'jpeg',
+                        24,
+                        32,
+                        3,
+                        bytes.fromhex(good_info.sha256),
+                        good_info.num_bytes,
+                        b'',
+                        google_crc32c.value(good.read_bytes()),
+                        False,
+                    ),
+                    ImageMeta(
+                        1,
+                        'cat/b.bmp',
+                        0,
+                        'val',
+                        'png',
+                        24,
+                        32,
+                        3,
+                        bytes.fromhex(bmp_info.sha256),
+                        bmp_info.num_bytes,
+                        hashlib.sha256(bmp.read_bytes()).digest(),
+                        google_crc32c.value(bmp.read_bytes()),
+                        True,
+                    ),
+                ]
+            ),
+            label='valid',
+        )
         reasons = result.rejected | beam.Map(lambda r: (r['id'], r['reason']))
-        assert_that(reasons, equal_to([(2, 'truncated'), (3, 'missing_file'), (4, 'empty_path')]),
-                    label='rejected')
+        assert_that(
+            reasons,
+            equal_to([(2, 'truncated'), (3, 'missing_file'), (4, 'empty_path')]),
+            label='rejected',
+        )
 
 
 def _meta(i, sha, label=0):
-    return ImageMeta(i, f'k{i}', f'/in/{i}', label, '', 'jpeg', 1, 1, 3, sha, 10, sha, 0, False)
+    return ImageMeta(
+        id=i,
+        key=f'k{i}',
+        label=label,
+        split='',
+        format='jpeg',
+        height=1,
+        width=1,
+        channels=3,
+        sha256=sha,
+        num_bytes=10,
+        source_sha256=b'',
+        source_crc32c=0,
+        reencoded=False,
+    )
 
 
 def test_drop_duplicates_keeps_the_first_in_listing_order(tmp_path):
-    chunks = [[_meta(5, 'a'), _meta(1, 'b')], [_meta(3, 'a'), _meta(9, 'a'), _meta(2, 'c')]]
+    chunks = [[_meta(5, b'a'), _meta(1, b'b')], [_meta(3, b'a'), _meta(9, b'a'), _meta(2, b'c')]]
     with new_test_pipeline() as p:
-        result = p | beam.Create(chunks) | DropDuplicates()
+        result = p | beam.Create(chunks) | DropDuplicates('/in')
         kept = result.unique | beam.FlatMap(lambda chunk: [m.id for m in chunk])
         assert_that(kept, equal_to([1, 2, 3]), label='kept')
-        dropped = result.duplicates | beam.Map(lambda d: (d['id'], d['duplicate_of_id']))
-        assert_that(dropped, equal_to([(5, 3), (9, 3)]), label='dropped')
+        dropped = result.duplicates | beam.Map(
+            lambda d: (d['id'], d['path'], d['duplicate_of_id'], d['duplicate_of_path'])
+        )
+        assert_that(
+            dropped,
+            equal_to([(5, '/in/k5', 3, '/in/k3'), (9, '/in/k9', 3, '/in/k3')]),
+            label='dropped',
+        )
 
 
 def _tree_metas(tmp_path, count):
-    """Real images on disk and their ImageMeta, alternating two labels."""
+    """Real images under tmp_path/in and their ImageMeta, alternating two labels."""
     metas = []
     for i in range(count):
         data = imgs.jpeg(i, i % 2) if i % 3 else imgs.png(i, i % 2)
@@ -83,10 +141,47 @@ def _tree_metas(tmp_path, count):
         path.parent.mkdir(exist_ok=True)
         path.write_bytes(data)
         info, _ = images.inspect_image(data, 10**8)
-        metas.append(ImageMeta(i, f'in/{i}', str(path), i % 2, '', info.format, info.height,
-                               info.width, info.channels, info.sha256, info.num_bytes,
-                               info.sha256, google_crc32c.value(data), False))
+        metas.append(
+            ImageMeta(
+                i,
+                f'{i}.img',
+                i % 2,
+                '',
+                info.format,
+                info.height,
+                info.width,
+                info.channels,
+                bytes.fromhex(info.sha256),
+                info.num_bytes,
+                b'',
+                google_crc32c.value(data),
+                False,
+            )
+        )
     return metas
+
+
+def _source(tmp_path, meta):
+    return str(tmp_path / 'in' / meta.key)
+
+
+def _write_shards(p, pieces, plan, tmp_path, fmt=features.EXAMPLES, labels=('a', 'b')):
+    """WriteShards of `pieces` under `plan`, into tmp_path/out."""
+    out = tmp_path / 'out'
+    return (
+        p
+        | 'Pieces' >> beam.Create(pieces)
+        | WriteShards(
+            p | 'Plan' >> beam.Create([plan]),
+            str(tmp_path / 'in'),
+            str(out),
+            str(out / 'tmp'),
+            fmt,
+            0,
+            list(labels),
+            io_threads=2,
+        )
+    )
 
 
 def _read_shard(path, tf):
@@ -96,33 +191,44 @@ def _read_shard(path, tf):
 
 def test_write_shards_writes_exact_shard_contents(tmp_path, tf):
     metas = _tree_metas(tmp_path, 7)
-    plan = assign.make_plan({('', 0, 0): (4, 0), ('', 1, 0): (3, 0)}, [('train', 1.0)],
-                            num_shards=3)
-    pieces = [(('train', 0), metas[:2]), (('train', 0), metas[6:]), (('train', 1), metas[2:4]),
-              (('train', 2), metas[4:6])]
+    plan = assign.make_plan(
+        {('', 0, 0): (4, 0), ('', 1, 0): (3, 0)}, [('train', 1.0)], num_shards=3
+    )
+    pieces = [
+        (('train', 0), metas[:2]),
+        (('train', 0), metas[6:]),
+        (('train', 1), metas[2:4]),
+        (('train', 2), metas[4:6]),
+    ]
     out = tmp_path / 'out'
     with new_test_pipeline() as p:
-        plan_pc = p | 'Plan' >> beam.Create([plan])
-        shards = (p | beam.Create(pieces)
-                  | WriteShards(plan_pc, str(out), str(out / 'tmp'), features.EXAMPLES, 0,
-                                ['even', 'odd'], io_threads=2))
-        assert_that(shards | beam.Map(lambda s: (s['path'], s['num_records'], s['class_counts'])),
-                    equal_to([('train/train-00000-of-00003.tfrecord', 3, {'even': 2, 'odd': 1}),
-                              ('train/train-00001-of-00003.tfrecord', 2, {'even': 1, 'odd': 1}),
-                              ('train/train-00002-of-00003.tfrecord', 2, {'even': 1, 'odd': 1})]))
+        shards = _write_shards(p, pieces, plan, tmp_path, labels=('even', 'odd'))
+        assert_that(
+            shards | beam.Map(lambda s: (s['path'], s['num_records'], s['class_counts'])),
+            equal_to(
+                [
+                    ('train/train-00000-of-00003.tfrecord', 3, {'even': 2, 'odd': 1}),
+                    ('train/train-00001-of-00003.tfrecord', 2, {'even': 1, 'odd': 1}),
+                    ('train/train-00002-of-00003.tfrecord', 2, {'even': 1, 'odd': 1}),
+                ]
+            ),
+        )
     for index, members in enumerate([metas[:2] + metas[6:], metas[2:4], metas[4:6]]):
         records = _read_shard(out / 'train' / f'train-0000{index}-of-00003.tfrecord', tf)
         expected = sorted(members, key=lambda m: assign.order_key(0, m))
         assert [r.features.feature[features.ID].int64_list.value[0] for r in records] == [
-            m.id for m in expected]
+            m.id for m in expected
+        ]
         for record, meta in zip(records, expected):
             feature = record.features.feature
             encoded = feature[features.ENCODED].bytes_list.value[0]
-            assert encoded == open(meta.path, 'rb').read()
-            assert feature[features.SHA256].bytes_list.value[0].decode() == meta.sha256
+            assert encoded == open(_source(tmp_path, meta), 'rb').read()
+            assert feature[features.SHA256].bytes_list.value[0].decode() == meta.sha256.hex()
             assert feature[features.LABEL].int64_list.value[0] == meta.label
             assert feature[features.LABEL_TEXT].bytes_list.value[0] == [b'even', b'odd'][meta.label]
-            assert feature[features.FILENAME].bytes_list.value[0].decode() == meta.path
+            assert feature[features.FILENAME].bytes_list.value[0].decode() == _source(
+                tmp_path, meta
+            )
             assert feature[features.FORMAT].bytes_list.value[0].decode() == meta.format
             assert feature[features.HEIGHT].int64_list.value[0] == 24
             assert feature[features.WIDTH].int64_list.value[0] == 32
@@ -130,33 +236,40 @@ def test_write_shards_writes_exact_shard_contents(tmp_path, tf):
 
 def test_write_shards_writes_empty_shards_and_paths_records(tmp_path, tf):
     metas = _tree_metas(tmp_path, 2)
-    plan = assign.make_plan({('', 0, 0): (1, 0), ('', 1, 0): (1, 0)}, [('train', 1.0)],
-                            num_shards=3)
+    plan = assign.make_plan(
+        {('', 0, 0): (1, 0), ('', 1, 0): (1, 0)}, [('train', 1.0)], num_shards=3
+    )
     out = tmp_path / 'out'
-    shards = collect(lambda p: (
-        p | beam.Create([(('train', 0), metas)])
-        | WriteShards(p | 'Plan' >> beam.Create([plan]), str(out), str(out / 'tmp'),
-                      features.PATHS, 0, ['a', 'b'], io_threads=1)), tmp_path)
+    shards = collect(
+        lambda p: _write_shards(p, [(('train', 0), metas)], plan, tmp_path, features.PATHS),
+        tmp_path,
+    )
     assert sorted((s['index'], s['num_records']) for s in shards) == [(0, 2), (1, 0), (2, 0)]
     assert (out / 'train' / 'train-00002-of-00003.tfrecord').read_bytes() == b''
     records = _read_shard(out / 'train' / 'train-00000-of-00003.tfrecord', tf)
     paths = sorted(r.features.feature[features.PATH].bytes_list.value[0].decode() for r in records)
-    assert paths == sorted(m.path for m in metas)
+    assert paths == sorted(_source(tmp_path, m) for m in metas)
     assert all(features.ENCODED not in r.features.feature for r in records)
 
 
 def test_shard_bytes_parse_with_the_trainers_feature_spec(tmp_path, tf):
     metas = _tree_metas(tmp_path, 3)
-    plan = assign.make_plan({('', 0, 0): (2, 0), ('', 1, 0): (1, 0)}, [('train', 1.0)],
-                            num_shards=1)
+    plan = assign.make_plan(
+        {('', 0, 0): (2, 0), ('', 1, 0): (1, 0)}, [('train', 1.0)], num_shards=1
+    )
     out = tmp_path / 'out'
     with new_test_pipeline() as p:
-        _ = (p | beam.Create([(('train', 0), metas)])
-             | WriteShards(p | 'Plan' >> beam.Create([plan]), str(out), str(out / 'tmp'),
-                           features.EXAMPLES, 0, ['a', 'b'], io_threads=1))
+        _write_shards(p, [(('train', 0), metas)], plan, tmp_path)
     dataset = tf.data.TFRecordDataset(str(out / 'train' / 'train-00000-of-00001.tfrecord'))
-    batch = next(iter(dataset.batch(8).map(
-        lambda records: tf.io.parse_example(records, features.feature_spec(features.EXAMPLES)))))
+    batch = next(
+        iter(
+            dataset.batch(8).map(
+                lambda records: tf.io.parse_example(
+                    records, features.feature_spec(features.EXAMPLES)
+                )
+            )
+        )
+    )
     assert sorted(batch[features.ID].numpy().tolist()) == [0, 1, 2]
     for encoded, sha in zip(batch[features.ENCODED].numpy(), batch[features.SHA256].numpy()):
         assert images.sha256_hex(encoded) == sha.decode()
@@ -166,15 +279,14 @@ def test_shard_bytes_parse_with_the_trainers_feature_spec(tmp_path, tf):
 
 def test_write_shards_fails_loudly_when_an_input_changed_after_validation(tmp_path):
     metas = _tree_metas(tmp_path, 2)
-    with open(metas[1].path, 'r+b') as f:  # same size, other bytes
+    with open(_source(tmp_path, metas[1]), 'r+b') as f:  # same size, other bytes
         f.seek(200)
         f.write(b'\x00\x01\x02')
-    plan = assign.make_plan({('', 0, 0): (1, 0), ('', 1, 0): (1, 0)}, [('train', 1.0)],
-                            num_shards=1)
+    plan = assign.make_plan(
+        {('', 0, 0): (1, 0), ('', 1, 0): (1, 0)}, [('train', 1.0)], num_shards=1
+    )
     out = tmp_path / 'out'
     with pytest.raises(Exception, match='changed while the build was running'):
         with new_test_pipeline() as p:
-            _ = (p | beam.Create([(('train', 0), metas)])
-                 | WriteShards(p | 'Plan' >> beam.Create([plan]), str(out), str(out / 'tmp'),
-                               features.EXAMPLES, 0, ['a', 'b'], io_threads=1))
+            _write_shards(p, [(('train', 0), metas)], plan, tmp_path)
     assert not (out / 'train').exists()
