@@ -14,6 +14,7 @@ import sys
 
 import apache_beam as beam
 from apache_beam.metrics.metric import MetricsFilter
+from apache_beam.options.pipeline_options import DirectOptions
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.options.pipeline_options import StandardOptions
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
@@ -94,16 +95,28 @@ def build_pipeline(pipeline, config, listing, listing_path, output_dir):
 
 
 def make_pipeline(beam_args):
-    """A Pipeline for the runner the options name; the FnApiRunner for the DirectRunner.
+    """A Pipeline for the runner the options name; locally, the FnApiRunner on every core.
 
     Beam's DirectRunner first tries the Prism runner, which downloads a binary and ignores
-    `--direct_running_mode`; the FnApiRunner is the DirectRunner's own engine and honours
-    `--direct_running_mode` and `--direct_num_workers`.
+    `--direct_running_mode`; the FnApiRunner is the DirectRunner's own engine. Unless the
+    options say otherwise, it runs one worker process per core (`multi_processing`), which
+    builds small images several times faster than one process.
     """
     pipeline_options = PipelineOptions(beam_args)
-    if pipeline_options.view_as(StandardOptions).runner in (None, 'DirectRunner'):
-        return beam.Pipeline(runner=FnApiRunner(), options=pipeline_options)
-    return beam.Pipeline(options=pipeline_options)
+    if pipeline_options.view_as(StandardOptions).runner not in (None, 'DirectRunner'):
+        return beam.Pipeline(options=pipeline_options)
+    direct = pipeline_options.view_as(DirectOptions)
+    given = {arg.split('=')[0] for arg in beam_args}
+    if '--direct_running_mode' not in given:
+        direct.direct_running_mode = 'multi_processing'
+    if '--direct_num_workers' not in given and direct.direct_running_mode != 'in_memory':
+        direct.direct_num_workers = os.cpu_count() or 1
+    logging.info(
+        'running on the DirectRunner (FnApiRunner): %s with %d workers',
+        direct.direct_running_mode,
+        direct.direct_num_workers,
+    )
+    return beam.Pipeline(runner=FnApiRunner(), options=pipeline_options)
 
 
 def _absolute(path):

@@ -48,9 +48,14 @@ def tree(tmp_path_factory):
     return root
 
 
+def _run(*args):
+    """build.run in this process (tests choose another running mode by adding it after)."""
+    return build.run(['--direct_running_mode=in_memory', *args])
+
+
 def _build(tmp_path_factory, name, *args):
     out = tmp_path_factory.mktemp(name) / 'out'
-    dataset = build.run([*args, '--output', str(out), '--max-pixels', '50000000'])
+    dataset = _run(*args, '--output', str(out), '--max-pixels', '50000000')
     return out, dataset
 
 
@@ -362,7 +367,7 @@ def test_dedup_drops_byte_identical_images_keeping_the_first(tmp_path):
     imgs.write_tree(root, 4, ('a', 'b'))
     (root / 'b' / 'copy_of_a0.jpg').write_bytes((root / 'a' / 'img_0000.jpg').read_bytes())
     (root / 'a' / 'zz_copy.jpg').write_bytes((root / 'a' / 'img_0000.jpg').read_bytes())
-    dataset = build.run(['--input', str(root), '--output', str(tmp_path / 'out'), '--dedup'])
+    dataset = _run('--input', str(root), '--output', str(tmp_path / 'out'), '--dedup')
     assert dataset['counts']['duplicates'] == 2
     assert dataset['counts']['inputs'] == 10 == dataset['counts']['written'] + 2
     rows = _jsonl(tmp_path / 'out' / 'duplicates.jsonl')
@@ -377,10 +382,10 @@ def test_refuses_a_non_empty_output_and_overwrite_removes_only_its_own_files(tmp
     out.mkdir()
     (out / 'keep.txt').write_text('mine')
     with pytest.raises(FileExistsError, match='--overwrite'):
-        build.run(['--input', str(root), '--output', str(out)])
-    build.run(['--input', str(root), '--output', str(out), '--overwrite', '--num-shards', '3'])
+        _run('--input', str(root), '--output', str(out))
+    _run('--input', str(root), '--output', str(out), '--overwrite', '--num-shards', '3')
     assert len(list((out / 'train').iterdir())) == 3
-    build.run(['--input', str(root), '--output', str(out), '--overwrite', '--num-shards', '2'])
+    _run('--input', str(root), '--output', str(out), '--overwrite', '--num-shards', '2')
     assert sorted(p.name for p in (out / 'train').iterdir()) == [
         'train-00000-of-00002.tfrecord',
         'train-00001-of-00002.tfrecord',

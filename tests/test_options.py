@@ -1,3 +1,5 @@
+import os
+
 import pytest
 
 from pipelines import options
@@ -84,3 +86,13 @@ def test_io_threads_default_to_few_locally_and_many_for_remote_inputs():
         ['--input', 'gs://b/data', '--output', 'o', '--io-threads', '7']
     )
     assert (local.threads, remote.threads, chosen.threads) == (4, 32, 7)
+
+
+@pytest.mark.parametrize('name', ['build_local.yaml', 'build_smoke.yaml'])
+def test_shipped_build_configs_parse(name):
+    path = os.path.join(os.path.dirname(__file__), '..', 'configs', name)
+    config, beam_args = options.parse_build_args(
+        ['--config', path, '--input', 'i', '--output', 'o']
+    )
+    assert sum(fraction for _, fraction in config.splits) == pytest.approx(1.0)
+    assert '--runner=DirectRunner' in beam_args
