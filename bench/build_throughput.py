@@ -4,7 +4,8 @@ Builds >= 20,000 JPEGs of about 500x375 (cut from scikit-learn's sample photos) 
 `imageshards build` in each local mode asked for, and with `bench/baseline_writer.py`
 (list, random.shuffle, read bytes, tf.io.TFRecordWriter, no validation), on the same data in
 one run with a warm page cache, and prints images/s, the ratio to the baseline and the peak
-RSS of each whole process tree.
+RSS of each whole process tree. For context it also runs the baseline with a Pillow decode of
+each image, the validation imageshards does, in its one process.
 
     python -m bench.build_throughput --count 20000
     python -m bench.build_throughput --count 200000 --size 64x64 --no-baseline  # memory
@@ -13,6 +14,7 @@ RSS of each whole process tree.
 import argparse
 import os
 import shutil
+import statistics
 import sys
 
 from bench import datasets
@@ -25,6 +27,10 @@ MODES = {
 }
 
 
+def _module(name, *args):
+    return [sys.executable, '-m', name, *args]
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--count', type=int, default=20_000)
@@ -35,6 +41,9 @@ def main(argv=None):
     parser.add_argument('--extra', default='', help='more flags for imageshards build')
     parser.add_argument('--size', default='500x375', help='image width x height')
     parser.add_argument('--no-baseline', action='store_true', help='build with imageshards only')
+    parser.add_argument(
+        '--repeat', type=int, default=1, help='runs per contender; the median counts'
+    )
     args = parser.parse_args(argv)
     size = tuple(int(side) for side in args.size.split('x'))
     data = os.path.join(args.work_dir, f'photos-{args.count}-{args.size}')
@@ -45,22 +54,14 @@ def main(argv=None):
         f'({info["bytes"] / info["count"] / 1e3:.0f} KB each)',
         flush=True,
     )
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2')
-    results = {}
+    contenders = {}
     if not args.no_baseline:
-        datasets.warm_page_cache(data)
-        out = os.path.join(args.work_dir, 'baseline-out')
-        shutil.rmtree(out, ignore_errors=True)
-        results['baseline'] = run_measured(
-            [sys.executable, '-m', 'bench.baseline_writer', data, out], env=env
-        )[:2]
-        shutil.rmtree(out, ignore_errors=True)
+        contenders['baseline'] = lambda out: _module('bench.baseline_writer', data, out)
+        contenders['baseline + Pillow validation'] = lambda out: _module(
+            'bench.baseline_writer', data, out, '--validate'
+        )
     for mode in args.modes.split(','):
-        out = os.path.join(args.work_dir, f'build-{mode}')
-        datasets.warm_page_cache(data)
-        command = [
-            sys.executable,
-            '-m',
+        contenders[mode] = lambda out, mode=mode: _module(
             'pipelines.build',
             '--input',
             data,
@@ -69,11 +70,23 @@ def main(argv=None):
             '--overwrite',
             *MODES[mode],
             *args.extra.split(),
-        ]
-        results[mode] = run_measured(command, env=env)[:2]
-        shutil.rmtree(out, ignore_errors=True)
+        )
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2')
+    runs = {name: [] for name in contenders}
+    for _ in range(args.repeat):  # interleaved, so that drift in the machine hits all alike
+        for name, command in contenders.items():
+            out = os.path.join(args.work_dir, f'out-{name}')
+            shutil.rmtree(out, ignore_errors=True)
+            datasets.warm_page_cache(data)
+            runs[name].append(run_measured(command(out), env=env)[:2])
+            shutil.rmtree(out, ignore_errors=True)
+    results = {
+        name: (statistics.median(s for s, _ in measured), max(p for _, p in measured))
+        for name, measured in runs.items()
+    }
     base_rate = args.count / results['baseline'][0] if 'baseline' in results else None
-    print(f'\n{"contender":<28}{"seconds":>9}{"images/s":>10}{"vs baseline":>13}{"peak RSS":>11}')
+    print(f'\nmedian of {args.repeat} run(s); peak RSS is the largest seen')
+    print(f'{"contender":<28}{"seconds":>9}{"images/s":>10}{"vs baseline":>13}{"peak RSS":>11}')
     for name, (seconds, peak) in results.items():
         rate = args.count / seconds
         ratio = f'{rate / base_rate:>12.2f}x' if base_rate else f'{"-":>13}'

@@ -128,6 +128,9 @@ def run(argv=None, test_pipeline=None):
     config, beam_args = options.parse_build_args(argv)
     output_dir = _absolute(config.output).rstrip('/')
     listing = listing_lib.list_inputs(config.input)
+    if not listing_lib.is_manifest(config.input) and output_dir.startswith(listing.base + '/'):
+        raise ValueError(f'--output {output_dir} is inside --input {listing.base}: a later build '
+                         f'would list its own output as images; choose another directory')
     logging.info(
         'listed %d inputs with %d labels (skipped %d files: %s)',
         len(listing.entries),

@@ -40,11 +40,8 @@ def join(output_dir, *parts):
 
 
 def _list(directory):
-    """Every file below `directory` (recursively), or [] if it does not exist."""
-    try:
-        results = FileSystems.match([join(directory, '**')])
-    except Exception:  # pylint: disable=broad-except
-        return []
+    """Every file below `directory` (recursively); [] if it does not exist."""
+    results = FileSystems.match([join(directory, '**')])
     return [metadata.path for result in results for metadata in result.metadata_list]
 
 

@@ -82,12 +82,15 @@ def source_path(base, key):
     return FileSystems.join(base, key)
 
 
+def is_manifest(spec):
+    return spec.lower().endswith(('.csv', '.jsonl'))
+
+
 def list_inputs(spec):
     """Lists a tree, glob, .csv or .jsonl manifest; raises ValueError when nothing matches."""
-    lower = spec.lower()
-    if lower.endswith('.csv'):
+    if spec.lower().endswith('.csv'):
         listing = _list_manifest(spec, _read_csv_rows)
-    elif lower.endswith('.jsonl'):
+    elif spec.lower().endswith('.jsonl'):
         listing = _list_manifest(spec, _read_jsonl_rows)
     elif _GLOB_CHARS.search(spec):
         listing = _list_files(_glob_base(spec), spec, spec)
@@ -122,7 +125,7 @@ def _glob_base(pattern):
 def _list_files(root, pattern, spec):
     """Lists a tree or glob under `root`; the class is the first folder below `root`."""
     matched = []
-    for result in FileSystems.match([_absolute(pattern) if not is_uri(pattern) else pattern]):
+    for result in FileSystems.match([_absolute(pattern)]):
         matched.extend(metadata.path for metadata in result.metadata_list)
     skipped, skipped_examples, candidates = {}, [], []
     for path in matched:

@@ -402,49 +402,26 @@ def test_a_build_with_no_images_fails_with_a_clear_message(tmp_path, caplog):
     assert not (tmp_path / 'out').exists()
 
 
-def _cli_build(command, tree, out):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    subprocess.run(
-        [
-            *command,
-            'build',
-            '--input',
-            str(tree),
-            '--output',
-            str(out),
-            '--num-shards',
-            '2',
-            '--max-pixels',
-            '50000000',
-        ],
-        check=True,
-        env=env,
-        capture_output=True,
-    )
+def test_refuses_an_output_inside_the_input_tree(tmp_path):
+    imgs.write_tree(tmp_path / 'in', 2, ('a',))
+    with pytest.raises(ValueError, match='is inside --input'):
+        _run('--input', str(tmp_path / 'in'), '--output', str(tmp_path / 'in' / 'shards'))
 
 
 @pytest.mark.slow
 def test_module_and_console_script_build_the_same_bytes(tree, tmp_path):
     console = os.path.join(os.path.dirname(sys.executable), 'imageshards')
-    _cli_build([console], tree, tmp_path / 'a')
-    subprocess.run(
-        [
-            sys.executable,
-            '-m',
-            'pipelines.build',
-            '--input',
-            str(tree),
-            '--output',
-            str(tmp_path / 'b'),
-            '--num-shards',
-            '2',
-            '--max-pixels',
-            '50000000',
-        ],
-        check=True,
-        capture_output=True,
-    )
+    flags = ['--input', str(tree), '--num-shards', '2', '--max-pixels', '50000000']
+    for command, out in [
+        ([console, 'build'], 'a'),
+        ([sys.executable, '-m', 'pipelines.build'], 'b'),
+    ]:
+        subprocess.run(
+            [*command, *flags, '--output', str(tmp_path / out)],
+            check=True,
+            capture_output=True,
+            cwd=os.path.dirname(os.path.dirname(__file__)),
+        )
     for name in ('train-00000-of-00002.tfrecord', 'train-00001-of-00002.tfrecord'):
-        assert (tmp_path / 'a' / 'train' / name).read_bytes() == (
-            tmp_path / 'b' / 'train' / name
-        ).read_bytes()
+        a, b = (tmp_path / out / 'train' / name for out in 'ab')
+        assert a.read_bytes() == b.read_bytes()
