@@ -129,8 +129,10 @@ def run(argv=None, test_pipeline=None):
     output_dir = _absolute(config.output).rstrip('/')
     listing = listing_lib.list_inputs(config.input)
     if not listing_lib.is_manifest(config.input) and output_dir.startswith(listing.base + '/'):
-        raise ValueError(f'--output {output_dir} is inside --input {listing.base}: a later build '
-                         f'would list its own output as images; choose another directory')
+        raise ValueError(
+            f'--output {output_dir} is inside --input {listing.base}: a later build '
+            f'would list its own output as images; choose another directory'
+        )
     logging.info(
         'listed %d inputs with %d labels (skipped %d files: %s)',
         len(listing.entries),
