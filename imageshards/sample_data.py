@@ -11,6 +11,8 @@ import os
 import numpy as np
 from PIL import Image
 
+_LOG = logging.getLogger(__name__)
+
 CLASS_NAMES = ('zero', 'one', 'two', 'three', 'four', 'five', 'six', 'seven', 'eight', 'nine')
 
 
@@ -40,5 +42,5 @@ def main(argv=None):
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format='%(asctime)s %(levelname)s %(message)s')
     count = write_digits(args.out_dir, args.size, args.limit)
-    logging.info('wrote %d digit images in 10 class folders under %s', count, args.out_dir)
+    _LOG.info('wrote %d digit images in 10 class folders under %s', count, args.out_dir)
     return 0

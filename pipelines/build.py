@@ -14,21 +14,20 @@ import sys
 
 import apache_beam as beam
 from apache_beam.metrics.metric import MetricsFilter
-from apache_beam.options.pipeline_options import DirectOptions
-from apache_beam.options.pipeline_options import PipelineOptions
-from apache_beam.options.pipeline_options import StandardOptions
-from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
 from imageshards import features
 from pipelines import finalize
 from pipelines import listing as listing_lib
 from pipelines import options
+from pipelines import runner
 from pipelines.assign import AssignShards
 from pipelines.assign import bucket_bits_for
 from pipelines.dedup import DropDuplicates
 from pipelines.validate import NAMESPACE
 from pipelines.validate import ValidateImages
 from pipelines.write import WriteShards
+
+_LOG = logging.getLogger(__name__)
 
 
 def build_pipeline(pipeline, config, listing, listing_path, output_dir):
@@ -94,31 +93,6 @@ def build_pipeline(pipeline, config, listing, listing_path, output_dir):
     )
 
 
-def make_pipeline(beam_args):
-    """A Pipeline for the runner the options name; locally, the FnApiRunner on every core.
-
-    Beam's DirectRunner first tries the Prism runner, which downloads a binary and ignores
-    `--direct_running_mode`; the FnApiRunner is the DirectRunner's own engine. Unless the
-    options say otherwise, it runs one worker process per core (`multi_processing`), which
-    builds small images several times faster than one process.
-    """
-    pipeline_options = PipelineOptions(beam_args)
-    if pipeline_options.view_as(StandardOptions).runner not in (None, 'DirectRunner'):
-        return beam.Pipeline(options=pipeline_options)
-    direct = pipeline_options.view_as(DirectOptions)
-    given = {arg.split('=')[0] for arg in beam_args}
-    if '--direct_running_mode' not in given:
-        direct.direct_running_mode = 'multi_processing'
-    if '--direct_num_workers' not in given and direct.direct_running_mode != 'in_memory':
-        direct.direct_num_workers = os.cpu_count() or 1
-    logging.info(
-        'running on the DirectRunner (FnApiRunner): %s with %d workers',
-        direct.direct_running_mode,
-        direct.direct_num_workers,
-    )
-    return beam.Pipeline(runner=FnApiRunner(), options=pipeline_options)
-
-
 def _absolute(path):
     return path if listing_lib.is_uri(path) else os.path.abspath(path)
 
@@ -133,7 +107,7 @@ def run(argv=None, test_pipeline=None):
             f'--output {output_dir} is inside --input {listing.base}: a later build '
             f'would list its own output as images; choose another directory'
         )
-    logging.info(
+    _LOG.info(
         'listed %d inputs with %d labels (skipped %d files: %s)',
         len(listing.entries),
         len(listing.labels),
@@ -145,7 +119,7 @@ def run(argv=None, test_pipeline=None):
     listing_lib.write_listing(listing.entries, listing_path, config.chunk_size)
     summary = listing.summary()
     del listing  # the pipeline reads the entries from the listing file; keep memory flat
-    pipeline = test_pipeline or make_pipeline(beam_args)
+    pipeline = test_pipeline or runner.make_pipeline(beam_args)
     build_pipeline(pipeline, config, summary, listing_path, output_dir)
     result = pipeline.run()
     result.wait_until_finish()
@@ -163,7 +137,7 @@ def _report(result, dataset, output_dir):
             value = counter.committed if counter.committed is not None else counter.attempted
             counters[counter.key.metric.name] = counters.get(counter.key.metric.name, 0) + value
     except Exception:  # pylint: disable=broad-except
-        logging.warning('the runner reported no metrics; dataset.json has the counts')
+        _LOG.warning('the runner reported no metrics; dataset.json has the counts')
     lines = [f'imageshards build: {output_dir}']
     lines += [f'  counter {name:<28} {value:>12,}' for name, value in sorted(counters.items())]
     counts = dataset['counts']
@@ -180,7 +154,7 @@ def _report(result, dataset, output_dir):
     print('\n'.join(lines))
     strays = finalize.stray_shards(output_dir, dataset)
     if strays:
-        logging.warning(
+        _LOG.warning(
             "%d files in %s look like shards but are not in this build's "
             'dataset.json (left alone): %s',
             len(strays),
@@ -192,11 +166,11 @@ def _report(result, dataset, output_dir):
 def main(argv=None):
     # TensorFlow's C++ INFO lines (oneDNN, CUDA probing) drown the build's own output.
     os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '1')
-    logging.basicConfig(level=logging.INFO, format='%(asctime)s %(levelname)s %(message)s')
+    runner.configure_logging()
     try:
         run(sys.argv[1:] if argv is None else argv)
     except (ValueError, FileExistsError, FileNotFoundError) as e:
-        logging.error('%s', e)
+        _LOG.error('%s', e)
         return 2
     return 0
 

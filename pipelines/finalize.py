@@ -21,6 +21,8 @@ from apache_beam.io.filesystems import FileSystems
 import imageshards
 from imageshards import features
 
+_LOG = logging.getLogger(__name__)
+
 DATASET_JSON = 'dataset.json'
 REJECTED_JSONL = 'rejected.jsonl'
 DUPLICATES_JSONL = 'duplicates.jsonl'
@@ -51,9 +53,11 @@ def _tree(directory):
 
 
 def _delete(paths):
+    """Deletes those of `paths` that exist; returns how many that was."""
     existing = [path for path in paths if FileSystems.exists(path)]
     if existing:
         FileSystems.delete(existing)
+    return len(existing)
 
 
 def prepare_output(output_dir, overwrite):
@@ -83,8 +87,8 @@ def prepare_output(output_dir, overwrite):
         ]
         doomed += _tree(join(output_dir, REENCODED_DIR))
     doomed += _tree(join(output_dir, TEMP_DIR))
-    _delete(doomed)
-    logging.info('--overwrite: removed %d files of an earlier build in %s', len(doomed), output_dir)
+    removed = _delete(doomed)
+    _LOG.info('--overwrite: removed %d files of an earlier build in %s', removed, output_dir)
 
 
 def stray_shards(output_dir, dataset):

@@ -21,6 +21,8 @@ from PIL import Image
 from pipelines import images
 from pipelines.listing import parse_listing_line
 
+_LOG = logging.getLogger(__name__)
+
 NAMESPACE = 'imageshards'
 REJECTED = 'rejected'
 
@@ -66,7 +68,7 @@ def reencoded_path(output_dir, sha256):
 class _Progress:
     """Logs validation progress of this worker process every `interval` seconds."""
 
-    def __init__(self, total, interval=15.0):
+    def __init__(self, total, interval=10.0):
         self._total, self._interval = total, interval
         self._lock = threading.Lock()
         self._done = 0
@@ -80,7 +82,7 @@ class _Progress:
                 return
             self._last = now
             rate = self._done / max(now - self._start, 1e-9)
-            logging.info(
+            _LOG.info(
                 'validated %d of %d inputs in this worker (%.0f images/s)',
                 self._done,
                 self._total,
