@@ -6,6 +6,8 @@ _USAGE = """usage: imageshards <command> [flags]
 
 commands:
   build         globally shuffle labeled images into balanced TFRecord shards (Apache Beam)
+  inspect       show the schema and first records of a build's shards or any TFRecord files
+  verify        read a build completely and check every shard, record and count against it
   sample-data   write a small labeled image tree made from scikit-learn's digits
 
 `imageshards <command> --help` describes a command's flags.
@@ -22,6 +24,14 @@ def main(argv=None):
         from pipelines import build  # pylint: disable=import-outside-toplevel
 
         return build.main(rest)
+    if command == 'inspect':
+        from imageshards import inspect  # pylint: disable=import-outside-toplevel
+
+        return inspect.main(rest)
+    if command == 'verify':
+        from imageshards import verify  # pylint: disable=import-outside-toplevel
+
+        return verify.main(rest)
     if command == 'sample-data':
         from imageshards import sample_data  # pylint: disable=import-outside-toplevel
 

@@ -1,0 +1,210 @@
+"""`imageshards inspect`: what a build's shards, or any TFRecord files, hold.
+
+Prints the schema of the records read (every feature key, its kind and how many values a record
+has) and the first records in readable form: text as text, numbers as numbers, binary values
+(image bytes) as their length and a short sha256, never dumped. Works on any `tf.train.Example`
+records, not only those of a build. Reads no more records than it needs, and no TensorFlow.
+
+Example:
+    imageshards inspect out/ --split val -n 3
+    imageshards inspect 'gs://bucket/data/train-*.tfrecord' --scan 0
+"""
+
+import argparse
+import collections
+import hashlib
+import itertools
+import logging
+import sys
+
+from apache_beam.io.filesystem import CompressionTypes
+
+from imageshards import features
+from imageshards import records
+from imageshards import tfrecord
+from pipelines import finalize
+
+_TEXT_LIMIT = 256  # bytes values up to this long that are printable UTF-8 are shown as text
+_VALUES_SHOWN = 8  # of a multi-value feature
+_SHA_CHARS = 12
+
+
+class _Schema:
+    """Kinds and value counts of every feature key over the records added."""
+
+    def __init__(self):
+        self.num_records = 0
+        self._kinds = collections.defaultdict(set)
+        self._present = collections.Counter()
+        self._min = {}
+        self._max = {}
+
+    def add(self, values):
+        self.num_records += 1
+        for key, (kind, items) in values.items():
+            if kind:
+                self._kinds[key].add(kind)
+            self._present[key] += 1
+            self._min[key] = min(self._min.get(key, len(items)), len(items))
+            self._max[key] = max(self._max.get(key, 0), len(items))
+
+    def lines(self):
+        keys = sorted(self._present)
+        width = max([len(key) for key in keys] + [3])
+        lines = [f'  {"key":<{width}}  {"kind":<6}  values per record']
+        for key in keys:
+            # A key missing from some records has no values there.
+            low = self._min[key] if self._present[key] == self.num_records else 0
+            count = str(low) if low == self._max[key] else f'{low}..{self._max[key]}'
+            kind = '/'.join(sorted(self._kinds[key])) or '-'
+            absent = self.num_records - self._present[key]
+            note = f'  (missing from {absent} of {self.num_records} records)' if absent else ''
+            lines.append(f'  {key:<{width}}  {kind:<6}  {count}{note}')
+        return lines
+
+
+def format_bytes(value):
+    """Short printable UTF-8 as quoted text; anything else as its length and a short sha256."""
+    if len(value) <= _TEXT_LIMIT:
+        try:
+            text = value.decode('utf-8')
+        except UnicodeDecodeError:
+            text = None
+        if text is not None and text.isprintable():
+            return repr(text)
+    return f'<{len(value):,} bytes, sha256 {hashlib.sha256(value).hexdigest()[:_SHA_CHARS]}>'
+
+
+def format_values(kind, values):
+    """One feature's values for a person: a scalar alone, a list in brackets, long lists cut."""
+    if kind == 'bytes':
+        shown = [format_bytes(value) for value in values[:_VALUES_SHOWN]]
+    elif kind == 'float':
+        shown = [f'{value:.7g}' for value in values[:_VALUES_SHOWN]]
+    else:
+        shown = [str(value) for value in values[:_VALUES_SHOWN]]
+    if len(values) == 1:
+        return shown[0]
+    more = f', ... ({len(values):,} values)' if len(values) > _VALUES_SHOWN else ''
+    return f'[{", ".join(shown)}{more}]'
+
+
+def _headline(values):
+    """'cat, 32x24 jpeg, id 17' for a record of a build; '' for records without those keys."""
+
+    def scalar(key):
+        kind, items = values.get(key, (None, []))
+        if len(items) != 1:
+            return None
+        return items[0].decode('utf-8', 'replace') if kind == 'bytes' else items[0]
+
+    text, height, width = (
+        scalar(features.LABEL_TEXT),
+        scalar(features.HEIGHT),
+        scalar(features.WIDTH),
+    )
+    parts = [text] if text is not None else []
+    if height is not None and width is not None:
+        parts.append(f'{width}x{height} {scalar(features.FORMAT) or ""}'.rstrip())
+    if scalar(features.ID) is not None:
+        parts.append(f'id {scalar(features.ID)}')
+    return ', '.join(str(part) for part in parts)
+
+
+def record_lines(index, where, offset, values):
+    """The lines that show one record: a header, then every feature."""
+    headline = _headline(values)
+    lines = [f'record {index} ({where}, byte {offset})' + (f': {headline}' if headline else '')]
+    width = max([len(key) for key in values] + [3])
+    for key, (kind, items) in values.items():
+        lines.append(f'  {key:<{width}}  {format_values(kind, items) if kind else "(empty)"}')
+    return lines
+
+
+def _read(paths, display, limit):
+    """Yields (path shown, offset, record) from the files in order, at most `limit` in all."""
+
+    def every_record():
+        for path in paths:
+            with records.open_file(path, CompressionTypes.AUTO) as f:
+                for offset, record in records.framed_records(f, path):
+                    yield display(path), offset, record
+
+    return itertools.islice(every_record(), limit)
+
+
+def inspect(paths, display, num_shown, num_scanned):
+    """Prints the schema and the first `num_shown` records; returns 1 on a corrupt file, else 0.
+
+    Args:
+        paths: TFRecord files, read in this order.
+        display: how a file's path is printed.
+        num_scanned: records read for the schema (at least `num_shown`); None for all.
+    """
+    limit = None if num_scanned is None else max(num_scanned, num_shown)
+    schema, shown, status = _Schema(), [], 0
+    try:
+        for index, (where, offset, record) in enumerate(_read(paths, display, limit)):
+            try:
+                values = records.example_values(records.parse_example(record))
+            except records.NotAnExampleError as e:
+                shown.append(f'record {index} ({where}, byte {offset}): {e}')
+                continue
+            schema.add(values)
+            if index < num_shown:
+                shown += record_lines(index, where, offset, values)
+    except tfrecord.CorruptRecordError as e:
+        shown.append(f'error: {e} (no records read after it)')
+        status = 1
+    print(f'schema over {schema.num_records:,} records:')
+    print('\n'.join(schema.lines() if schema.num_records else ['  (no records)']))
+    print('\n'.join(shown))
+    return status
+
+
+def _build_files(output_dir, split):
+    """The shard paths of a build's split, and a description printed before them."""
+    output_dir = output_dir.rstrip('/')
+    dataset = finalize.load_dataset_json(output_dir)
+    split = split or next(iter(dataset['splits']), None)
+    if split is None:
+        raise ValueError(f'{output_dir}/dataset.json lists no splits')
+    shards = records.split_shards(output_dir, dataset, split)
+    info = dataset['splits'][split]
+    labels = dataset['labels']
+    shown_labels = ', '.join(labels[:10]) + (f', ... ({len(labels)} labels)' if labels[10:] else '')
+    print(
+        f'build {output_dir}: {dataset["format"]} format, seed {dataset["seed"]}, '
+        f'splits {", ".join(dataset["splits"])}\n  labels: {shown_labels}\n'
+        f'  split {split}: {info["num_records"]:,} records in {len(shards)} shards'
+    )
+    return [path for path, _ in shards], lambda path: path[len(output_dir) + 1 :]
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        prog='imageshards inspect',
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument('path', help='a build output directory, a TFRecord file or a glob')
+    parser.add_argument('--split', help="a build's split to read (default: its first)")
+    parser.add_argument('-n', type=int, default=5, help='records to show (default 5)')
+    parser.add_argument(
+        '--scan', type=int, default=1000, help='records to read for the schema; 0 reads all'
+    )
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format='%(levelname)s %(message)s')
+    try:
+        if records.is_build(args.path):
+            paths, display = _build_files(args.path, args.split)
+        elif args.split:
+            raise ValueError(f'--split needs a build directory; {args.path} has no dataset.json')
+        else:
+            paths, display = records.match_files(args.path), str
+            more = f' (+{len(paths) - 1} more files)' if len(paths) > 1 else ''
+            print(f'{paths[0]}{more}')
+    except (ValueError, FileNotFoundError) as e:
+        print(f'imageshards inspect: {e}', file=sys.stderr)
+        return 2
+    return inspect(paths, display, max(args.n, 0), args.scan or None)
