@@ -13,6 +13,7 @@ with open('imageshards/__init__.py', encoding='utf-8') as f:
 REQUIRED = [
     'apache-beam[gcp]>=2.77,<3',
     'tensorflow>=2.21,<2.22',
+    'tensorboard>=2.19',  # tf.summary (Keras' TensorBoard callback) needs it since TF 2.20
     'tensorflow-transform>=1.21,<1.22',
     'pillow>=10.4',
     'google-cloud-storage>=2.18,<4',

@@ -18,3 +18,39 @@ def tf():
     import tensorflow  # pylint: disable=import-outside-toplevel
 
     return tensorflow
+
+
+COLOR_CLASSES = ('blue', 'green', 'red', 'yellow')
+
+
+@pytest.fixture(scope='session')
+def color_builds(tmp_path_factory):
+    """A clearly learnable tree (a colour per class, a noisy patch per image), built in both
+    formats with the same seed: {'examples': OUT, 'paths': OUT, 'tree': ROOT}."""
+    import images_for_tests  # pylint: disable=import-outside-toplevel
+    from pipelines import build  # pylint: disable=import-outside-toplevel
+
+    root = tmp_path_factory.mktemp('color_tree')
+    images_for_tests.write_tree(root, 48, COLOR_CLASSES)
+    builds = {'tree': root}
+    for fmt in ('examples', 'paths'):
+        out = tmp_path_factory.mktemp(f'color_{fmt}') / 'out'
+        build.run(
+            [
+                '--input',
+                str(root),
+                '--output',
+                str(out),
+                '--format',
+                fmt,
+                '--splits',
+                'train=0.75,val=0.25',
+                '--num-shards',
+                '4',
+                '--seed',
+                '5',
+                '--direct_running_mode=in_memory',
+            ]
+        )
+        builds[fmt] = out
+    return builds

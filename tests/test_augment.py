@@ -1,0 +1,114 @@
+"""Every augmentation op, eagerly and inside tf.data.Dataset.map (they can differ)."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from trainer import augment
+
+SEED = (3, 4)
+SINGLE_OPS = {
+    'flip_horizontal': augment.AugmentConfig(flip_horizontal=True),
+    'flip_vertical': augment.AugmentConfig(flip_vertical=True),
+    'rotation': augment.AugmentConfig(rotation_degrees=30),
+    'shift': augment.AugmentConfig(shift_fraction=0.2),
+    'shear': augment.AugmentConfig(shear_degrees=20),
+    'zoom': augment.AugmentConfig(zoom_range=0.3),
+    'scale': augment.AugmentConfig(scale_range=(1.2, 1.6)),
+    'erasing': augment.AugmentConfig(erasing_probability=1.0),
+    'brightness': augment.AugmentConfig(brightness_delta=0.3),
+    'contrast': augment.AugmentConfig(contrast_range=(0.5, 1.5)),
+    'standard': augment.PRESETS['standard'],
+}
+
+
+@pytest.fixture(scope='module')
+def batch(tf):
+    rng = np.random.default_rng(0)
+    # A smooth gradient plus noise, so that warps and crops visibly move pixels.
+    ramp = np.linspace(0, 1, 32, dtype=np.float32)
+    images = ramp[None, :, None, None] * ramp[None, None, :, None] * np.ones((8, 32, 32, 3))
+    images = np.clip(images + rng.normal(0, 0.05, images.shape), 0, 1).astype(np.float32)
+    return tf.constant(images)
+
+
+@pytest.mark.parametrize('name', sorted(SINGLE_OPS))
+def test_op_is_the_same_eagerly_and_inside_dataset_map(tf, batch, name):
+    config = SINGLE_OPS[name]
+    eager = augment.augment_batch(batch, config, tf.constant(SEED)).numpy()
+    dataset = tf.data.Dataset.from_tensors(batch).map(
+        lambda images: augment.augment_batch(images, config, tf.constant(SEED))
+    )
+    in_map = next(iter(dataset)).numpy()
+    np.testing.assert_allclose(in_map, eager, atol=1e-5)
+    assert eager.shape == batch.shape
+    assert eager.dtype == np.float32
+    assert eager.min() >= -1e-6 and eager.max() <= 1 + 1e-6
+    # The op did something, and not the same thing to every image.
+    assert not np.allclose(eager, batch.numpy(), atol=1e-3)
+    changed = [not np.allclose(eager[i], batch.numpy()[i], atol=1e-3) for i in range(8)]
+    assert 0 < sum(changed)
+    per_image = [float(np.abs(eager[i] - batch.numpy()[i]).mean()) for i in range(8)]
+    assert len({round(value, 6) for value in per_image}) > 1
+
+
+def test_same_seed_same_result_other_seed_other_result(tf, batch):
+    config = augment.PRESETS['standard']
+    first = augment.augment_batch(batch, config, tf.constant(SEED)).numpy()
+    again = augment.augment_batch(batch, config, tf.constant(SEED)).numpy()
+    other = augment.augment_batch(batch, config, tf.constant((5, 6))).numpy()
+    np.testing.assert_array_equal(first, again)
+    assert not np.allclose(first, other)
+
+
+def test_horizontal_flip_mirrors_some_images_exactly(tf, batch):
+    flipped = augment.augment_batch(batch, SINGLE_OPS['flip_horizontal'], tf.constant(SEED))
+    flipped, original = flipped.numpy(), batch.numpy()
+    mirrored = [np.array_equal(flipped[i], original[i, :, ::-1]) for i in range(8)]
+    kept = [np.array_equal(flipped[i], original[i]) for i in range(8)]
+    assert all(m or k for m, k in zip(mirrored, kept))
+    assert any(mirrored) and any(kept)
+
+
+def test_rotation_keeps_the_centre_pixel(tf, batch):
+    odd = batch[:, :31, :31]  # an odd size has a centre pixel that rotation does not move
+    rotated = augment.augment_batch(odd, SINGLE_OPS['rotation'], tf.constant(SEED)).numpy()
+    np.testing.assert_allclose(rotated[:, 15, 15], odd.numpy()[:, 15, 15], atol=1e-5)
+
+
+def test_erasing_replaces_one_rectangle(tf, batch):
+    erased = augment.augment_batch(batch, SINGLE_OPS['erasing'], tf.constant(SEED)).numpy()
+    for i in range(8):
+        rows, cols = np.nonzero(np.any(erased[i] != batch.numpy()[i], axis=-1))
+        assert rows.size > 0
+        box = erased[i, rows.min() : rows.max() + 1, cols.min() : cols.max() + 1]
+        # Everything that changed lies in one rectangle, and it covers at most the max area.
+        assert box.shape[0] * box.shape[1] <= 0.25 * 32 * 32 * 1.3
+        outside = np.ones((32, 32), bool)
+        outside[rows.min() : rows.max() + 1, cols.min() : cols.max() + 1] = False
+        np.testing.assert_array_equal(erased[i][outside], batch.numpy()[i][outside])
+
+
+def test_nothing_asked_for_changes_nothing(tf, batch):
+    same = augment.augment_batch(batch, augment.AugmentConfig(), tf.constant(SEED))
+    np.testing.assert_array_equal(same.numpy(), batch.numpy())
+    assert not augment.AugmentConfig().active
+    assert augment.PRESETS['standard'].active
+
+
+def test_parse_augment_presets_overrides_and_errors():
+    assert augment.parse_augment(None) == augment.AugmentConfig()
+    assert augment.parse_augment('none') == augment.AugmentConfig()
+    assert augment.parse_augment('standard') == augment.PRESETS['standard']
+    tuned = augment.parse_augment('standard,rotation_degrees=20,erasing_probability=0')
+    assert tuned == dataclasses.replace(
+        augment.PRESETS['standard'], rotation_degrees=20.0, erasing_probability=0.0
+    )
+    named = augment.parse_augment('flip_vertical,scale_range=1.1:1.4,fill_mode=constant')
+    assert named.flip_vertical and named.scale_range == (1.1, 1.4)
+    assert named.fill_mode == 'constant' and not named.flip_horizontal
+    with pytest.raises(ValueError, match='unknown'):
+        augment.parse_augment('twirl=3')
+    with pytest.raises(ValueError, match='needs a value'):
+        augment.parse_augment('rotation_degrees')

@@ -1,0 +1,199 @@
+"""The trainer's tf.data input pipeline on real builds: order, resume, formats, workers, faults."""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from imageshards import features
+from imageshards import tfrecord
+from trainer import input as input_lib
+from trainer.dataset_info import DatasetInfo
+
+SIZE = (16, 16)
+
+
+def _batches(data_dir, split='train', batch=8, training=True, **options):
+    dataset = input_lib.make_dataset(
+        str(data_dir), split, batch, training=training, image_size=SIZE, with_ids=True, **options
+    )
+    return [(x.numpy(), y.numpy(), i.numpy()) for x, y, i in dataset]
+
+
+def test_training_batches_are_full_shuffled_and_cover_each_epoch(color_builds):
+    info = DatasetInfo.load(str(color_builds['examples']))
+    per_epoch = input_lib.steps_per_epoch(info, 'train', 8)
+    batches = _batches(color_builds['examples'], epochs=2, seed=1)
+    assert len(batches) == 2 * per_epoch
+    images, labels, _ = batches[0]
+    assert images.shape == (8, *SIZE, 3) and images.dtype == np.float32
+    assert labels.dtype == np.int64 and 0.0 <= images.min() and images.max() <= 1.0
+    epochs = [
+        np.concatenate([b[2] for b in batches[e * per_epoch : (e + 1) * per_epoch]])
+        for e in range(2)
+    ]
+    for ids in epochs:
+        assert len(set(ids)) == len(ids)  # no record twice in an epoch
+        assert len(ids) > info.num_records('train') - 8  # only the remainder is dropped
+    assert not np.array_equal(epochs[0], epochs[1])  # reshuffled per epoch
+
+
+def test_order_is_a_function_of_the_seed(color_builds):
+    first = _batches(color_builds['examples'], epochs=1, seed=3)
+    again = _batches(color_builds['examples'], epochs=1, seed=3)
+    other = _batches(color_builds['examples'], epochs=1, seed=4)
+    for (x, _, i), (x2, _, i2) in zip(first, again):
+        np.testing.assert_array_equal(i, i2)
+        np.testing.assert_array_equal(x, x2)
+    assert not all(np.array_equal(a[2], b[2]) for a, b in zip(first, other))
+
+
+def test_resuming_mid_epoch_gives_the_batches_of_an_uninterrupted_run(color_builds):
+    full = _batches(color_builds['examples'], epochs=3, seed=2, augment='standard')
+    per_epoch = len(full) // 3
+    resumed = _batches(
+        color_builds['examples'],
+        epochs=3,
+        seed=2,
+        augment='standard',
+        start_epoch=1,
+        skip_batches=3,
+    )
+    assert len(resumed) == len(full) - per_epoch - 3
+    for (x, y, i), (x2, y2, i2) in zip(full[per_epoch + 3 :], resumed):
+        np.testing.assert_array_equal(i, i2)
+        np.testing.assert_array_equal(y, y2)
+        np.testing.assert_allclose(x, x2, atol=1e-6)
+
+
+def test_evaluation_reads_every_record_once_in_a_fixed_order(color_builds):
+    info = DatasetInfo.load(str(color_builds['examples']))
+    first = _batches(color_builds['examples'], 'val', training=False)
+    again = _batches(color_builds['examples'], 'val', training=False)
+    ids = np.concatenate([b[2] for b in first])
+    assert sorted(ids) == sorted(set(ids)) and len(ids) == info.num_records('val')
+    np.testing.assert_array_equal(ids, np.concatenate([b[2] for b in again]))
+    np.testing.assert_array_equal(first[0][0], again[0][0])
+
+
+def test_paths_and_examples_builds_give_the_same_images(color_builds):
+    for training, options in ((False, {}), (True, {'epochs': 1, 'augment': 'standard'})):
+        examples = _batches(
+            color_builds['examples'],
+            'val' if not training else 'train',
+            training=training,
+            **options,
+        )
+        paths = _batches(
+            color_builds['paths'], 'val' if not training else 'train', training=training, **options
+        )
+        assert len(examples) == len(paths)
+        for (x, y, i), (x2, y2, i2) in zip(examples, paths):
+            np.testing.assert_array_equal(i, i2)
+            np.testing.assert_array_equal(y, y2)
+            np.testing.assert_array_equal(x, x2)
+
+
+def test_workers_read_disjoint_shards(tf, color_builds):
+    ids = []
+    for pipeline in range(2):
+        context = tf.distribute.InputContext(
+            num_input_pipelines=2, input_pipeline_id=pipeline, num_replicas_in_sync=2
+        )
+        batches = _batches(color_builds['examples'], epochs=1, batch=8, input_context=context)
+        assert batches[0][0].shape[0] == 4  # the per-replica share of the global batch
+        ids.append(set(np.concatenate([b[2] for b in batches])))
+    assert ids[0] and ids[1] and not ids[0] & ids[1]
+
+
+def test_more_workers_than_shards_is_a_clear_error(tf, color_builds):
+    context = tf.distribute.InputContext(
+        num_input_pipelines=5, input_pipeline_id=0, num_replicas_in_sync=5
+    )
+    with pytest.raises(ValueError, match='has 4 shards but .* 5 input pipelines'):
+        input_lib.make_dataset(
+            str(color_builds['examples']), 'train', 10, training=True, input_context=context
+        )
+
+
+def test_patches_mix_many_images_in_each_batch(color_builds):
+    batches = _batches(
+        color_builds['examples'],
+        epochs=1,
+        batch=32,
+        patches_per_image=8,
+        patch_size=8,
+        patch_shuffle_images=64,
+    )
+    assert batches[0][0].shape == (32, 8, 8, 3)
+    distinct = [len(set(b[2])) for b in batches]
+    assert np.mean(distinct) >= 20, distinct
+    # Without the patch shuffle, a batch holds the patches of 32 / 8 = 4 images.
+    naive = _batches(
+        color_builds['examples'],
+        epochs=1,
+        batch=32,
+        patches_per_image=8,
+        patch_size=8,
+        patch_shuffle_images=0,
+    )
+    assert [len(set(b[2])) for b in naive] == [4] * len(naive)
+
+
+def _copy_with_shard(tmp_path, build, replace):
+    """A copy of a build whose first train shard is `replace(records)`'s output bytes."""
+    copy = tmp_path / 'copy'
+    shutil.copytree(build, copy)
+    dataset = json.loads((copy / 'dataset.json').read_text())
+    shard = copy / dataset['splits']['train']['shards'][0]['path']
+    with open(shard, 'rb') as f:
+        records = list(tfrecord.read_records(f))
+    shard.write_bytes(replace(records))
+    return copy, shard
+
+
+def test_a_corrupt_shard_is_named(tf, tmp_path, color_builds):
+    def flip_a_byte(records):
+        data = bytearray(b''.join(tfrecord.frame(r) for r in records))
+        data[len(data) // 2] ^= 0xFF
+        return bytes(data)
+
+    copy, shard = _copy_with_shard(tmp_path, color_builds['examples'], flip_a_byte)
+    dataset = input_lib.make_dataset(str(copy), 'train', 8, training=True, epochs=1)
+    with pytest.raises(tf.errors.DataLossError) as caught:
+        for _ in dataset:
+            pass
+    named = input_lib.name_corrupt_shards(
+        caught.value, DatasetInfo.load(str(copy)).shard_paths('train')
+    )
+    assert isinstance(named, input_lib.CorruptShardError)
+    assert str(shard) in str(named)
+
+
+def _with_an_undecodable_image(records):
+    example = features.example_class().FromString(records[0])
+    example.features.feature[features.ENCODED].bytes_list.value[0] = b'\xff\xd8\xff' + b'x' * 50
+    broken = [example.SerializeToString(deterministic=True)] + records[1:]
+    return b''.join(tfrecord.frame(r) for r in broken)
+
+
+def test_an_undecodable_image_fails_loudly_or_is_skipped_and_counted(tf, tmp_path, color_builds):
+    copy, _ = _copy_with_shard(tmp_path, color_builds['examples'], _with_an_undecodable_image)
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        _batches(copy, epochs=1)
+    skipped = input_lib.SkippedImages()
+    dataset = input_lib.make_dataset(
+        str(copy),
+        'train',
+        8,
+        training=True,
+        epochs=1,
+        image_size=SIZE,
+        skip_bad_images=True,
+        skipped=skipped,
+    )
+    delivered = sum(int(labels.shape[0]) for _, labels in dataset)
+    records = DatasetInfo.load(str(copy)).num_records('train')
+    assert skipped.skipped == 1
+    assert delivered == (records - 1) // 8 * 8

@@ -1,0 +1,332 @@
+"""The tf.data input pipeline: shards listed in dataset.json -> batches of (images, labels).
+
+Training, per epoch:
+    shard list, shuffled with a seed of (seed, epoch)
+    -> interleave TFRecordDatasets over several shards at once
+    -> record shuffle buffer, seeded by (seed, epoch)
+    -> batch -> vectorized tf.io.parse_example -> unbatch
+    -> [paths builds: tf.io.read_file of image/path, in parallel, after the shuffle]
+    -> parallel decode: a random-resized crop cut while decoding the JPEG (general path for
+       PNG), resized; or K random patches per image, reshuffled across many images
+    -> batch (drop_remainder) -> vectorized augmentation -> prefetch
+
+Everything random is a function of (seed, epoch, position), so an epoch's batches can be
+rebuilt exactly, also from the middle (`start_epoch`, `skip_batches`) after a preemption;
+with `deterministic=True` (the default) parallel steps keep that order.
+
+Evaluation reads the shards in order, crops centrally and keeps every record.
+"""
+
+import dataclasses
+import logging
+
+import tensorflow as tf
+
+from imageshards import features
+from imageshards import tfrecord
+from trainer import augment as augment_lib
+from trainer import preprocess
+from trainer.dataset_info import DatasetInfo
+
+_LOG = logging.getLogger(__name__)
+AUTOTUNE = tf.data.AUTOTUNE
+
+
+@dataclasses.dataclass(frozen=True)
+class InputOptions:
+    """Knobs of the input pipeline beyond make_dataset's own arguments."""
+
+    cycle_length: int = 8  # shards read at once
+    shuffle_buffer: int = 4096  # records
+    deterministic: bool = True  # keep the seeded order through parallel steps
+    parse_batch: int = 64  # records per vectorized parse
+    skip_bad_images: bool = False  # drop undecodable images (counted, logged) instead of failing
+    patches_per_image: int = 0  # > 0: K random patches per decoded image instead of one crop
+    patch_size: int = 0
+    patch_shuffle_images: int = 64  # the patch shuffle buffer spans this many images (0: none)
+    with_ids: bool = False  # also yield image/id, for measuring the order
+    start_epoch: int = 0
+    epochs: int = 0  # 0: repeat without end
+    skip_batches: int = 0  # batches of this dataset in start_epoch already trained on (resume)
+    area_range: tuple = (0.08, 1.0)  # random-resized crop area
+
+
+class SkippedImages:
+    """Counts images that could not be decoded when skip_bad_images is on."""
+
+    def __init__(self):
+        self.attempted = tf.Variable(0, dtype=tf.int64, trainable=False)
+        self.decoded = tf.Variable(0, dtype=tf.int64, trainable=False)
+
+    @property
+    def skipped(self):
+        return int(self.attempted.numpy() - self.decoded.numpy())
+
+
+def make_dataset(
+    data_dir,
+    split,
+    batch_size,
+    *,
+    training,
+    seed=0,
+    image_size=(224, 224),
+    augment=None,
+    input_context=None,
+    info=None,
+    skipped=None,
+    **options,
+):
+    """Batches of (float32 images in [0, 1], int64 labels) from a build's split.
+
+    Args:
+        data_dir: the build's output directory (local, gs://, or /gcs/...).
+        split: a split in its dataset.json.
+        batch_size: the global batch size; with `input_context`, each pipeline gets its
+            per-replica share.
+        training: shuffled, augmented, endless (or `epochs`) batches without remainder; else
+            one ordered pass with central crops.
+        seed: fixes shard order, record order, crops and augmentation.
+        image_size: (height, width) of the output images.
+        augment: None, a preset name ('standard'), a spec string, or an AugmentConfig.
+        input_context: a tf.distribute.InputContext: read a disjoint subset of shards.
+        info: the DatasetInfo, if already loaded.
+        skipped: a SkippedImages to count undecodable images in (with skip_bad_images).
+        **options: fields of InputOptions.
+    """
+    opts = InputOptions(**options)
+    info = info or DatasetInfo.load(data_dir)
+    files, num_records = _files_for(info, split, input_context)
+    if input_context:
+        batch_size = input_context.get_per_replica_batch_size(batch_size)
+    image_size = tuple(image_size)
+    parse = _parser(info.format, opts.parse_batch)
+    if not training:
+        records = _read(tf.data.Dataset.from_tensor_slices(files), opts, deterministic=True)
+        images = _decode(
+            parse(records),
+            lambda encoded, _: preprocess.for_eval(encoded, image_size),
+            opts,
+            skipped,
+        )
+        batches = images.batch(batch_size)
+        if not opts.skip_bad_images:  # a known length lets Keras see the end of a pass
+            batches = batches.apply(
+                tf.data.experimental.assert_cardinality(-(-num_records // batch_size))
+            )
+        return _finish(batches, opts)
+    config = augment_lib.parse_augment(augment)
+    epochs = tf.data.Dataset.range(opts.start_epoch, opts.epochs or 2**62)
+    per_epoch = lambda epoch: _training_epoch(
+        files, epoch, batch_size, seed, image_size, config, parse, opts, skipped
+    )
+    return _finish(epochs.flat_map(per_epoch), opts)
+
+
+def _files_for(info, split, input_context):
+    """(shard paths, their record count) that this input pipeline reads."""
+    files = info.shard_paths(split)
+    counts = [shard['num_records'] for shard in info.split(split)['shards']]
+    if not input_context or input_context.num_input_pipelines == 1:
+        return files, sum(counts)
+    pipelines = input_context.num_input_pipelines
+    if len(files) < pipelines:
+        raise ValueError(
+            f'split {split!r} has {len(files)} shards but training reads it with {pipelines} '
+            f'input pipelines (workers); each needs its own shards: rebuild with '
+            f'--num-shards {pipelines} or more'
+        )
+    mine = slice(input_context.input_pipeline_id, None, pipelines)
+    return files[mine], sum(counts[mine])
+
+
+def _epoch_seed(seed, epoch, salt):
+    """An int64 seed for tf.data's shuffles, fixed by (seed, epoch, salt)."""
+    return (tf.cast(seed, tf.int64) * 1_000_003 + tf.cast(epoch, tf.int64)) * 31 + salt
+
+
+def _read(files, opts, deterministic):
+    return files.interleave(
+        lambda path: tf.data.TFRecordDataset(path, buffer_size=1 << 20),
+        cycle_length=opts.cycle_length,
+        num_parallel_calls=AUTOTUNE,
+        deterministic=deterministic,
+    )
+
+
+def _training_epoch(files, epoch, batch_size, seed, image_size, config, parse, opts, skipped):
+    """One epoch's batches, rebuilt identically from (seed, epoch)."""
+    shards = tf.data.Dataset.from_tensor_slices(files).shuffle(
+        len(files), seed=_epoch_seed(seed, epoch, 1)
+    )
+    records = _read(shards, opts, opts.deterministic).shuffle(
+        opts.shuffle_buffer, seed=_epoch_seed(seed, epoch, 2)
+    )
+    # Each record's random crop is fixed by (seed, epoch, its position in the epoch), each
+    # batch's augmentation by (seed, epoch, its index), also when resuming mid-epoch.
+    positions = tf.data.Dataset.range(2**62)
+    records = tf.data.Dataset.zip(records, positions)
+    resumed = tf.cast(epoch == opts.start_epoch, tf.int64) * opts.skip_batches
+    if not opts.patches_per_image:
+        records = records.skip(resumed * batch_size)
+    parsed = parse(records)
+    crop_seed = lambda position: tf.stack([tf.cast(seed, tf.int64) * 7919 + epoch, position])
+    if opts.patches_per_image:
+        images = _patches(parsed, opts, crop_seed, skipped, epoch, seed)
+        batches = images.batch(batch_size, drop_remainder=True).skip(resumed)
+    else:
+        crop = lambda encoded, position: preprocess.for_training(
+            encoded, image_size, crop_seed(position), opts.area_range
+        )
+        batches = _decode(parsed, crop, opts, skipped).batch(batch_size, drop_remainder=True)
+    if config.active:
+        batch_index = tf.data.Dataset.range(resumed, 2**62)
+        batches = tf.data.Dataset.zip(batches, batch_index).map(
+            lambda batch, index: _augment(
+                batch, config, tf.stack([tf.cast(seed, tf.int64) * 104_729 + epoch, index])
+            ),
+            num_parallel_calls=AUTOTUNE,
+            deterministic=opts.deterministic,
+        )
+    return batches
+
+
+def _augment(batch, config, seed):
+    images, *rest = batch
+    return (augment_lib.augment_batch(images, config, seed), *rest)
+
+
+def _parser(fmt, parse_batch):
+    """Records (or (record, position) pairs) -> dicts of encoded image, label, id, position."""
+    spec = features.feature_spec(fmt)
+    wanted = [
+        features.LABEL,
+        features.ID,
+        features.PATH if fmt == features.PATHS else features.ENCODED,
+    ]
+
+    def parse_some(serialized, positions=None):
+        parsed = tf.io.parse_example(serialized, {key: spec[key] for key in wanted})
+        out = {'label': parsed[features.LABEL], 'id': parsed[features.ID]}
+        out['source'] = parsed[wanted[2]]
+        if positions is not None:
+            out['position'] = positions
+        return out
+
+    def parse(records):
+        with_positions = isinstance(records.element_spec, tuple)
+        parsed = (
+            records.batch(parse_batch)
+            .map(
+                (lambda s, p: parse_some(s, p)) if with_positions else parse_some,
+                num_parallel_calls=AUTOTUNE,
+                deterministic=True,
+            )
+            .unbatch()
+        )
+        if fmt == features.PATHS:
+            # The two-stage design: only paths were shuffled; images are read now, in parallel.
+            parsed = parsed.map(
+                lambda r: {**r, 'source': tf.io.read_file(r['source'])},
+                num_parallel_calls=AUTOTUNE,
+                deterministic=True,
+            )
+        return parsed
+
+    return parse
+
+
+def _decode(parsed, to_image, opts, skipped):
+    """Per-record decode in parallel; undecodable images fail the run unless skipped."""
+
+    def decode(record):
+        image = to_image(record['source'], record.get('position', tf.constant(0, tf.int64)))
+        outputs = (
+            (image, record['label'], record['id']) if opts.with_ids else (image, record['label'])
+        )
+        return outputs
+
+    if opts.skip_bad_images and skipped is not None:
+        parsed = parsed.map(lambda r: _count(skipped.attempted, r))
+    images = parsed.map(decode, num_parallel_calls=AUTOTUNE, deterministic=opts.deterministic)
+    if opts.skip_bad_images:
+        images = images.ignore_errors(log_warning=True)
+        if skipped is not None:
+            images = images.map(lambda *x: _count(skipped.decoded, x))
+    return images
+
+
+def _count(variable, value):
+    variable.assign_add(1)
+    return value
+
+
+def _patches(parsed, opts, crop_seed, skipped, epoch, seed):
+    """K random patches per image, shuffled across `patch_shuffle_images` images."""
+    k, size = opts.patches_per_image, opts.patch_size
+    if size < 1:
+        raise ValueError('--patches-per-image needs --patch-size')
+
+    def cut(encoded, position):
+        return preprocess.random_patches(encoded, k, size, crop_seed(position))
+
+    def repeat(image_patches, *per_image):
+        return (image_patches, *(tf.repeat(value[None], k) for value in per_image))
+
+    decoded = _decode(parsed, cut, opts, skipped).map(
+        repeat, num_parallel_calls=AUTOTUNE, deterministic=opts.deterministic
+    )
+    patches = decoded.unbatch()
+    if not opts.patch_shuffle_images:  # the naive flatten: a batch holds few images' patches
+        return patches
+    return patches.shuffle(opts.patch_shuffle_images * k, seed=_epoch_seed(seed, epoch, 3))
+
+
+def _finish(dataset, opts):
+    dataset = dataset.prefetch(AUTOTUNE)
+    options = tf.data.Options()
+    options.deterministic = opts.deterministic
+    return dataset.with_options(options)
+
+
+def steps_per_epoch(info, split, batch_size, num_pipelines=1, patches_per_image=0):
+    """Full batches each pipeline yields per epoch (the same for every pipeline)."""
+    shards = info.split(split)['shards']
+    per_pipeline = [
+        sum(s['num_records'] for s in shards[i::num_pipelines]) for i in range(num_pipelines)
+    ]
+    per_replica = batch_size // num_pipelines
+    return min(per_pipeline) * max(1, patches_per_image) // per_replica
+
+
+class CorruptShardError(RuntimeError):
+    """A shard whose TFRecord framing or checksums fail; the message names the file."""
+
+
+def find_corrupt_shards(paths):
+    """['path: problem'] for each of `paths` whose records do not all check out.
+
+    tf.data reports a corrupt record without naming its file; this reads the shards again with
+    the project's own TFRecord reader, which does.
+    """
+    problems = []
+    for path in paths:
+        try:
+            with tf.io.gfile.GFile(path, 'rb') as f:
+                for _ in tfrecord.read_records(f, path):
+                    pass
+        except tfrecord.CorruptRecordError as e:
+            problems.append(str(e))
+    return problems
+
+
+def name_corrupt_shards(error, paths):
+    """A CorruptShardError naming the files behind a tf.data DataLossError (or `error` itself)."""
+    problems = find_corrupt_shards(paths)
+    if not problems:
+        return error
+    return CorruptShardError(
+        'corrupt shard(s): '
+        + '; '.join(problems)
+        + ' (rebuild them, or check them with `imageshards verify`)'
+    )

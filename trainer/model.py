@@ -1,0 +1,49 @@
+"""The models the trainer can build: a small CNN for fast runs, ResNet-50 and EfficientNet-B0.
+
+All take float32 images in [0, 1] and end in a float32 softmax, so that mixed precision
+(`mixed_float16`) keeps the output and the loss in full precision. The keras.applications
+models are built with `weights=None`: nothing is downloaded.
+"""
+
+import keras
+
+MODELS = ('small_cnn', 'resnet50', 'efficientnet_b0')
+
+
+def build_model(name, num_classes, image_size, dropout=0.2):
+    """A Keras model `name` for images of `image_size` (height, width) and `num_classes`."""
+    inputs = keras.Input((*image_size, 3), name='image')
+    if name == 'small_cnn':
+        features = _small_cnn(inputs)
+    elif name == 'resnet50':
+        backbone = keras.applications.ResNet50(
+            include_top=False, weights=None, input_shape=(*image_size, 3), pooling='avg'
+        )
+        features = backbone(inputs)
+    elif name == 'efficientnet_b0':
+        # EfficientNet rescales 0..255 input itself.
+        backbone = keras.applications.EfficientNetB0(
+            include_top=False, weights=None, input_shape=(*image_size, 3), pooling='avg'
+        )
+        features = backbone(keras.layers.Rescaling(255.0)(inputs))
+    else:
+        raise ValueError(f'--model {name!r}: expected one of {", ".join(MODELS)}')
+    if dropout:
+        features = keras.layers.Dropout(dropout)(features)
+    logits = keras.layers.Dense(num_classes, name='logits')(features)
+    probabilities = keras.layers.Activation('softmax', dtype='float32', name='probabilities')(
+        logits
+    )
+    return keras.Model(inputs, probabilities, name=name)
+
+
+def _small_cnn(inputs):
+    x = inputs
+    for filters in (32, 64, 128):
+        x = keras.layers.Conv2D(filters, 3, padding='same', use_bias=False)(x)
+        # Momentum 0.9: the moving statistics settle within the few hundred steps of a short
+        # run (Keras' 0.99 needs thousands, and evaluation is poor until then).
+        x = keras.layers.BatchNormalization(momentum=0.9)(x)
+        x = keras.layers.ReLU()(x)
+        x = keras.layers.MaxPooling2D()(x)
+    return keras.layers.GlobalAveragePooling2D()(x)

@@ -1,0 +1,109 @@
+"""Decoding and cropping one encoded image: the part of preprocessing shared by training,
+evaluation and the exported serving signature.
+
+Every function takes an encoded image (JPEG, PNG, or anything `tf.io.decode_image` reads) and
+returns float32 RGB pixels in [0, 1]. JPEGs are decoded with the accurate integer IDCT, which
+gives exactly the pixels Pillow shows (the build checks that against what it stores);
+training crops are cut while decoding (`decode_and_crop_jpeg`), so only the pixels kept are
+decoded.
+"""
+
+import tensorflow as tf
+
+DCT_METHOD = 'INTEGER_ACCURATE'
+EVAL_CROP_FRACTION = 0.875  # the central crop of the Inception/ResNet evaluation recipe
+
+
+def decode(encoded):
+    """All pixels, uint8 RGB."""
+    return tf.cond(
+        tf.io.is_jpeg(encoded),
+        lambda: tf.io.decode_jpeg(encoded, channels=3, dct_method=DCT_METHOD),
+        lambda: tf.io.decode_image(encoded, channels=3, expand_animations=False),
+    )
+
+
+def decode_window(encoded, choose_window):
+    """The pixels of the window [top, left, height, width] that `choose_window(shape)` picks.
+
+    JPEGs are measured from their header and only the window is decoded; other formats are
+    decoded whole, once, then cropped.
+    """
+
+    def jpeg():
+        window = choose_window(tf.image.extract_jpeg_shape(encoded)[:2])
+        return tf.image.decode_and_crop_jpeg(encoded, window, channels=3, dct_method=DCT_METHOD)
+
+    def general():
+        image = tf.io.decode_image(encoded, channels=3, expand_animations=False)
+        window = choose_window(tf.shape(image)[:2])
+        return tf.image.crop_to_bounding_box(image, window[0], window[1], window[2], window[3])
+
+    return tf.cond(tf.io.is_jpeg(encoded), jpeg, general)
+
+
+def resize(image, image_size):
+    """uint8 pixels -> float32 in [0, 1], resized (bilinear, antialiased) to image_size."""
+    image = tf.image.convert_image_dtype(image, tf.float32)
+    resized = tf.image.resize(image, image_size, method='bilinear', antialias=True)
+    resized.set_shape([image_size[0], image_size[1], 3])
+    return tf.clip_by_value(resized, 0.0, 1.0)
+
+
+def central_window(shape, fraction=EVAL_CROP_FRACTION):
+    """The centred square-ish window covering `fraction` of each side."""
+    height, width = shape[0], shape[1]
+    crop_h = tf.maximum(1, tf.cast(tf.cast(height, tf.float32) * fraction, tf.int32))
+    crop_w = tf.maximum(1, tf.cast(tf.cast(width, tf.float32) * fraction, tf.int32))
+    return tf.stack([(height - crop_h) // 2, (width - crop_w) // 2, crop_h, crop_w])
+
+
+def for_eval(encoded, image_size, crop_fraction=EVAL_CROP_FRACTION):
+    """Evaluation and serving: a central crop resized to image_size (deterministic)."""
+    window = decode_window(encoded, lambda shape: central_window(shape, crop_fraction))
+    return resize(window, image_size)
+
+
+def random_window(shape, seed, area_range=(0.08, 1.0), aspect_ratio_range=(3 / 4, 4 / 3)):
+    """A random-resized-crop window (the Inception recipe), fixed by a stateless seed."""
+    begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
+        tf.stack([shape[0], shape[1], 3]),
+        bounding_boxes=tf.constant([[[0.0, 0.0, 1.0, 1.0]]]),
+        seed=seed,
+        min_object_covered=0.1,
+        aspect_ratio_range=aspect_ratio_range,
+        area_range=area_range,
+        max_attempts=10,
+        use_image_if_no_bounding_boxes=True,
+    )
+    return tf.stack([begin[0], begin[1], size[0], size[1]])
+
+
+def for_training(encoded, image_size, seed, area_range=(0.08, 1.0)):
+    """Training: a random-resized crop, decoded from the JPEG's crop window only."""
+    window = decode_window(encoded, lambda shape: random_window(shape, seed, area_range))
+    return resize(window, image_size)
+
+
+def random_patches(encoded, patches, patch_size, seed):
+    """`patches` random patch_size x patch_size patches of one image, decoded once.
+
+    Images smaller than a patch are first resized up so that their short side fits one.
+    """
+    image = tf.image.convert_image_dtype(decode(encoded), tf.float32)
+    shape = tf.shape(image)
+    short = tf.minimum(shape[0], shape[1])
+    scale = tf.maximum(1.0, patch_size / tf.cast(short, tf.float32))
+    new_size = tf.cast(tf.math.ceil(tf.cast(shape[:2], tf.float32) * scale), tf.int32)
+    image = tf.image.resize(image, new_size, antialias=True)
+    max_top = tf.cast(new_size[0] - patch_size + 1, tf.float32)
+    max_left = tf.cast(new_size[1] - patch_size + 1, tf.float32)
+    offsets = tf.random.stateless_uniform([patches, 2], seed=seed)
+    tops = tf.cast(tf.floor(offsets[:, 0] * max_top), tf.int32)
+    lefts = tf.cast(tf.floor(offsets[:, 1] * max_left), tf.int32)
+    rows = tops[:, None] + tf.range(patch_size)[None, :]  # [patches, patch_size]
+    cols = lefts[:, None] + tf.range(patch_size)[None, :]
+    by_rows = tf.gather(image, rows)  # [patches, patch_size, width, 3]
+    cut = tf.gather(by_rows, cols, axis=2, batch_dims=1)  # [patches, patch_size, patch_size, 3]
+    cut.set_shape([patches, patch_size, patch_size, 3])
+    return tf.clip_by_value(cut, 0.0, 1.0)
