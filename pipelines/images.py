@@ -4,28 +4,47 @@ Every input is decoded once with Pillow (JPEGs at 1/8 scale: the decoder still r
 compressed stream, so truncation is caught, at about half the cost of a full decode). A record
 keeps the original bytes when TensorFlow decodes them to the pixels Pillow shows (EXIF
 orientation applied, converted to RGB); otherwise it stores a lossless PNG of those pixels.
+Animated images (GIF, APNG, WebP, MPO) are their first frame, as `tf.io.decode_image(...,
+expand_animations=False)` reads them.
 
 TensorFlow's JPEG decoder gives Pillow's pixels exactly with `dct_method='INTEGER_ACCURATE'`;
 `tf.io.decode_image` uses the fast integer IDCT, which differs by a few levels per pixel, as any
 two conforming JPEG decoders may.
+
+Inputs are untrusted: only the formats the accepted extensions name are parsed (Pillow would
+otherwise try some forty plugins, EPS among them, which runs Ghostscript), and every way Pillow
+fails on hostile bytes becomes a `Rejected` with a reason code (see docs/reliability.md).
 """
 
 import hashlib
 import io
-import struct
 import typing
 
 import numpy as np
 from PIL import Image
-from PIL import ImageOps
 from PIL import UnidentifiedImageError
 
+# The Pillow plugins of the extensions a build accepts (the JPEG plugin also opens MPO: a JPEG
+# with more images appended, as phones write).
+SUPPORTED_FORMATS = ('JPEG', 'PNG', 'GIF', 'BMP', 'WEBP', 'TIFF')
 _ORIENTATION = 0x0112
+_TRANSPOSE = {
+    2: Image.Transpose.FLIP_LEFT_RIGHT,
+    3: Image.Transpose.ROTATE_180,
+    4: Image.Transpose.FLIP_TOP_BOTTOM,
+    5: Image.Transpose.TRANSPOSE,
+    6: Image.Transpose.ROTATE_270,
+    7: Image.Transpose.TRANSVERSE,
+    8: Image.Transpose.ROTATE_90,
+}
 # Modes TensorFlow decodes to Pillow's RGB pixels, by stored format.
 _JPEG_KEEP_MODES = frozenset(['L', 'RGB'])
 _PNG_KEEP_MODES = frozenset(['1', 'L', 'LA', 'P', 'RGB', 'RGBA'])
 _CHANNELS = {'1': 1, 'L': 1, 'LA': 2, 'P': 3, 'RGB': 3, 'RGBA': 4}
 _SIXTEEN_BIT_MODES = frozenset(['I', 'I;16', 'I;16B', 'I;16L', 'I;16N'])
+# A progressive JPEG decodes every scan over the whole image: a small file with thousands of
+# scans costs minutes of CPU. Encoders write about 10; libjpeg-turbo's tools stop at 500.
+MAX_JPEG_SCANS = 256
 
 
 class ImageInfo(typing.NamedTuple):
@@ -56,20 +75,29 @@ def inspect_image(data, max_pixels):
         (ImageInfo, stored): `stored` is None when the original bytes are kept, else the PNG bytes
         to store instead.
     Raises:
-        Rejected: empty, not an image, truncated or corrupt, or declaring more than `max_pixels`.
+        Rejected: empty, not an image, an unsupported format, truncated or corrupt, or a
+            decompression bomb (more than `max_pixels`, oversized metadata, too many scans).
     """
     if not data:
         raise Rejected('empty_file', 'file has 0 bytes')
     image = _open(data, max_pixels)
     width, height = image.size
-    if _keeps_original(image, data):
-        _decode(image, reduced=image.format == 'JPEG')
+    if _is_jpeg(image):
+        _check_jpeg_structure(data)
+        if image.mode in _JPEG_KEEP_MODES and _orientation(image) == 1:
+            _decode(image, data, reduced=True)
+            info = ImageInfo(
+                'jpeg', height, width, _CHANNELS[image.mode], sha256_hex(data), len(data), False
+            )
+            return info, None
+    # Other formats are decoded in full before their metadata is read: a PNG may carry its
+    # EXIF (and oversized text) after the pixel data.
+    _decode(image, data, reduced=False)
+    if _png_keeps_original(image, data):
         channels = _CHANNELS[image.mode] + (image.mode == 'P' and 'transparency' in image.info)
-        info = ImageInfo(
-            image.format.lower(), height, width, channels, sha256_hex(data), len(data), False
-        )
+        info = ImageInfo('png', height, width, channels, sha256_hex(data), len(data), False)
         return info, None
-    rgb = to_rgb(_decode(image, reduced=False))
+    rgb = _pillow_call(data, to_rgb, image)
     stored = encode_png(rgb)
     width, height = rgb.size
     return ImageInfo('png', height, width, 3, sha256_hex(stored), len(stored), True), stored
@@ -81,7 +109,9 @@ def sha256_hex(data):
 
 def to_rgb(image):
     """The pixels a viewer shows: EXIF orientation applied, 16-bit samples scaled, as RGB."""
-    image = ImageOps.exif_transpose(image)
+    method = _TRANSPOSE.get(_orientation(image))
+    if method is not None:
+        image = image.transpose(method)
     if image.mode in _SIXTEEN_BIT_MODES:
         samples = np.clip(np.asarray(image, dtype=np.int64), 0, 65535) >> 8
         image = Image.fromarray(samples.astype(np.uint8), mode='L')
@@ -97,30 +127,29 @@ def encode_png(image):
 
 def reencode(data):
     """The lossless PNG a record stores for bytes TensorFlow would not decode as Pillow does."""
-    image = Image.open(io.BytesIO(data))
-    image.load()
-    return encode_png(to_rgb(image))
+    return encode_png(to_rgb(_load(data)))
 
 
 def decode_rgb(data):
     """Reference decode: the RGB pixels of encoded bytes as a viewer shows them."""
-    image = Image.open(io.BytesIO(data))
+    return np.asarray(to_rgb(_load(data)))
+
+
+def _load(data):
+    image = Image.open(io.BytesIO(data), formats=SUPPORTED_FORMATS)
     image.load()
-    return np.asarray(to_rgb(image))
+    return image
 
 
 def _open(data, max_pixels):
     try:
-        image = Image.open(io.BytesIO(data))
+        image = Image.open(io.BytesIO(data), formats=SUPPORTED_FORMATS)
     except UnidentifiedImageError:
-        signature = _signature(data)
-        if signature:
-            raise Rejected(
-                'decode_error', f'{signature} signature but an unreadable header ({_head(data)})'
-            ) from None
-        raise Rejected('not_an_image', f'not a recognised image format ({_head(data)})') from None
-    except _DECODE_ERRORS as e:
-        raise _rejection(e) from None
+        raise _unidentified(data) from None
+    except MemoryError:
+        raise
+    except Exception as e:  # pylint: disable=broad-except
+        raise _rejection(e, data) from None
     width, height = image.size
     if width * height > max_pixels:
         raise Rejected(
@@ -132,44 +161,75 @@ def _open(data, max_pixels):
     return image
 
 
-def _keeps_original(image, data):
-    """True when TensorFlow decodes these bytes to exactly `to_rgb` of them."""
+def _is_jpeg(image):
+    return image.format in ('JPEG', 'MPO')
+
+
+def _check_jpeg_structure(data):
+    """Rejects what Pillow lets through: a missing end marker, too many scans.
+
+    Coded data never holds 0xFF followed by 0xDA (start of scan) or 0xD9 (end of image), so the
+    markers can be found by searching the bytes.
+    """
+    if data.rfind(b'\xff\xd9') < data.rfind(b'\xff\xda'):
+        # Pillow decodes some of these without a word when only the marker is missing;
+        # TensorFlow refuses them all, so a record of one would fail training.
+        raise Rejected('truncated', 'no JPEG end marker after the last scan: the file is cut short')
+    scans = data.count(b'\xff\xda')
+    if scans > MAX_JPEG_SCANS:
+        raise Rejected(
+            'decompression_bomb',
+            f'{scans} JPEG scans, more than {MAX_JPEG_SCANS}: each scan decodes the whole image',
+        )
+
+
+def _orientation(image):
+    """The EXIF orientation (1 to 8); 1 when absent, invalid or unreadable.
+
+    TensorFlow ignores EXIF, and so do viewers when it cannot be parsed: either way the stored
+    pixels are the ones as coded.
+    """
     try:
         orientation = image.getexif().get(_ORIENTATION, 1)
-    except Exception:  # Pillow raises many kinds on malformed EXIF
-        # Unreadable EXIF cannot be trusted either way: store Pillow's pixels.
-        return False
-    if orientation not in (None, 1):
-        return False
-    if image.format == 'JPEG':
-        return image.mode in _JPEG_KEEP_MODES
-    if image.format == 'PNG':
-        # Byte 24 of a PNG is the IHDR bit depth; TF and Pillow differ on 16-bit samples.
-        return image.mode in _PNG_KEEP_MODES and len(data) > 24 and data[24] <= 8
-    return False
+    except MemoryError:
+        raise
+    except Exception:  # pylint: disable=broad-except  # Pillow raises many kinds on bad EXIF
+        return 1
+    return orientation if orientation in _TRANSPOSE else 1
 
 
-def _decode(image, reduced):
-    """Decodes all pixel data; raises Rejected for truncated or corrupt data."""
+def _png_keeps_original(image, data):
+    """True for a PNG that TensorFlow decodes to exactly `to_rgb` of it."""
+    if image.format != 'PNG' or image.mode not in _PNG_KEEP_MODES:
+        return False
+    # Byte 24 of a PNG is the IHDR bit depth; TF and Pillow differ on 16-bit samples.
+    return len(data) > 24 and data[24] <= 8 and _orientation(image) == 1
+
+
+def _decode(image, data, reduced):
+    """Decodes all pixel data (of the first frame); raises Rejected for bad data."""
+    if reduced:
+        image.draft(image.mode, (max(1, image.width // 8), max(1, image.height // 8)))
+    _pillow_call(data, image.load)
+
+
+def _pillow_call(data, fn, *args):
+    """Calls Pillow on untrusted data: its failures become rejections, one input at a time.
+
+    Pillow's plugins raise many kinds of exception on hostile bytes (OSError, ValueError,
+    SyntaxError, struct.error, IndexError, ...); one bad file must never fail the build.
+    Running out of memory is the machine's problem, not the file's, and is not caught.
+    """
     try:
-        if reduced:
-            image.draft(image.mode, (max(1, image.width // 8), max(1, image.height // 8)))
-        image.load()
-    except _DECODE_ERRORS as e:
-        raise _rejection(e) from None
-    return image
+        return fn(*args)
+    except MemoryError:
+        raise
+    except Exception as e:  # pylint: disable=broad-except
+        raise _rejection(e, data) from None
 
 
-# What Pillow raises on damaged data, by format plugin.
-_DECODE_ERRORS = (
-    Image.DecompressionBombError,
-    OSError,
-    ValueError,
-    SyntaxError,
-    EOFError,
-    IndexError,
-    struct.error,
-)
+# What Pillow raises when a file's metadata would decompress past its safety limits.
+_METADATA_BOMBS = ('Decompressed data too large', 'Too much memory used in text chunks')
 _SIGNATURES = (
     (b'\x89PNG\r\n\x1a\n', 'PNG'),
     (b'\xff\xd8\xff', 'JPEG'),
@@ -178,21 +238,87 @@ _SIGNATURES = (
     (b'II*\x00', 'TIFF'),
     (b'MM\x00*', 'TIFF'),
 )
+# Formats people save with an image extension that a build does not read.
+_UNSUPPORTED_SIGNATURES = (
+    (b'8BPS', 'Photoshop PSD'),
+    (b'%PDF', 'PDF'),
+    (b'%!PS', 'PostScript/EPS'),
+    (b'\xc5\xd0\xd3\xc6', 'EPS'),
+    (b'\x00\x00\x01\x00', 'ICO'),
+    (b'icns', 'ICNS'),
+    (b'\x00\x00\x00\x0cjP  \r\n\x87\n', 'JPEG 2000'),
+    (b'\xff\x4f\xff\x51', 'JPEG 2000'),
+    (b'\x00\x00\x00\x0cJXL \r\n\x87\n', 'JPEG XL'),
+    (b'\xff\x0a', 'JPEG XL'),
+    (b'qoif', 'QOI'),
+    (b'DDS ', 'DDS'),
+    (b'II\xbc', 'JPEG XR'),
+)
+_ISO_BRANDS = {b'avif': 'AVIF', b'avis': 'AVIF', b'mif1': 'HEIF', b'msf1': 'HEIF'}
 
 
-def _rejection(error):
+def _rejection(error, data):
     message = f'{type(error).__name__}: {error}'
-    if isinstance(error, Image.DecompressionBombError):
+    if isinstance(error, Image.DecompressionBombError) or any(
+        marker in message for marker in _METADATA_BOMBS
+    ):
         return Rejected('decompression_bomb', message)
     if isinstance(error, EOFError) or 'truncated' in message.lower():
         return Rejected('truncated', message)
+    missing = _missing_bytes(data)
+    if missing:
+        return Rejected('truncated', f'{missing} ({message})')
     return Rejected('decode_error', message)
+
+
+def _missing_bytes(data):
+    """Why the file is shorter than its own header says, or '' (for Pillow's vaguer errors)."""
+    if data[:4] == b'RIFF' and data[8:12] == b'WEBP':
+        declared = int.from_bytes(data[4:8], 'little') + 8
+        if len(data) < declared:
+            return f'WebP header declares {declared} bytes, the file has {len(data)}'
+    if data[:4] in (b'II*\x00', b'MM\x00*'):
+        offset = int.from_bytes(data[4:8], 'little' if data[:2] == b'II' else 'big')
+        if offset + 2 > len(data):
+            return f'TIFF directory at byte {offset}, past the end of the {len(data)}-byte file'
+    return ''
+
+
+def _unidentified(data):
+    """The rejection of bytes no supported Pillow plugin opens."""
+    unsupported = _unsupported_format(data)
+    if unsupported:
+        return Rejected(
+            'unsupported_format',
+            f'{unsupported} data; a build reads {", ".join(SUPPORTED_FORMATS)} ({_head(data)})',
+        )
+    missing = _missing_bytes(data)
+    if missing:
+        return Rejected('truncated', missing)
+    signature = _signature(data)
+    if signature:
+        return Rejected(
+            'decode_error', f'{signature} signature but an unreadable header ({_head(data)})'
+        )
+    return Rejected('not_an_image', f'not a recognised image format ({_head(data)})')
 
 
 def _signature(data):
     if data[:4] == b'RIFF' and data[8:12] == b'WEBP':
         return 'WebP'
     return next((name for magic, name in _SIGNATURES if data.startswith(magic)), '')
+
+
+def _unsupported_format(data):
+    if data[4:8] == b'ftyp':
+        brand = data[8:12]
+        return _ISO_BRANDS.get(brand, 'HEIF' if brand.startswith(b'he') else '')
+    if data[:1] == b'P' and data[1:2] in b'1234567' and data[2:3] in b' \t\r\n':
+        return 'Netpbm'
+    head = data[:512].lstrip().lower()
+    if head.startswith(b'<svg') or (head.startswith(b'<?xml') and b'<svg' in head):
+        return 'SVG'
+    return next((name for magic, name in _UNSUPPORTED_SIGNATURES if data.startswith(magic)), '')
 
 
 def _head(data):

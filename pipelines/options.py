@@ -34,6 +34,8 @@ class BuildConfig:
     max_pixels: int = 89_478_485  # Pillow's own decompression-bomb threshold
     io_threads: int = 0  # 0: 4 for local inputs, 32 for remote ones (see `threads`)
     chunk_size: int = 256
+    allow_roots: tuple = ()  # folders manifest rows may name besides the manifest's own
+    follow_symlinks: bool = False
 
     @property
     def split_names(self):
@@ -147,6 +149,21 @@ def build_arg_parser():
         help='concurrent reads and decodes per worker (default: 4 for local inputs, 32 for gs://)',
     )
     parser.add_argument(
+        '--allow-root',
+        dest='allow_roots',
+        action='append',
+        default=[],
+        metavar='ROOT',
+        help="a folder (local or gs://) that manifest rows may name besides the manifest's "
+        'own; repeatable. Other paths, .. escapes and other URL schemes are rejected',
+    )
+    parser.add_argument(
+        '--follow-symlinks',
+        action='store_true',
+        help='read symlinks that lead outside the input root (or the allowed roots) and '
+        'descend symlinked folders; without it they are rejected and skipped',
+    )
+    parser.add_argument(
         '--chunk-size',
         type=_positive_int,
         default=BuildConfig.chunk_size,
@@ -167,6 +184,8 @@ def _yaml_defaults(path):
         if isinstance(splits, dict):
             splits = ','.join(f'{k}={v}' for k, v in splits.items())
         defaults['splits'] = parse_splits(splits)
+    if isinstance(defaults.get('allow_roots'), str):
+        defaults['allow_roots'] = [defaults['allow_roots']]
     beam_args = [f'--{key}={value}' for key, value in beam.items()]
     return defaults, beam_args
 
@@ -189,5 +208,6 @@ def parse_build_args(argv):
             parser.error(f'--{flag} is required (on the command line or in --config)')
     values = vars(args)
     values.pop('config')
+    values['allow_roots'] = tuple(values['allow_roots'] or ())
     # Config-file pipeline options first, so the same flag on the command line overrides them.
     return BuildConfig(**values), config_beam_args + beam_args

@@ -1,6 +1,8 @@
 """Real JPEG/PNG (and other) bytes for tests, made with Pillow: small, distinct, learnable."""
 
 import io
+import struct
+import zlib
 
 import numpy as np
 from PIL import Image
@@ -49,8 +51,8 @@ def png(index, class_index=0, size=(24, 32)):
     return encode(pixels(index, class_index, size), 'PNG')
 
 
-def exif_rotated_jpeg(index, orientation=6):
-    image = Image.fromarray(pixels(index, 0, (20, 36)))
+def exif_rotated_jpeg(index, orientation=6, size=(20, 36), class_index=0):
+    image = Image.fromarray(pixels(index, class_index, size))
     exif = image.getexif()
     exif[0x0112] = orientation
     return encode(image, 'JPEG', quality=90, exif=exif)
@@ -81,3 +83,154 @@ def write_tree(root, per_class, classes=('cat', 'dog', 'fish'), start=0):
             path.write_bytes(data)
             paths.append(path)
     return paths
+
+
+# Bytes for the bad-input matrix (tests/test_bad_inputs.py): every kind of file a build meets.
+
+
+def image_bytes(index, fmt, mode='RGB', size=(24, 32), **params):
+    """`pixels(index)` in Pillow mode `mode`, saved as `fmt` (JPEG at quality 90)."""
+    if fmt == 'JPEG':
+        params.setdefault('quality', 90)
+    return encode(Image.fromarray(pixels(index, index % 3, size)).convert(mode), fmt, **params)
+
+
+def palette_png(index, bits=8, transparency=None):
+    """A palette PNG of 2**bits colours, with one transparent palette entry if asked."""
+    image = Image.fromarray(pixels(index)).quantize(2**bits)
+    params = {'bits': bits} if bits < 8 else {}
+    if transparency is not None:
+        params['transparency'] = transparency
+    return encode(image, 'PNG', **params)
+
+
+def png_chunk(kind, data):
+    return struct.pack('>I', len(data)) + kind + data + struct.pack('>I', zlib.crc32(kind + data))
+
+
+def with_png_chunk(png_bytes, chunk, before=b'IDAT'):
+    """`png_bytes` with `chunk` inserted before the first chunk of type `before`."""
+    at = png_bytes.index(before) - 4
+    return png_bytes[:at] + chunk + png_bytes[at:]
+
+
+def sixteen_bit_rgb_png(index):
+    """A 16-bit RGB PNG (Pillow cannot write one), low bytes set so that scaling shows."""
+    samples = pixels(index).astype('>u2') * 257 + 3
+    raw = b''.join(b'\0' + row.tobytes() for row in samples)
+    height, width = samples.shape[:2]
+    header = struct.pack('>IIBBBBB', width, height, 16, 2, 0, 0, 0)
+    return (
+        b'\x89PNG\r\n\x1a\n'
+        + png_chunk(b'IHDR', header)
+        + png_chunk(b'IDAT', zlib.compress(raw))
+        + png_chunk(b'IEND', b'')
+    )
+
+
+def animated(index, fmt, frames=3, **params):
+    """An animated GIF, PNG (APNG) or WebP, or an MPO, of `frames` different frames."""
+    images = [Image.fromarray(pixels(index + i, i)) for i in range(frames)]
+    if fmt == 'GIF':
+        images = [image.convert('P') for image in images]
+    buffer = io.BytesIO()
+    images[0].save(buffer, format=fmt, save_all=True, append_images=images[1:], **params)
+    return buffer.getvalue()
+
+
+def jpeg_with_app1(index, payload):
+    """A JPEG with an extra APP1 (EXIF) segment holding `payload`."""
+    data = jpeg(index)
+    return data[:2] + b'\xff\xe1' + struct.pack('>H', len(payload) + 2) + payload + data[2:]
+
+
+def corrupt_exif_jpeg(index):
+    """A JPEG whose EXIF claims an IFD far beyond its end (Pillow cannot read it)."""
+    return jpeg_with_app1(index, b'Exif\x00\x00II*\x00\xff\xff\xff\x0f')
+
+
+def png_text_bomb(index=0, before=b'IDAT', chunk_type=b'zTXt'):
+    """A PNG with a 40 KB zTXt (or iCCP) chunk that inflates to 40 MB."""
+    inflated = zlib.compress(b'\0' * 40_000_000, 9)
+    return with_png_chunk(png(index), png_chunk(chunk_type, b'k\0\0' + inflated), before)
+
+
+def gif_screen_bomb(index):
+    """A small GIF whose logical screen declares 65535x65535 pixels."""
+    data = image_bytes(index, 'GIF', 'P')
+    return data[:6] + struct.pack('<HH', 65535, 65535) + data[10:]
+
+
+def gif_frame_bomb(index):
+    """A small GIF whose first frame declares 40000x40000 pixels (the screen grows to fit)."""
+    data = image_bytes(index, 'GIF', 'P')
+    flags = data[10]  # a global colour table of 3 * 2**(n+1) bytes follows the screen
+    frame = data.index(b',', 13 + (3 << ((flags & 7) + 1) if flags & 0x80 else 0))
+    return data[: frame + 5] + struct.pack('<HH', 40_000, 40_000) + data[frame + 9 :]
+
+
+def jpeg_size_bomb(index):
+    """A small JPEG whose frame header declares 60000x60000 pixels."""
+    data = bytearray(jpeg(index))
+    frame = data.index(b'\xff\xc0')
+    data[frame + 5 : frame + 9] = struct.pack('>HH', 60_000, 60_000)
+    return bytes(data)
+
+
+def bmp_size_bomb(index):
+    """A small BMP whose header declares 20000x20000 pixels."""
+    data = bytearray(image_bytes(index, 'BMP'))
+    data[18:26] = struct.pack('<ii', 20_000, 20_000)
+    return bytes(data)
+
+
+def webp_canvas_bomb(index):
+    """A small animated WebP whose canvas declares 16384x16384 pixels."""
+    data = bytearray(animated(index, 'WEBP', lossless=True))
+    header = data.index(b'VP8X')
+    data[header + 12 : header + 18] = (16_383).to_bytes(3, 'little') * 2  # sizes minus one
+    return bytes(data)
+
+
+def tiff_size_bomb():
+    """A small 1-bit TIFF whose header declares 30000x30000 pixels."""
+    data = bytearray(encode(Image.new('1', (64, 64)), 'TIFF'))
+    order = '<' if data[:2] == b'II' else '>'
+    offset = struct.unpack(order + 'I', data[4:8])[0]
+    (count,) = struct.unpack(order + 'H', data[offset : offset + 2])
+    for at in range(offset + 2, offset + 2 + 12 * count, 12):
+        tag, kind = struct.unpack(order + 'HH', data[at : at + 4])
+        if tag in (256, 257):  # ImageWidth, ImageLength
+            # A LONG value, or a SHORT padded to 4 bytes.
+            value = (
+                struct.pack(order + 'I', 30_000)
+                if kind == 4
+                else struct.pack(order + 'HH', 30_000, 0)
+            )
+            data[at + 8 : at + 12] = value
+    return bytes(data)
+
+
+def jpeg_scan_bomb(scans=400):
+    """A progressive JPEG with `scans` repeated refinement scans: small, slow to decode."""
+    data = encode(Image.new('RGB', (1024, 1024), (10, 200, 30)), 'JPEG', progressive=True)
+    starts = [i for i in range(len(data)) if data.startswith(b'\xff\xda', i)]
+    ends = starts[1:] + [len(data) - 2]
+    smallest = min(zip(starts, ends), key=lambda span: span[1] - span[0])
+    return data[:-2] + data[smallest[0] : smallest[1]] * scans + b'\xff\xd9'
+
+
+def jpeg_cut_before_end_marker(n):
+    """The n-th `jpeg(i)` that Pillow still decodes without a word when cut just before its end
+    marker (TensorFlow refuses all such files)."""
+    found = 0
+    for index in range(10_000):
+        data = jpeg(index)[:-2]
+        try:
+            Image.open(io.BytesIO(data)).load()
+        except OSError:
+            continue
+        if found == n:
+            return data
+        found += 1
+    raise AssertionError('Pillow rejects every JPEG without an end marker: make another kind')

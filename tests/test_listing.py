@@ -60,7 +60,7 @@ def test_csv_manifest_in_row_order_with_relative_paths_and_reasons(tmp_path):
         'imgs/e.jpg,dog,train,extra\n'
         'gs://bucket/f.jpg,cat,test\n'
     )
-    result = listing.list_inputs(str(manifest))
+    result = listing.list_inputs(str(manifest), allow_roots=['gs://bucket'])
     entries = result.entries
     assert [e.id for e in entries] == list(range(8))
     assert entries[0].path == str(tmp_path / 'imgs' / 'a.jpg')
@@ -79,6 +79,9 @@ def test_csv_manifest_in_row_order_with_relative_paths_and_reasons(tmp_path):
     assert 'row 0' in entries[2].detail
     assert entries[7].path == 'gs://bucket/f.jpg'
     assert result.labels == ['cat', 'dog']
+    # Without --allow-root, a manifest reads only below its own folder.
+    unconfined = listing.list_inputs(str(manifest)).entries[7]
+    assert (unconfined.reject, unconfined.path) == ('outside_allowed_roots', 'gs://bucket/f.jpg')
 
 
 def test_csv_manifest_with_unknown_column_is_refused(tmp_path):

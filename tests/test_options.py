@@ -96,3 +96,15 @@ def test_shipped_build_configs_parse(name):
     )
     assert sum(fraction for _, fraction in config.splits) == pytest.approx(1.0)
     assert '--runner=DirectRunner' in beam_args
+
+
+def test_allow_root_repeats_and_adds_to_the_config_file(tmp_path):
+    config_file = tmp_path / 'build.yaml'
+    config_file.write_text('input: m.csv\noutput: out\nallow_roots: gs://b/shared\n')
+    config, _ = options.parse_build_args(
+        ['--config', str(config_file), '--allow-root', '/data/a', '--allow-root=/data/b']
+    )
+    assert config.allow_roots == ('gs://b/shared', '/data/a', '/data/b')
+    assert not config.follow_symlinks
+    plain, _ = options.parse_build_args(['--input', 'i', '--output', 'o', '--follow-symlinks'])
+    assert (plain.allow_roots, plain.follow_symlinks) == ((), True)
