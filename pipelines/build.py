@@ -6,14 +6,22 @@
 Example:
     imageshards build --input data/ --output out/ --splits train=0.9,val=0.1 \\
         --direct_running_mode=multi_processing --direct_num_workers=2
+
+On Dataflow, the same command with gs:// paths and `--config configs/dataflow.yaml` (and
+`--project`, `--region`, `--temp_location`); see docs/dataflow.md.
 """
 
 import logging
 import os
 import sys
+import uuid
 
 import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics.metric import MetricsFilter
+from apache_beam.options.pipeline_options import GoogleCloudOptions
+from apache_beam.options.pipeline_options import StandardOptions
+from apache_beam.options.pipeline_options import TestOptions
 
 from imageshards import features
 from pipelines import finalize
@@ -97,11 +105,61 @@ def _absolute(path):
     return path if listing_lib.is_uri(path) else os.path.abspath(path)
 
 
+def _listable(spec):
+    """The --input to list, with a folder of an object store (gs://b/data) as its `/**` glob.
+
+    Object stores have no folders: `FileSystems.exists` is false for a prefix, so listing would
+    call the folder missing. The glob lists the same objects below the same base, so ids, keys
+    and labels are those of the folder.
+    """
+    if (
+        not listing_lib.is_uri(spec)
+        or listing_lib.is_manifest(spec)
+        or any(char in spec for char in '*?[')
+        or FileSystems.get_filesystem(spec).has_dirs()
+    ):
+        return spec
+    try:
+        is_object = FileSystems.exists(spec)
+    except ValueError:  # a bucket without a path (gs://b) is no object
+        is_object = False
+    return spec if is_object else spec.rstrip('/') + '/**'
+
+
+def _check_dataflow_paths(pipeline_options, config):
+    """Refuses local paths on Dataflow, whose workers cannot reach this machine's disk."""
+    for flag, path in (('--input', config.input), ('--output', config.output)):
+        if not listing_lib.is_uri(path):
+            raise ValueError(
+                f'{flag} {path} is a local path, which Dataflow workers cannot read or write; '
+                f'use gs:// paths (gsutil -m cp -r ... gs://BUCKET/...) or the DirectRunner'
+            )
+    if pipeline_options.view_as(GoogleCloudOptions).template_location:
+        raise ValueError(
+            '--template_location is not supported: the launcher lists the inputs before each '
+            'run, so a template would replay one listing; run the build command instead'
+        )
+
+
 def run(argv=None, test_pipeline=None):
-    """Runs a build; returns the dataset.json it wrote, as a dict."""
+    """Runs a build; returns the dataset.json it wrote, as a dict.
+
+    With `--dry_run` (DataflowRunner), builds the job without submitting it, leaves the output
+    as it was and returns None.
+    """
     config, beam_args = options.parse_build_args(argv)
+    # Made first: a Pipeline checks its options and hands them to FileSystems, so that the
+    # launcher's own listing and output checks reach gs:// with the pipeline's credentials.
+    pipeline = test_pipeline or runner.make_pipeline(beam_args)
+    on_dataflow = runner.is_dataflow(pipeline.options.view_as(StandardOptions).runner)
+    if on_dataflow:
+        _check_dataflow_paths(pipeline.options, config)
+    # Only Dataflow honours --dry_run; the local runner would run the build anyway.
+    dry_run = on_dataflow and pipeline.options.view_as(TestOptions).dry_run
     output_dir = _absolute(config.output).rstrip('/')
-    listing = listing_lib.list_inputs(config.input)
+    listing = listing_lib.list_inputs(
+        _listable(config.input), config.allow_roots, config.follow_symlinks
+    )
     if not listing_lib.is_manifest(config.input) and output_dir.startswith(listing.base + '/'):
         raise ValueError(
             f'--output {output_dir} is inside --input {listing.base}: a later build '
@@ -114,18 +172,44 @@ def run(argv=None, test_pipeline=None):
         listing.num_skipped,
         listing.skipped,
     )
-    finalize.prepare_output(output_dir, config.overwrite)
-    listing_path = finalize.join(output_dir, finalize.TEMP_DIR, 'listing.jsonl')
+    finalize.prepare_output(output_dir, config.overwrite, dry_run=dry_run)
+    # A name of its own, so that a job that never ran removes its listing and nothing else.
+    listing_path = finalize.join(
+        output_dir, finalize.TEMP_DIR, f'listing-{uuid.uuid4().hex[:12]}.jsonl'
+    )
     listing_lib.write_listing(listing.entries, listing_path, config.chunk_size)
     summary = listing.summary()
     del listing  # the pipeline reads the entries from the listing file; keep memory flat
-    pipeline = test_pipeline or runner.make_pipeline(beam_args)
     build_pipeline(pipeline, config, summary, listing_path, output_dir)
-    result = pipeline.run()
-    result.wait_until_finish()
+    result = _launch(pipeline, listing_path, on_dataflow, dry_run)
+    if result is None:
+        _LOG.info('--dry_run: built the job without running it; %s is as it was', output_dir)
+        return None
     dataset = finalize.load_dataset_json(output_dir)
     _report(result, dataset, output_dir)
     return dataset
+
+
+def _launch(pipeline, listing_path, remote, dry_run):
+    """Runs the pipeline to its end; returns its result, or None when no job ran (dry run).
+
+    A remote job that was never submitted (a dry run, a refused submission) takes its listing
+    file away again: left there, it would make the output non-empty, and a rerun need
+    --overwrite. (A local run that fails is a build that started; --overwrite cleans it up.)
+    """
+    try:
+        result = pipeline.run()
+    except Exception:
+        if remote:
+            finalize.delete_if_present(listing_path)
+        raise
+    if dry_run:
+        finalize.delete_if_present(listing_path)
+        return None
+    # On Dataflow, this waits for the job (and raises if it fails); the job goes on if this
+    # process is stopped, and writes dataset.json and _SUCCESS itself.
+    result.wait_until_finish()
+    return result
 
 
 def _report(result, dataset, output_dir):

@@ -42,9 +42,18 @@ def join(output_dir, *parts):
 
 
 def _list(directory):
-    """Every file below `directory` (recursively); [] if it does not exist."""
+    """Every file below `directory` (recursively); [] if it does not exist.
+
+    Object stores have no folders; the empty objects named `folder/` that consoles and tools
+    create to show one are not files, and do not make a directory non-empty.
+    """
     results = FileSystems.match([join(directory, '**')])
-    return [metadata.path for result in results for metadata in result.metadata_list]
+    return [
+        metadata.path
+        for result in results
+        for metadata in result.metadata_list
+        if not metadata.path.endswith('/')
+    ]
 
 
 def _tree(directory):
@@ -60,21 +69,34 @@ def _delete(paths):
     return len(existing)
 
 
-def prepare_output(output_dir, overwrite):
+def delete_if_present(path):
+    """Deletes one file of ours if it exists (a listing of a job that never ran)."""
+    _delete([path])
+
+
+def prepare_output(output_dir, overwrite, dry_run=False):
     """Refuses a non-empty output directory unless `overwrite`; then removes the earlier build.
 
     Only files an earlier imageshards build wrote are removed: those its dataset.json lists,
     its own top-level files, its temporary folder and its re-encoded copies. Anything else in
-    the directory is left alone.
+    the directory is left alone. A `dry_run` checks, and removes nothing.
     """
     existing = _list(output_dir)
     if not existing:
         return
     if not overwrite:
+        temp_prefix = join(output_dir, TEMP_DIR) + '/'
+        unfinished = all(path.startswith(temp_prefix) for path in existing)
+        what = f'{len(existing)} files'
+        if unfinished:
+            what += f' in {TEMP_DIR}/, of a build that did not finish or is still running'
         raise FileExistsError(
-            f'--output {output_dir} is not empty ({len(existing)} files); pass --overwrite to '
-            f'replace an earlier build there, or choose another directory'
+            f'--output {output_dir} is not empty ({what}); pass --overwrite to replace an '
+            f'earlier build there, or choose another directory'
         )
+    if dry_run:
+        _LOG.info('--dry_run: --overwrite would replace the earlier build in %s', output_dir)
+        return
     # _SUCCESS first: from here on, no reader may take the directory for a finished build.
     _delete([join(output_dir, SUCCESS)])
     old = load_dataset_json(output_dir, missing_ok=True)

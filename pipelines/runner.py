@@ -1,4 +1,7 @@
-"""Choosing and quieting the runner: the local FnApiRunner on every core, or what options name."""
+"""Choosing and quieting the runner: the local FnApiRunner on every core, or what options name.
+
+On Dataflow, workers install this package from its `setup.py`, which is staged by default.
+"""
 
 import json
 import logging
@@ -8,6 +11,7 @@ import re
 import apache_beam as beam
 from apache_beam.options.pipeline_options import DirectOptions
 from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.options.pipeline_options import SetupOptions
 from apache_beam.options.pipeline_options import StandardOptions
 from apache_beam.portability.api import beam_fn_api_pb2
 from apache_beam.portability.api import beam_provision_api_pb2
@@ -16,6 +20,11 @@ from apache_beam.runners.portability.portable_runner import JobServiceHandle
 from google.protobuf import text_format
 
 _LOG = logging.getLogger(__name__)
+
+# The folder holding setup.py in a source checkout (also when installed with `pip install -e`).
+_SOURCE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_DATAFLOW_RUNNERS = ('dataflowrunner', 'testdataflowrunner')
+_OUR_SETUP = re.compile(r"""name=['"]imageshards['"]""")
 
 # Beam's local workers forward every log record as a printed LogEntry proto.
 _FORWARDED = re.compile(r'^(?:Worker: )?(severity: .*)', re.DOTALL)
@@ -43,8 +52,12 @@ def make_pipeline(beam_args):
     if '--sdk_harness_log_level_overrides' not in given:
         defaults.append('--sdk_harness_log_level_overrides=' + json.dumps({'pipelines': 'INFO'}))
     pipeline_options = PipelineOptions([*beam_args, *defaults])
-    if pipeline_options.view_as(StandardOptions).runner not in (None, 'DirectRunner'):
-        return beam.Pipeline(options=PipelineOptions(beam_args))
+    runner = pipeline_options.view_as(StandardOptions).runner
+    if runner not in (None, 'DirectRunner'):
+        remote_options = PipelineOptions(beam_args)
+        if is_dataflow(runner):
+            _stage_this_package(remote_options)
+        return beam.Pipeline(options=remote_options)
     direct = pipeline_options.view_as(DirectOptions)
     if '--direct_running_mode' not in given:
         direct.direct_running_mode = 'multi_processing'
@@ -64,6 +77,48 @@ def make_pipeline(beam_args):
     return beam.Pipeline(
         runner=fn_runner.FnApiRunner(provision_info=provision), options=pipeline_options
     )
+
+
+def is_dataflow(runner):
+    """Whether a `--runner` value names Dataflow (`DataflowRunner`, `dataflow`, a module path)."""
+    if not isinstance(runner, str):
+        runner = type(runner).__name__
+    name = runner.rsplit('.', 1)[-1].lower()
+    return (name if name.endswith('runner') else name + 'runner') in _DATAFLOW_RUNNERS
+
+
+def package_setup_file():
+    """This package's setup.py, which Dataflow builds into an sdist and installs on workers.
+
+    It exists in a source checkout, whether run in place or installed with `pip install -e`. An
+    install from a wheel or an sdist copies the packages only, so there is none to find.
+
+    Raises:
+        ValueError: no setup.py of imageshards next to the packages.
+    """
+    candidate = os.path.join(_SOURCE_ROOT, 'setup.py')
+    try:
+        with open(candidate, encoding='utf-8') as f:
+            ours = bool(_OUR_SETUP.search(f.read()))
+    except OSError:
+        ours = False
+    if not ours:
+        raise ValueError(
+            f'Dataflow workers install imageshards from its setup.py, and there is none in '
+            f'{_SOURCE_ROOT} (the package was installed from a wheel or an sdist): pass '
+            f'--setup_file PATH/setup.py of an imageshards source checkout of the same version, '
+            f'or install one with `pip install -e CHECKOUT`'
+        )
+    return candidate
+
+
+def _stage_this_package(pipeline_options):
+    """Defaults `--setup_file` to this package's setup.py, so that workers can import it."""
+    setup = pipeline_options.view_as(SetupOptions)
+    if setup.setup_file:
+        return
+    setup.setup_file = package_setup_file()
+    _LOG.info('staging %s for the Dataflow workers (--setup_file)', setup.setup_file)
 
 
 class _CondenseWorkerLogs(logging.Filter):

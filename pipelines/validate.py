@@ -6,6 +6,7 @@ concurrent reads hide per-object latency.
 """
 
 import concurrent.futures
+import functools
 import hashlib
 import logging
 import threading
@@ -13,9 +14,12 @@ import time
 import typing
 
 import apache_beam as beam
+import google.auth
 import google_crc32c
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
+from google.auth import exceptions as auth_exceptions
+from google.cloud import storage
 from PIL import Image
 
 from pipelines import images
@@ -56,8 +60,48 @@ def rejection(entry, reason, detail):
 
 
 def read_file(path):
+    """All bytes of an input file or object.
+
+    gs:// objects are read with a google-cloud-storage client kept per thread, in one request.
+    Beam's FileSystems makes a new client for every call and fetches the object's metadata
+    before its bytes: about 6 ms of CPU per object, more than decoding the image (measured
+    against a GCS emulator; see docs/dataflow.md).
+    """
+    if path.startswith('gs://'):
+        bucket, _, name = path[len('gs://') :].partition('/')
+        return _gcs_client().bucket(bucket).blob(name).download_as_bytes()
     with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
         return f.read()
+
+
+_THREAD_STATE = threading.local()
+
+
+def _gcs_client():
+    """This thread's GCS client (a client's connection pool is not meant to be shared)."""
+    client = getattr(_THREAD_STATE, 'gcs_client', None)
+    if client is None:
+        credentials, project = _gcs_credentials()
+        if credentials is None:
+            client = storage.Client.create_anonymous_client()
+        else:
+            client = storage.Client(project=project, credentials=credentials)
+        _THREAD_STATE.gcs_client = client
+    return client
+
+
+@functools.cache
+def _gcs_credentials():
+    """(credentials, project) of Application Default Credentials, looked up once per process.
+
+    On Dataflow, those of the worker service account. (None, None) where there are none: public
+    data can still be read anonymously, as Beam does.
+    """
+    try:
+        return google.auth.default()
+    except auth_exceptions.DefaultCredentialsError as e:
+        _LOG.warning('no Google credentials (%s); reading gs:// anonymously', e)
+        return None, None
 
 
 def reencoded_path(output_dir, sha256):

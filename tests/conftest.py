@@ -27,8 +27,9 @@ COLOR_CLASSES = ('blue', 'green', 'red', 'yellow')
 def color_builds(tmp_path_factory):
     """A clearly learnable tree (a colour per class, a noisy patch per image), built in both
     formats with the same seed: {'examples': OUT, 'paths': OUT, 'tree': ROOT}."""
-    import images_for_tests  # pylint: disable=import-outside-toplevel
     from pipelines import build  # pylint: disable=import-outside-toplevel
+
+    import images_for_tests  # pylint: disable=import-outside-toplevel
 
     root = tmp_path_factory.mktemp('color_tree')
     images_for_tests.write_tree(root, 48, COLOR_CLASSES)

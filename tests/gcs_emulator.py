@@ -1,0 +1,152 @@
+"""A real GCS server on this machine (the `gcp-storage-emulator` package) for gs:// tests.
+
+Test modules take the `gcs` fixture with `pytest_plugins = ['gcs_emulator']`. It starts the
+emulator in a subprocess on a free loopback port, points Google's clients at it for the
+module's tests and Beam's workers (`STORAGE_EMULATOR_HOST`, which worker processes inherit),
+creates a bucket, and stops the server at the end; its objects live in its memory only.
+
+Beam's GCS client always looks up Application Default Credentials, and on a machine without
+any it retries for about 30 s before connecting anonymously. The fixture therefore hands it a
+user credential (the `authorized_user` file format of `gcloud auth application-default login`)
+whose token expires in the year 2999: nothing is refreshed or fetched, and the emulator
+ignores the token. Builds still pass `--no_auth`, for the clients Beam creates with it.
+"""
+
+import contextlib
+import dataclasses
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+from google.auth.credentials import AnonymousCredentials
+from google.cloud import storage
+
+PROJECT = 'imageshards-test'
+_START_SECONDS = 30
+
+
+@dataclasses.dataclass
+class Emulator:
+    """A running emulator with one empty bucket, and a google-cloud-storage client for it."""
+
+    url: str
+    client: storage.Client
+    bucket: storage.Bucket
+
+    def uri(self, *parts):
+        """`gs://BUCKET/part/...`: a path in the bucket, as builds take it."""
+        return '/'.join([f'gs://{self.bucket.name}', *parts])
+
+    def upload_tree(self, local_root, prefix):
+        """Copies every file below `local_root` to `prefix/<relative path>`; returns its URI."""
+        for folder, _, names in os.walk(local_root):
+            for name in names:
+                path = os.path.join(folder, name)
+                relative = os.path.relpath(path, local_root).replace(os.sep, '/')
+                self.bucket.blob(f'{prefix}/{relative}').upload_from_filename(path)
+        return self.uri(prefix)
+
+    def upload(self, name, data):
+        self.bucket.blob(name).upload_from_string(data)
+        return self.uri(name)
+
+    def read(self, uri):
+        """The bytes of the object at `gs://BUCKET/name`."""
+        return self.bucket.blob(self.name(uri)).download_as_bytes()
+
+    def names(self, prefix):
+        """The names of the objects below `prefix/`, sorted."""
+        return sorted(
+            blob.name for blob in self.client.list_blobs(self.bucket, prefix=prefix + '/')
+        )
+
+    def name(self, uri):
+        bucket_prefix = f'gs://{self.bucket.name}/'
+        if not uri.startswith(bucket_prefix):
+            raise ValueError(f'{uri} is not in {bucket_prefix}')
+        return uri[len(bucket_prefix) :]
+
+
+def _free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+
+def _wait_until_serving(process, url, log_path):
+    deadline = time.monotonic() + _START_SECONDS
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            return False  # most likely the port was taken in the meantime
+        try:
+            with urllib.request.urlopen(url + '/', timeout=1) as response:
+                if response.status == 200:
+                    return True
+        except (urllib.error.URLError, ConnectionError):
+            time.sleep(0.05)
+    process.kill()
+    with open(log_path, encoding='utf-8', errors='replace') as f:
+        log = f.read()[-2000:]
+    raise RuntimeError(f'the GCS emulator did not answer at {url} in {_START_SECONDS} s:\n{log}')
+
+
+@contextlib.contextmanager
+def running_server(work_dir):
+    """Runs the emulator in a subprocess; yields its URL (http://127.0.0.1:PORT)."""
+    log_path = os.path.join(work_dir, 'gcs-emulator.log')
+    for _ in range(3):  # another process may take the free port before the emulator does
+        port = _free_port()
+        url = f'http://127.0.0.1:{port}'
+        command = [sys.executable, '-m', 'gcp_storage_emulator', 'start']
+        command += ['--host', '127.0.0.1', '--port', str(port), '--in-memory', '--quiet']
+        with open(log_path, 'wb') as log:
+            process = subprocess.Popen(command, cwd=work_dir, stdout=log, stderr=subprocess.STDOUT)
+        if _wait_until_serving(process, url, log_path):
+            break
+    else:
+        raise RuntimeError(f'the GCS emulator did not start; see {log_path}')
+    try:
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _credentials_file(work_dir):
+    path = os.path.join(work_dir, 'application_default_credentials.json')
+    with open(path, 'w', encoding='utf-8') as f:
+        json.dump(
+            {
+                'type': 'authorized_user',
+                'client_id': 'imageshards-tests',
+                'client_secret': 'unused',
+                'refresh_token': 'unused',
+                'token': 'emulator',
+                'expiry': '2999-01-01T00:00:00Z',
+            },
+            f,
+        )
+    return path
+
+
+@pytest.fixture(scope='module')
+def gcs(request, tmp_path_factory):
+    """An Emulator with an empty bucket named after the test module."""
+    work_dir = str(tmp_path_factory.mktemp('gcs-emulator'))
+    with running_server(work_dir) as url, pytest.MonkeyPatch.context() as env:
+        env.setenv('STORAGE_EMULATOR_HOST', url)
+        env.setenv('GOOGLE_APPLICATION_CREDENTIALS', _credentials_file(work_dir))
+        env.setenv('GOOGLE_CLOUD_PROJECT', PROJECT)
+        client = storage.Client(project=PROJECT, credentials=AnonymousCredentials())
+        bucket_name = request.module.__name__.rsplit('.', 1)[-1].replace('_', '-')
+        yield Emulator(url, client, client.create_bucket(bucket_name))

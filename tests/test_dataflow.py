@@ -1,0 +1,124 @@
+"""The Dataflow path up to submission: the job built offline with `--dry_run` (no job runs).
+
+The inputs and the output live on a local GCS emulator; the package's sdist is really built.
+"""
+
+import json
+import os
+import tarfile
+import tempfile
+
+import pytest
+from apache_beam.options.pipeline_options import SetupOptions
+from apache_beam.options.pipeline_options import StandardOptions
+from apache_beam.options.pipeline_options import WorkerOptions
+from apache_beam.portability.api import beam_runner_api_pb2
+
+from pipelines import build
+from pipelines import options
+from pipelines import runner
+
+import images_for_tests as imgs
+
+pytest_plugins = ['gcs_emulator']
+
+REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIG = os.path.join(REPOSITORY, 'configs', 'dataflow.yaml')
+MAIN_STEPS = {'ReadListing', 'ValidateImages', 'AssignShards', 'WriteShards', 'Finalize'}
+
+
+@pytest.fixture(scope='module')
+def images(gcs, tmp_path_factory):
+    root = tmp_path_factory.mktemp('dataflow-images')
+    imgs.write_tree(root, 3, ('a', 'b'))
+    return gcs.upload_tree(root, 'images')
+
+
+def _dry_run(gcs, *args):
+    """`build.run` of a --dry_run on Dataflow; returns the job the runner built."""
+    argv = ['--config', CONFIG, *args]
+    argv += ['--project', 'imageshards-test', '--region', 'us-central1']
+    argv += ['--temp_location', gcs.uri('tmp'), '--dry_run=True', '--no_auth']
+    _, beam_args = options.parse_build_args(argv)
+    pipeline = runner.make_pipeline(beam_args)  # what build.run makes, kept to see the job
+    assert build.run(argv, test_pipeline=pipeline) is None
+    return pipeline.runner.job
+
+
+@pytest.fixture
+def scratch_tempdir(tmp_path, monkeypatch):
+    # Beam stages the sdist and the pickled session in a temporary folder it never removes.
+    monkeypatch.setattr(tempfile, 'tempdir', str(tmp_path))
+
+
+def _staged_artifacts(job):
+    """{staged name: local file} of the workers' environment."""
+    staged = {}
+    for environment in job.proto_pipeline.components.environments.values():
+        for artifact in environment.dependencies:
+            role = beam_runner_api_pb2.ArtifactStagingToRolePayload.FromString(
+                artifact.role_payload
+            )
+            source = beam_runner_api_pb2.ArtifactFilePayload.FromString(artifact.type_payload)
+            staged[role.staged_name] = source.path
+    return staged
+
+
+@pytest.mark.usefixtures('scratch_tempdir')
+def test_dry_run_builds_the_job_with_the_package_staged_and_leaves_no_files(gcs, images):
+    job = _dry_run(gcs, '--input', images, '--output', gcs.uri('shards'))
+    steps = {t.unique_name.split('/')[0] for t in job.proto_pipeline.components.transforms.values()}
+    assert steps >= MAIN_STEPS
+    # The runner, the workers and the setup file come from the config file and the defaults.
+    assert job.options.view_as(StandardOptions).runner == 'DataflowRunner'
+    workers = job.options.view_as(WorkerOptions)
+    assert (workers.machine_type, workers.max_num_workers, workers.disk_size_gb) == (
+        'n2-standard-4',
+        20,
+        30,
+    )
+    setup_file = job.options.view_as(SetupOptions).setup_file
+    assert setup_file == os.path.join(REPOSITORY, 'setup.py')
+    with tarfile.open(_staged_artifacts(job)['workflow.tar.gz']) as sdist:
+        names = {name.split('/', 1)[-1] for name in sdist.getnames()}
+    assert {'setup.py', 'pipelines/build.py', 'imageshards/features.py'} <= names
+    # The listing written for the job is gone again: a real run needs no --overwrite.
+    assert gcs.names('shards') == []
+
+
+@pytest.mark.usefixtures('scratch_tempdir')
+def test_dry_run_with_overwrite_leaves_an_earlier_build_in_place(gcs, images):
+    earlier = {'splits': {'train': {'shards': [{'path': 'train/train-00000-of-00001.tfrecord'}]}}}
+    gcs.upload('earlier/dataset.json', json.dumps(earlier))
+    gcs.upload('earlier/train/train-00000-of-00001.tfrecord', b'records')
+    gcs.upload('earlier/_SUCCESS', b'')
+    before = gcs.names('earlier')
+    _dry_run(gcs, '--input', images, '--output', gcs.uri('earlier'), '--overwrite')
+    assert gcs.names('earlier') == before
+    with pytest.raises(FileExistsError, match='--overwrite'):
+        _dry_run(gcs, '--input', images, '--output', gcs.uri('earlier'))
+    assert gcs.names('earlier') == before
+
+
+@pytest.mark.usefixtures('scratch_tempdir')
+def test_a_job_that_cannot_be_submitted_leaves_no_files(gcs, images, tmp_path):
+    missing = str(tmp_path / 'nowhere' / 'setup.py')
+    with pytest.raises(RuntimeError, match='setup_file'):
+        _dry_run(gcs, '--input', images, '--output', gcs.uri('refused'), f'--setup_file={missing}')
+    assert gcs.names('refused') == []
+
+
+def test_local_paths_are_refused_on_dataflow(gcs, images, tmp_path):
+    with pytest.raises(ValueError, match='--output .* local path'):
+        _dry_run(gcs, '--input', images, '--output', str(tmp_path / 'out'))
+
+
+def test_without_a_setup_py_the_error_says_what_to_pass(tmp_path, monkeypatch):
+    # As installed from a wheel or an sdist: the packages, and no setup.py beside them.
+    monkeypatch.setattr(runner, '_SOURCE_ROOT', str(tmp_path))
+    dataflow = ['--runner=DataflowRunner', '--project=imageshards-test', '--region=us-central1']
+    dataflow.append('--temp_location=gs://imageshards-test/tmp')
+    with pytest.raises(ValueError, match='--setup_file'):
+        runner.make_pipeline(dataflow)
+    given = runner.make_pipeline([*dataflow, f'--setup_file={CONFIG}'])
+    assert given.options.view_as(SetupOptions).setup_file == CONFIG
