@@ -1,10 +1,12 @@
 """Augmentation of whole batches in graph ops: the write-ups' augmentations without py_function.
 
-Every op takes a float32 batch [batch, height, width, 3] in [0, 1] and a stateless seed (a
-shape [2] int tensor), draws one random setting per image, and works on the batch at once:
-flips, an affine warp (rotation, shift, shear, zoom) through one ImageProjectiveTransformV3,
-scale augmentation (resize then random crop) through crop_and_resize, random erasing with masks,
-brightness and contrast. The same seed gives the same result, eagerly or inside tf.data.
+Every op takes a batch [batch, height, width, 3] of uint8 pixels (what the input pipeline
+delivers) or of floats in [0, 1], returns the same dtype, and takes a stateless seed (a shape
+[2] int tensor). It draws one random setting per image and works on the batch at once: flips
+(one gather), an affine warp (rotation, shift, shear, zoom) through one
+ImageProjectiveTransformV3, scale augmentation (resize then random crop) through
+crop_and_resize, random erasing with a mask, brightness and contrast. The same seed gives the
+same result, eagerly or inside tf.data.
 
 Each is off unless asked for. `parse_augment('standard')` turns on a sensible set;
 `parse_augment('standard,rotation_degrees=20,erasing_probability=0')` adjusts it, and
@@ -45,15 +47,10 @@ class AugmentConfig:
 
 PRESETS = {
     'none': AugmentConfig(),
-    'standard': AugmentConfig(
-        flip_horizontal=True,
-        rotation_degrees=10.0,
-        shift_fraction=0.1,
-        zoom_range=0.1,
-        brightness_delta=0.1,
-        contrast_range=(0.9, 1.1),
-        erasing_probability=0.25,
-    ),
+    # On top of the random-resized crop cut while decoding (which already varies scale,
+    # aspect ratio and position): the ImageNet recipe's horizontal flip, and random erasing.
+    # The rest is there to add, e.g. 'standard,rotation_degrees=10,brightness_delta=0.1'.
+    'standard': AugmentConfig(flip_horizontal=True, erasing_probability=0.25),
 }
 
 
@@ -93,9 +90,9 @@ def augment_batch(images, config, seed):
     """Applies `config` to a batch; a no-op when nothing is asked for."""
     seeds = tf.random.experimental.stateless_split(tf.cast(seed, tf.int64), num=7)
     if config.flip_horizontal:
-        images = tf.image.stateless_random_flip_left_right(images, seeds[0])
+        images = random_flip(images, axis=2, seed=seeds[0])
     if config.flip_vertical:
-        images = tf.image.stateless_random_flip_up_down(images, seeds[1])
+        images = random_flip(images, axis=1, seed=seeds[1])
     if tuple(config.scale_range) != (1.0, 1.0):
         images = scale_crop(images, config.scale_range, seeds[2])
     if config.warps:
@@ -111,6 +108,31 @@ def augment_batch(images, config, seed):
 
 def _uniform(shape, seed, low, high):
     return tf.random.stateless_uniform(shape, seed, minval=low, maxval=high)
+
+
+def _scale(dtype):
+    """What 1.0 (full intensity) is in `dtype`."""
+    return 255.0 if dtype == tf.uint8 else 1.0
+
+
+def _as(values, dtype):
+    """Float pixel values back in the batch's dtype (rounded and saturated for uint8)."""
+    if dtype == tf.uint8:
+        return tf.saturate_cast(tf.round(values), tf.uint8)
+    return tf.cast(values, dtype)
+
+
+def random_flip(images, axis, seed):
+    """Mirrors each image along `axis` (2: left-right, 1: up-down) with probability 1/2.
+
+    One gather of reversed or identity indices per image: a single pass over the batch (where
+    tf.image's flip reverses every image and then selects).
+    """
+    batch, size = tf.shape(images)[0], tf.shape(images)[axis]
+    flip = tf.random.stateless_uniform([batch], seed) < 0.5
+    forward = tf.range(size)
+    indices = tf.where(flip[:, None], tf.reverse(forward, [0])[None, :], forward[None, :])
+    return tf.gather(images, indices, axis=axis, batch_dims=1)
 
 
 def affine_warp(images, config, seed):
@@ -153,38 +175,50 @@ def scale_crop(images, scale_range, seed):
     top = _uniform([batch], s[1], 0.0, 1.0) * (1.0 - side)
     left = _uniform([batch], s[2], 0.0, 1.0) * (1.0 - side)
     boxes = tf.stack([top, left, top + side, left + side], axis=1)
-    return tf.image.crop_and_resize(images, boxes, tf.range(batch), shape[1:3])
+    cropped = tf.image.crop_and_resize(images, boxes, tf.range(batch), shape[1:3])
+    return _as(cropped, images.dtype)
 
 
 def brightness_contrast(images, delta, contrast_range, seed):
+    """Per image: contrast scaled about its channel means by a factor, plus a brightness shift."""
     batch = tf.shape(images)[0]
+    scale = _scale(images.dtype)
     s = tf.random.experimental.stateless_split(seed, num=2)
-    shift = _uniform([batch, 1, 1, 1], s[0], -delta, delta)
+    shift = _uniform([batch, 1, 1, 1], s[0], -delta, delta) * scale
     factor = _uniform([batch, 1, 1, 1], s[1], contrast_range[0], contrast_range[1])
-    means = tf.reduce_mean(images, axis=[1, 2], keepdims=True)
-    return tf.clip_by_value((images - means) * factor + means + shift, 0.0, 1.0)
+    values = tf.cast(images, tf.float32)
+    means = tf.reduce_mean(values, axis=[1, 2], keepdims=True)
+    # (x - mean) * factor + mean + shift, folded into one multiply-add over the pixels.
+    adjusted = tf.clip_by_value(values * factor + (means * (1.0 - factor) + shift), 0.0, scale)
+    return _as(adjusted, images.dtype)
 
 
 def random_erasing(images, probability, area_range, seed):
-    """Random erasing (Zhong et al.): a random rectangle of noise in a `probability` share."""
+    """Random erasing (Zhong et al.): in a `probability` share of the images, one random
+    rectangle is filled with a random colour (per-pixel noise would cost more than decoding).
+
+    Only the chosen images are masked and written back, so a pass over the batch costs about
+    `probability` of one over every image.
+    """
     shape = tf.shape(images)
     batch, height, width = shape[0], shape[1], shape[2]
     s = tf.random.experimental.stateless_split(seed, num=6)
-    area = _uniform([batch], s[0], area_range[0], area_range[1])
-    aspect = tf.exp(_uniform([batch], s[1], math.log(0.3), math.log(1 / 0.3)))
+    chosen = tf.where(_uniform([batch], s[4], 0.0, 1.0) < probability)[:, 0]
+    count = tf.shape(chosen)[0]
+    area = tf.gather(_uniform([batch], s[0], area_range[0], area_range[1]), chosen)
+    aspect = tf.gather(tf.exp(_uniform([batch], s[1], math.log(0.3), math.log(1 / 0.3))), chosen)
     h = tf.minimum(tf.sqrt(area * aspect), 1.0) * tf.cast(height, tf.float32)
     w = tf.minimum(tf.sqrt(area / aspect), 1.0) * tf.cast(width, tf.float32)
-    top = _uniform([batch], s[2], 0.0, 1.0) * (tf.cast(height, tf.float32) - h)
-    left = _uniform([batch], s[3], 0.0, 1.0) * (tf.cast(width, tf.float32) - w)
-    rows = tf.cast(tf.range(height), tf.float32)[None, :, None]
-    cols = tf.cast(tf.range(width), tf.float32)[None, None, :]
-    inside = (
-        (rows >= top[:, None, None])
-        & (rows < (top + h)[:, None, None])
-        & (cols >= left[:, None, None])
-        & (cols < (left + w)[:, None, None])
+    top = tf.gather(_uniform([batch], s[2], 0.0, 1.0), chosen) * (tf.cast(height, tf.float32) - h)
+    left = tf.gather(_uniform([batch], s[3], 0.0, 1.0), chosen) * (tf.cast(width, tf.float32) - w)
+    rows = tf.cast(tf.range(height), tf.float32)[None, :]
+    cols = tf.cast(tf.range(width), tf.float32)[None, :]
+    in_rows = (rows >= top[:, None]) & (rows < (top + h)[:, None])  # [count, height]
+    in_cols = (cols >= left[:, None]) & (cols < (left + w)[:, None])  # [count, width]
+    mask = in_rows[:, :, None, None] & in_cols[:, None, :, None]
+    colours = tf.gather(tf.random.stateless_uniform([batch, 1, 1, 3], s[5]), chosen)
+    colour = _as(colours * _scale(images.dtype), images.dtype)
+    erased = tf.where(mask, colour, tf.gather(images, chosen))
+    return tf.tensor_scatter_nd_update(
+        images, chosen[:, None], tf.reshape(erased, tf.concat([[count], shape[1:]], axis=0))
     )
-    chosen = _uniform([batch], s[4], 0.0, 1.0) < probability
-    mask = (inside & chosen[:, None, None])[..., None]
-    noise = tf.random.stateless_uniform(shape, s[5])
-    return tf.where(mask, noise, images)

@@ -20,7 +20,7 @@ def serving_fn(model, labels, image_size):
         images = tf.map_fn(
             lambda encoded: preprocess.for_eval(encoded, image_size),
             image_bytes,
-            fn_output_signature=tf.TensorSpec([*image_size, 3], tf.float32),
+            fn_output_signature=tf.TensorSpec([*image_size, 3], tf.uint8),
         )
         probabilities = tf.cast(model(images, training=False), tf.float32)
         top = tf.argmax(probabilities, axis=-1)

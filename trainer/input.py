@@ -77,7 +77,7 @@ def make_dataset(
     skipped=None,
     **options,
 ):
-    """Batches of (float32 images in [0, 1], int64 labels) from a build's split.
+    """Batches of (uint8 images, int64 labels) from a build's split.
 
     Args:
         data_dir: the build's output directory (local, gs://, or /gcs/...).

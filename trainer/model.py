@@ -1,8 +1,9 @@
 """The models the trainer can build: a small CNN for fast runs, ResNet-50 and EfficientNet-B0.
 
-All take float32 images in [0, 1] and end in a float32 softmax, so that mixed precision
-(`mixed_float16`) keeps the output and the loss in full precision. The keras.applications
-models are built with `weights=None`: nothing is downloaded.
+All take uint8 images (what the input pipeline and the serving signature deliver), scale them
+on the accelerator, and end in a float32 softmax, so that mixed precision (`mixed_float16`)
+keeps the output and the loss in full precision. The keras.applications models are built
+with `weights=None`: nothing is downloaded.
 """
 
 import keras
@@ -12,20 +13,21 @@ MODELS = ('small_cnn', 'resnet50', 'efficientnet_b0')
 
 def build_model(name, num_classes, image_size, dropout=0.2):
     """A Keras model `name` for images of `image_size` (height, width) and `num_classes`."""
-    inputs = keras.Input((*image_size, 3), name='image')
+    inputs = keras.Input((*image_size, 3), dtype='uint8', name='image')
+    scaled = keras.layers.Rescaling(1 / 255, name='scale')(inputs)  # uint8 -> [0, 1] floats
     if name == 'small_cnn':
-        features = _small_cnn(inputs)
+        features = _small_cnn(scaled)
     elif name == 'resnet50':
         backbone = keras.applications.ResNet50(
             include_top=False, weights=None, input_shape=(*image_size, 3), pooling='avg'
         )
-        features = backbone(inputs)
+        features = backbone(scaled)
     elif name == 'efficientnet_b0':
         # EfficientNet rescales 0..255 input itself.
         backbone = keras.applications.EfficientNetB0(
             include_top=False, weights=None, input_shape=(*image_size, 3), pooling='avg'
         )
-        features = backbone(keras.layers.Rescaling(255.0)(inputs))
+        features = backbone(keras.layers.Rescaling(1.0, name='to_float')(inputs))
     else:
         raise ValueError(f'--model {name!r}: expected one of {", ".join(MODELS)}')
     if dropout:

@@ -2,15 +2,17 @@
 evaluation and the exported serving signature.
 
 Every function takes an encoded image (JPEG, PNG, or anything `tf.io.decode_image` reads) and
-returns float32 RGB pixels in [0, 1]. JPEGs are decoded with the accurate integer IDCT, which
-gives exactly the pixels Pillow shows (the build checks that against what it stores);
-training crops are cut while decoding (`decode_and_crop_jpeg`), so only the pixels kept are
-decoded.
+returns uint8 RGB pixels: the input pipeline moves a quarter of the bytes that float32 would,
+and the model scales them on the accelerator. JPEGs are decoded with the accurate integer
+IDCT, which gives exactly the pixels Pillow shows (the build checks that against what it
+stores); training crops are cut while decoding (`decode_and_crop_jpeg`), so only the pixels
+kept are decoded.
 """
 
 import tensorflow as tf
 
-DCT_METHOD = 'INTEGER_ACCURATE'
+DCT_METHOD = 'INTEGER_ACCURATE'  # evaluation and serving: exactly Pillow's pixels
+TRAINING_DCT_METHOD = 'INTEGER_FAST'  # training crops: a few levels off, 6% faster to decode
 EVAL_CROP_FRACTION = 0.875  # the central crop of the Inception/ResNet evaluation recipe
 
 
@@ -23,7 +25,7 @@ def decode(encoded):
     )
 
 
-def decode_window(encoded, choose_window):
+def decode_window(encoded, choose_window, dct_method=DCT_METHOD):
     """The pixels of the window [top, left, height, width] that `choose_window(shape)` picks.
 
     JPEGs are measured from their header and only the window is decoded; other formats are
@@ -32,7 +34,7 @@ def decode_window(encoded, choose_window):
 
     def jpeg():
         window = choose_window(tf.image.extract_jpeg_shape(encoded)[:2])
-        return tf.image.decode_and_crop_jpeg(encoded, window, channels=3, dct_method=DCT_METHOD)
+        return tf.image.decode_and_crop_jpeg(encoded, window, channels=3, dct_method=dct_method)
 
     def general():
         image = tf.io.decode_image(encoded, channels=3, expand_animations=False)
@@ -43,11 +45,18 @@ def decode_window(encoded, choose_window):
 
 
 def resize(image, image_size):
-    """uint8 pixels -> float32 in [0, 1], resized (bilinear, antialiased) to image_size."""
-    image = tf.image.convert_image_dtype(image, tf.float32)
-    resized = tf.image.resize(image, image_size, method='bilinear', antialias=True)
-    resized.set_shape([image_size[0], image_size[1], 3])
-    return tf.clip_by_value(resized, 0.0, 1.0)
+    """uint8 pixels resized (bilinear, rounded) to image_size, still uint8.
+
+    Without antialiasing, as in the Inception/ResNet recipes: crops shrink by at most a few
+    times, and the antialiasing kernel would cost more than decoding the crop (measured: 544
+    against 1,482 images/s for crop, decode and resize on 2 cores).
+    """
+    resized = tf.image.resize(image, image_size, method='bilinear')
+    if isinstance(image_size, (tuple, list)):  # a static size (patches resize to a tensor)
+        resized.set_shape([image_size[0], image_size[1], 3])
+    # Bilinear values of uint8 pixels stay within [0, 255]: adding 0.5 and truncating rounds,
+    # in one op where round-and-saturate takes three.
+    return tf.cast(resized + 0.5, tf.uint8)
 
 
 def central_window(shape, fraction=EVAL_CROP_FRACTION):
@@ -81,7 +90,9 @@ def random_window(shape, seed, area_range=(0.08, 1.0), aspect_ratio_range=(3 / 4
 
 def for_training(encoded, image_size, seed, area_range=(0.08, 1.0)):
     """Training: a random-resized crop, decoded from the JPEG's crop window only."""
-    window = decode_window(encoded, lambda shape: random_window(shape, seed, area_range))
+    window = decode_window(
+        encoded, lambda shape: random_window(shape, seed, area_range), TRAINING_DCT_METHOD
+    )
     return resize(window, image_size)
 
 
@@ -90,12 +101,12 @@ def random_patches(encoded, patches, patch_size, seed):
 
     Images smaller than a patch are first resized up so that their short side fits one.
     """
-    image = tf.image.convert_image_dtype(decode(encoded), tf.float32)
+    image = decode(encoded)
     shape = tf.shape(image)
     short = tf.minimum(shape[0], shape[1])
     scale = tf.maximum(1.0, patch_size / tf.cast(short, tf.float32))
     new_size = tf.cast(tf.math.ceil(tf.cast(shape[:2], tf.float32) * scale), tf.int32)
-    image = tf.image.resize(image, new_size, antialias=True)
+    image = tf.cond(scale > 1.0, lambda: resize(image, new_size), lambda: image)
     max_top = tf.cast(new_size[0] - patch_size + 1, tf.float32)
     max_left = tf.cast(new_size[1] - patch_size + 1, tf.float32)
     offsets = tf.random.stateless_uniform([patches, 2], seed=seed)
@@ -106,4 +117,4 @@ def random_patches(encoded, patches, patch_size, seed):
     by_rows = tf.gather(image, rows)  # [patches, patch_size, width, 3]
     cut = tf.gather(by_rows, cols, axis=2, batch_dims=1)  # [patches, patch_size, patch_size, 3]
     cut.set_shape([patches, patch_size, patch_size, 3])
-    return tf.clip_by_value(cut, 0.0, 1.0)
+    return cut
