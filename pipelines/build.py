@@ -25,6 +25,7 @@ from apache_beam.options.pipeline_options import TestOptions
 
 from imageshards import features
 from pipelines import finalize
+from pipelines import inputs
 from pipelines import listing as listing_lib
 from pipelines import options
 from pipelines import runner
@@ -102,7 +103,7 @@ def build_pipeline(pipeline, config, listing, listing_path, output_dir):
 
 
 def _absolute(path):
-    return path if listing_lib.is_uri(path) else os.path.abspath(path)
+    return path if inputs.is_uri(path) else os.path.abspath(path)
 
 
 def _listable(spec):
@@ -113,8 +114,8 @@ def _listable(spec):
     and labels are those of the folder.
     """
     if (
-        not listing_lib.is_uri(spec)
-        or listing_lib.is_manifest(spec)
+        not inputs.is_uri(spec)
+        or inputs.is_manifest(spec)
         or any(char in spec for char in '*?[')
         or FileSystems.get_filesystem(spec).has_dirs()
     ):
@@ -129,7 +130,7 @@ def _listable(spec):
 def _check_dataflow_paths(pipeline_options, config):
     """Refuses local paths on Dataflow, whose workers cannot reach this machine's disk."""
     for flag, path in (('--input', config.input), ('--output', config.output)):
-        if not listing_lib.is_uri(path):
+        if not inputs.is_uri(path):
             raise ValueError(
                 f'{flag} {path} is a local path, which Dataflow workers cannot read or write; '
                 f'use gs:// paths (gsutil -m cp -r ... gs://BUCKET/...) or the DirectRunner'
@@ -148,6 +149,12 @@ def run(argv=None, test_pipeline=None):
     as it was and returns None.
     """
     config, beam_args = options.parse_build_args(argv)
+    for flag, path in (('--input', config.input), ('--output', config.output)):
+        if inputs.redact(path) != path:  # before any message could repeat the secret
+            raise ValueError(
+                f'{flag} {inputs.redact(path)} carries credentials; give them '
+                f'to the storage client (gcloud auth, a service account) instead'
+            )
     # Made first: a Pipeline checks its options and hands them to FileSystems, so that the
     # launcher's own listing and output checks reach gs:// with the pipeline's credentials.
     pipeline = test_pipeline or runner.make_pipeline(beam_args)
@@ -160,7 +167,7 @@ def run(argv=None, test_pipeline=None):
     listing = listing_lib.list_inputs(
         _listable(config.input), config.allow_roots, config.follow_symlinks
     )
-    if not listing_lib.is_manifest(config.input) and output_dir.startswith(listing.base + '/'):
+    if not inputs.is_manifest(config.input) and output_dir.startswith(listing.base + '/'):
         raise ValueError(
             f'--output {output_dir} is inside --input {listing.base}: a later build '
             f'would list its own output as images; choose another directory'

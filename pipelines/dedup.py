@@ -2,7 +2,7 @@
 
 import apache_beam as beam
 
-from pipelines.listing import source_path
+from pipelines.inputs import source_path
 from pipelines.validate import NAMESPACE
 
 DUPLICATES = 'duplicates'

@@ -200,11 +200,42 @@ def dataset_summary(context, shards, rejections, duplicates, plan):
     }
 
 
+def staged_path(output_dir, relative):
+    """Where a finished shard waits for Finalize: under the build's temporary folder."""
+    return join(output_dir, TEMP_DIR, 'shards', relative)
+
+
+def make_parent(path):
+    """Creates the local folder `path` goes in (object stores have no folders)."""
+    parent = path.rsplit('/', 1)[0]
+    if FileSystems.get_scheme(path) is None and not FileSystems.exists(parent):
+        try:
+            FileSystems.mkdirs(parent)
+        except OSError:  # another writer created it first
+            pass
+
+
+def _publish_shards(output_dir, shards):
+    """Moves staged shards to their contract names; ones already moved (a rerun) stay."""
+    moves = []
+    for shard in shards:
+        staged, final = staged_path(output_dir, shard['path']), join(output_dir, shard['path'])
+        if FileSystems.exists(staged):
+            moves.append((staged, final))
+        elif not FileSystems.exists(final):
+            raise FileNotFoundError(f'shard {shard["path"]} is neither staged nor in place')
+    for _, final in moves:
+        make_parent(final)
+    if moves:
+        FileSystems.rename([staged for staged, _ in moves], [final for _, final in moves])
+
+
 def _finalize(unused_element, shards, rejections, duplicates, plan, context):
     output_dir = context['output']
     rejections = sorted(rejections, key=lambda row: row['id'])
     duplicates = sorted(duplicates, key=lambda row: row['id'])
     summary = dataset_summary(context, shards, rejections, duplicates, plan)
+    _publish_shards(output_dir, shards)
     _write_atomically(join(output_dir, REJECTED_JSONL), _jsonl(rejections))
     if context['dedup']:
         _write_atomically(join(output_dir, DUPLICATES_JSONL), _jsonl(duplicates))
@@ -218,7 +249,8 @@ def _finalize(unused_element, shards, rejections, duplicates, plan, context):
 
 
 class Finalize(beam.PTransform):
-    """Writes rejected.jsonl, duplicates.jsonl, dataset.json and, last, _SUCCESS.
+    """Moves the shards into place, writes rejected.jsonl, duplicates.jsonl, dataset.json and,
+    last, _SUCCESS.
 
     Runs once, after every shard is written (it reads them all as side inputs). Running it
     again writes the same files.

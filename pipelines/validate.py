@@ -35,7 +35,7 @@ class ImageMeta(typing.NamedTuple):
     """What the shuffle moves for one valid image: compact metadata, never pixels or bytes."""
 
     id: int
-    key: str  # the source is `listing.source_path(base, key)`
+    key: str  # the source is `inputs.source_path(base, key)`
     label: int
     split: str  # a manifest's split, or '' to be assigned
     format: str

@@ -1,8 +1,9 @@
 """WriteShards: one TFRecord file per (split, shard), its records in seeded random order.
 
 Image bytes are read here, a second time, so that the shuffle before this step carries only
-metadata. Each shard is written under the build's temporary folder and renamed into place when
-complete, so a crash never leaves a file that looks like a finished shard.
+metadata. Each shard is written under the build's temporary folder and stays there, complete,
+until Finalize moves every shard into place at once: a build killed while writing leaves no
+file that looks like a finished shard.
 """
 
 import collections
@@ -14,12 +15,14 @@ import uuid
 import apache_beam as beam
 import google_crc32c
 from apache_beam.io.filesystems import FileSystems
+from PIL import Image
 
 from imageshards import features
 from imageshards import tfrecord
+from pipelines import finalize
 from pipelines import images
 from pipelines.assign import order_key
-from pipelines.listing import source_path
+from pipelines.inputs import source_path
 from pipelines.validate import NAMESPACE
 from pipelines.validate import read_file
 from pipelines.validate import reencoded_path
@@ -67,6 +70,10 @@ class _WriteShard(beam.DoFn):
 
     def setup(self):
         self._pool = concurrent.futures.ThreadPoolExecutor(self._io_threads)
+        # Only validated images reach the writer (their size already checked against
+        # --max-pixels, their bytes against a CRC before re-encoding): Pillow's own bomb
+        # limit, which --max-pixels may exceed, must not refuse them here.
+        Image.MAX_IMAGE_PIXELS = None
 
     def teardown(self):
         if self._pool:
@@ -90,9 +97,9 @@ class _WriteShard(beam.DoFn):
                 digest.update(framed)
                 num_bytes += len(framed)
                 class_counts[meta.label] += 1
-        final = FileSystems.join(self._output_dir, relative)
-        _make_parent(final)
-        FileSystems.rename([temporary], [final])
+        staged = finalize.staged_path(self._output_dir, relative)
+        finalize.make_parent(staged)
+        FileSystems.rename([temporary], [staged])
         self._records.inc(len(metas))
         self._bytes.inc(num_bytes)
         self._shards.inc()
@@ -147,15 +154,6 @@ def _stored_bytes(source, meta):
                 f'validation: workers must share one Pillow version'
             )
     return data
-
-
-def _make_parent(path):
-    parent = path.rsplit('/', 1)[0]
-    if FileSystems.get_scheme(path) is None and not FileSystems.exists(parent):
-        try:
-            FileSystems.mkdirs(parent)
-        except OSError:  # another shard's writer created it first
-            pass
 
 
 class WriteShards(beam.PTransform):

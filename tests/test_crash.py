@@ -126,12 +126,6 @@ def test_a_killed_build_is_not_marked_complete(killed):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason='write.py renames each shard to its final name as soon as it is written; the fix '
-    '(shards stay in OUT/.imageshards-tmp until Finalize moves them) is in files this change '
-    'may not edit: see docs/reliability.md',
-)
 def test_a_killed_build_leaves_no_file_that_looks_like_a_finished_shard(killed):
     out, files = killed
     assert [path for path in files if CONTRACT_SHARD.match(path)] == []

@@ -2,6 +2,7 @@
 
 import hashlib
 import json
+import pathlib
 
 import apache_beam as beam
 import google_crc32c
@@ -12,9 +13,10 @@ from apache_beam.testing.util import equal_to
 from imageshards import features
 from imageshards import tfrecord
 from pipelines import assign
+from pipelines import finalize
 from pipelines import images
 from pipelines.dedup import DropDuplicates
-from pipelines.listing import InputEntry
+from pipelines.inputs import InputEntry
 from pipelines.validate import ImageMeta
 from pipelines.validate import ValidateImages
 from pipelines.write import WriteShards
@@ -184,6 +186,11 @@ def _write_shards(p, pieces, plan, tmp_path, fmt=features.EXAMPLES, labels=('a',
     )
 
 
+def _staged(out, relative):
+    """Where WriteShards leaves a shard for Finalize to move into place."""
+    return pathlib.Path(finalize.staged_path(str(out), relative))
+
+
 def _read_shard(path, tf):
     with open(path, 'rb') as f:
         return [tf.train.Example.FromString(record) for record in tfrecord.read_records(f, path)]
@@ -214,7 +221,7 @@ def test_write_shards_writes_exact_shard_contents(tmp_path, tf):
             ),
         )
     for index, members in enumerate([metas[:2] + metas[6:], metas[2:4], metas[4:6]]):
-        records = _read_shard(out / 'train' / f'train-0000{index}-of-00003.tfrecord', tf)
+        records = _read_shard(_staged(out, f'train/train-0000{index}-of-00003.tfrecord'), tf)
         expected = sorted(members, key=lambda m: assign.order_key(0, m))
         assert [r.features.feature[features.ID].int64_list.value[0] for r in records] == [
             m.id for m in expected
@@ -245,8 +252,8 @@ def test_write_shards_writes_empty_shards_and_paths_records(tmp_path, tf):
         tmp_path,
     )
     assert sorted((s['index'], s['num_records']) for s in shards) == [(0, 2), (1, 0), (2, 0)]
-    assert (out / 'train' / 'train-00002-of-00003.tfrecord').read_bytes() == b''
-    records = _read_shard(out / 'train' / 'train-00000-of-00003.tfrecord', tf)
+    assert _staged(out, 'train/train-00002-of-00003.tfrecord').read_bytes() == b''
+    records = _read_shard(_staged(out, 'train/train-00000-of-00003.tfrecord'), tf)
     paths = sorted(r.features.feature[features.PATH].bytes_list.value[0].decode() for r in records)
     assert paths == sorted(_source(tmp_path, m) for m in metas)
     assert all(features.ENCODED not in r.features.feature for r in records)
@@ -260,7 +267,7 @@ def test_shard_bytes_parse_with_the_trainers_feature_spec(tmp_path, tf):
     out = tmp_path / 'out'
     with new_test_pipeline() as p:
         _write_shards(p, [(('train', 0), metas)], plan, tmp_path)
-    dataset = tf.data.TFRecordDataset(str(out / 'train' / 'train-00000-of-00001.tfrecord'))
+    dataset = tf.data.TFRecordDataset(str(_staged(out, 'train/train-00000-of-00001.tfrecord')))
     batch = next(
         iter(
             dataset.batch(8).map(
@@ -289,4 +296,4 @@ def test_write_shards_fails_loudly_when_an_input_changed_after_validation(tmp_pa
     with pytest.raises(Exception, match='changed while the build was running'):
         with new_test_pipeline() as p:
             _write_shards(p, [(('train', 0), metas)], plan, tmp_path)
-    assert not (out / 'train').exists()
+    assert not (out / 'train').exists() and not _staged(out, 'train').exists()

@@ -263,3 +263,15 @@ def test_no_module_unpickles_or_evaluates_data():
         for match in forbidden.finditer(path.read_text(encoding='utf-8'))
     ]
     assert not found
+
+
+def test_credentials_in_input_or_output_are_refused_without_repeating_them(tmp_path, caplog):
+    from pipelines import build  # pylint: disable=import-outside-toplevel
+
+    for flags in (
+        ['--input', 'https://user:s3cr3t@host/data', '--output', str(tmp_path / 'o')],
+        ['--input', str(tmp_path), '--output', 'gs://user:s3cr3t@bucket/out'],
+    ):
+        assert build.main(flags) == 2
+    assert 'carries credentials' in caplog.text
+    assert 's3cr3t' not in caplog.text

@@ -1,0 +1,117 @@
+"""What listing produces: the inputs of a build, and the path helpers every step shares.
+
+Paths are local (absolute) or URIs that Beam's FileSystems read. A URL carrying credentials is
+never used, and `redact` removes them from anything shown.
+"""
+
+import collections
+import dataclasses
+import os
+import posixpath
+import re
+import typing
+
+from apache_beam.io.filesystems import FileSystems
+
+IMAGE_EXTENSIONS = frozenset(
+    ['.jpg', '.jpeg', '.jpe', '.jfif', '.png', '.gif', '.bmp', '.webp', '.tif', '.tiff']
+)
+MANIFEST_COLUMNS = ('path', 'label', 'split')
+URI_SCHEME = re.compile(r'^[a-zA-Z][a-zA-Z0-9+.-]*://')
+# URL user info (user:password@), which must never be used or shown.
+USERINFO = re.compile(r'^([a-zA-Z][a-zA-Z0-9+.-]*://)[^/?#]*@')
+_WEB_SCHEMES = ('http://', 'https://', 'ftp://')
+
+
+class InputEntry(typing.NamedTuple):
+    """One input of the build. `reject` holds a reason code when listing already rejected it."""
+
+    id: int
+    path: str  # what workers read: an absolute local path or a URI
+    key: str  # stable key: the path relative to the input root, seeds the shuffle
+    label: str
+    split: str = ''  # set only by a manifest's split column
+    reject: str = ''
+    detail: str = ''
+
+
+@dataclasses.dataclass
+class Listing:
+    entries: list  # [InputEntry], in id order
+    labels: list  # sorted names of the labels of the entries not rejected here
+    skipped: dict  # reason -> number of files that are not inputs (hidden, not an image)
+    skipped_examples: list  # a few skipped paths, for the log
+    base: (
+        str  # what relative keys are relative to: the root, the glob's base, the manifest's folder
+    )
+
+    @property
+    def num_skipped(self):
+        return sum(self.skipped.values())
+
+    def summary(self):
+        """What the pipeline needs to know of the listing, without holding every entry."""
+        groups = collections.Counter((e.split, e.label) for e in self.entries if not e.reject)
+        return ListingSummary(
+            self.labels,
+            len(self.entries),
+            dict(self.skipped),
+            self.base,
+            max(groups.values(), default=0),
+        )
+
+
+class ListingSummary(typing.NamedTuple):
+    labels: list
+    num_inputs: int
+    skipped: dict
+    base: str
+    largest_group: int  # images of the most common (manifest split, label)
+
+
+def source_path(base, key):
+    """The path or URI of the input with this stable key (see `InputEntry.key`)."""
+    if is_uri(key) or posixpath.isabs(key):
+        return key
+    return FileSystems.join(base, key)
+
+
+def is_manifest(spec):
+    return spec.lower().endswith(('.csv', '.jsonl'))
+
+
+def is_uri(path):
+    return bool(URI_SCHEME.match(path))
+
+
+def redact(path):
+    """`path` without credentials: URL user info, and the query of web URLs (signed URLs)."""
+    path = USERINFO.sub(r'\1***@', path)
+    if path.lower().startswith(_WEB_SCHEMES) and '?' in path:
+        path = path.split('?', 1)[0] + '?***'
+    return path
+
+
+def absolute(path):
+    return path if is_uri(path) else os.path.abspath(path)
+
+
+def inside(path, root):
+    return path == root or path.startswith(root.rstrip('/') + '/')
+
+
+def printable(path):
+    """A path that encodes as UTF-8: undecodable bytes of a local name shown as \\xNN."""
+    return path if is_utf8(path) else os.fsencode(path).decode('utf-8', 'backslashreplace')
+
+
+def is_utf8(text):
+    try:
+        text.encode('utf-8')
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
+def labels_of(entries):
+    return sorted({entry.label for entry in entries if not entry.reject})

@@ -1,0 +1,259 @@
+"""Listing a CSV or JSONL manifest (`path,label[,split]`), in row order, as untrusted input.
+
+Relative paths resolve against the manifest's folder. A row may only name a file below that
+folder or below a root given with `--allow-root`: `..` escapes, absolute paths and URIs
+elsewhere, URL schemes Beam cannot read, NUL bytes and URLs carrying credentials are rejected
+with a reason (credentials redacted), as are local symlinks leading outside those roots unless
+`--follow-symlinks`. Rows that cannot be read (malformed, empty label, duplicate) are rejected
+with a reason too, so every row is accounted for.
+"""
+
+import csv
+import functools
+import io
+import json
+import os
+import posixpath
+import stat
+
+from apache_beam.io.filesystems import FileSystems
+
+from pipelines.inputs import MANIFEST_COLUMNS
+from pipelines.inputs import USERINFO
+from pipelines.inputs import InputEntry
+from pipelines.inputs import Listing
+from pipelines.inputs import absolute
+from pipelines.inputs import inside
+from pipelines.inputs import is_uri
+from pipelines.inputs import is_utf8
+from pipelines.inputs import labels_of
+from pipelines.inputs import printable
+from pipelines.inputs import redact
+from pipelines.options import SPLIT_NAME
+
+
+def list_manifest(spec, roots, follow_symlinks):
+    """Lists a .csv or .jsonl manifest; `roots` are the normalized --allow-root folders."""
+    read_rows = _read_csv_rows if spec.lower().endswith('.csv') else _read_jsonl_rows
+    return _list_manifest(spec, read_rows, roots, follow_symlinks)
+
+
+def _read_csv_rows(f, manifest):
+    text = io.TextIOWrapper(f, encoding='utf-8-sig', errors='surrogateescape', newline='')
+    reader = csv.DictReader(text)
+    header = reader.fieldnames or []
+    _check_columns(header, manifest)
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as e:  # e.g. a field over the csv module's size limit
+            yield None, f'unreadable CSV row: {e}'
+            continue
+        if None in row:
+            yield None, f'row has more fields than the header ({len(header)})'
+        elif None in row.values():
+            yield None, f'row has fewer fields than the header ({len(header)})'
+        elif not all(is_utf8(value) for value in row.values()):
+            yield None, 'row is not valid UTF-8'
+        else:
+            yield row, ''
+
+
+def _read_jsonl_rows(f, manifest):
+    del manifest
+    for raw in f:
+        try:
+            line = raw.decode('utf-8-sig')
+        except UnicodeDecodeError as e:
+            yield None, f'line is not valid UTF-8: {e}'
+            continue
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except (ValueError, RecursionError) as e:
+            yield None, f'not valid JSON: {type(e).__name__}: {e}'
+            continue
+        if not isinstance(row, dict):
+            yield None, f'expected a JSON object, got {type(row).__name__}'
+            continue
+        unknown = sorted(set(row) - set(MANIFEST_COLUMNS))
+        if unknown:
+            yield None, f'unknown keys {unknown}; expected {list(MANIFEST_COLUMNS)}'
+            continue
+        nested = sorted(key for key, value in row.items() if isinstance(value, (dict, list)))
+        if nested:
+            yield None, f'{nested} must be strings, not JSON objects or arrays'
+            continue
+        yield {key: '' if value is None else str(value) for key, value in row.items()}, ''
+
+
+def _check_columns(header, manifest):
+    missing = [column for column in ('path', 'label') if column not in header]
+    unknown = [column for column in header if column not in MANIFEST_COLUMNS]
+    if missing or unknown:
+        raise ValueError(
+            f'{manifest}: header must be path,label[,split]; missing {missing}, unknown {unknown}'
+        )
+
+
+def _list_manifest(manifest, read_rows, roots, follow_symlinks):
+    """Lists a manifest in row order; relative paths resolve against the manifest's folder."""
+    manifest = absolute(manifest)
+    if not FileSystems.exists(manifest):
+        raise ValueError(f'--input manifest does not exist: {manifest}')
+    folder = manifest.rsplit('/', 1)[0]
+    confinement = _Confinement(folder, roots, follow_symlinks)
+    entries, first_row_of = [], {}
+    with FileSystems.open(manifest) as f:
+        for row, problem in read_rows(f, manifest):
+            entries.append(
+                _manifest_entry(len(entries), row, problem, manifest, confinement, first_row_of)
+            )
+    return Listing(entries, labels_of(entries), {}, [], folder)
+
+
+def _manifest_entry(entry_id, row, problem, manifest, confinement, first_row_of):
+    """One manifest row as an InputEntry; rows that cannot be used carry a reason."""
+    row_ref = f'{manifest}#row={entry_id}'  # rows count from 0, after the header
+    if row is None:
+        return InputEntry(entry_id, row_ref, row_ref, '', reject='malformed_row', detail=problem)
+    raw_path = (row.get('path') or '').strip()
+    label = (row.get('label') or '').strip()
+    split = (row.get('split') or '').strip()
+    if not raw_path:
+        return InputEntry(
+            entry_id, row_ref, row_ref, label, reject='empty_path', detail='the row has no path'
+        )
+    try:
+        path, key = confinement.resolve(raw_path)
+    except _Refused as refused:
+        return InputEntry(
+            entry_id, refused.path, refused.path, label, split, refused.reason, refused.detail
+        )
+    entry = InputEntry(entry_id, path, key, label, split)
+    if not label:
+        return entry._replace(reject='empty_label', detail=f'row {entry_id} has an empty label')
+    if split and not SPLIT_NAME.match(split):
+        return entry._replace(
+            reject='invalid_split', detail=f'split {split!r} is not a usable folder name'
+        )
+    if path in first_row_of:
+        return entry._replace(
+            reject='duplicate_row', detail=f'same path as row {first_row_of[path]}'
+        )
+    first_row_of[path] = entry_id
+    return entry
+
+
+class _Refused(Exception):
+    """A manifest path that may not be read; `path` is safe to show (credentials redacted)."""
+
+    def __init__(self, reason, path, detail):
+        super().__init__(f'{reason}: {detail}')
+        self.reason, self.path, self.detail = reason, path, detail
+
+
+def normalize_root(root):
+    """An --allow-root as an absolute local path or a readable URI, without a trailing '/'."""
+    if USERINFO.match(root):
+        raise ValueError(f'--allow-root {redact(root)} carries credentials in its URL')
+    if not is_uri(root):
+        return os.path.abspath(root).rstrip('/') or '/'
+    if not _readable_scheme(root):
+        raise ValueError(f'--allow-root {root}: Beam has no filesystem for this URL scheme')
+    return root.rstrip('/')
+
+
+def _readable_scheme(uri):
+    return _has_filesystem(uri.split('://', 1)[0].lower())
+
+
+@functools.cache
+def _has_filesystem(scheme):
+    try:
+        FileSystems.get_filesystem(f'{scheme}://x/y')
+        return True
+    except Exception:  # pylint: disable=broad-except  # Beam raises ValueError or BeamIOError
+        return False
+
+
+def _normalize(path):
+    """Resolves '.' and '..' of a local path or a URI, lexically."""
+    if not is_uri(path):
+        return posixpath.normpath(path)
+    scheme, rest = path.split('://', 1)
+    return f'{scheme}://{posixpath.normpath(rest)}'
+
+
+class _Confinement:
+    """Decides where a manifest row's path leads, and whether a build may read it there."""
+
+    def __init__(self, folder, roots, follow_symlinks):
+        self._folder = folder
+        self._roots = [folder, *roots]
+        self._follow_symlinks = follow_symlinks
+        self._real_roots = [os.path.realpath(root) for root in self._roots if not is_uri(root)]
+        self._real_folders = {}  # folder -> its real path: one lookup per folder, not per row
+
+    def resolve(self, raw):
+        """Returns (path, key) of a row's path; raises _Refused where it may not be read."""
+        if USERINFO.match(raw):
+            raise _Refused(
+                'credentials_in_path',
+                redact(raw),
+                'the URL carries credentials; they were not used',
+            )
+        if is_uri(raw):
+            if not _readable_scheme(raw):
+                scheme = raw.split('://', 1)[0]
+                raise _Refused('unsupported_scheme', redact(raw), f'Beam cannot read {scheme}://')
+            path = key = raw
+        elif posixpath.isabs(raw):
+            path = key = posixpath.normpath(raw)
+        else:
+            key = posixpath.normpath(raw)
+            path = _normalize(FileSystems.join(self._folder, key))
+        if '\x00' in raw:
+            raise _Refused('nul_in_path', path.replace('\x00', '\\x00'), 'the path has a NUL byte')
+        if is_uri(raw) and set(raw.split('://', 1)[1].split('/')) & {'.', '..'}:
+            raise _Refused('path_traversal', raw, 'the URL has . or .. segments')
+        if key == '..' or key.startswith('../'):
+            if not any(inside(path, root) for root in self._roots[1:]):
+                raise _Refused(
+                    'path_traversal',
+                    path,
+                    f'{raw!r} leads out of the manifest folder {self._folder} '
+                    f'(add --allow-root to read from elsewhere)',
+                )
+            key = path  # outside the manifest's folder: the key is the whole path
+        if not any(inside(path, root) for root in self._roots):
+            raise _Refused(
+                'outside_allowed_roots',
+                path,
+                f'not below the manifest folder {self._folder} or an --allow-root',
+            )
+        if not is_uri(path) and not self._follow_symlinks:
+            self._check_symlinks(path)
+        return path, key
+
+    def _check_symlinks(self, path):
+        """Refuses a local path whose real location is outside every allowed root."""
+        folder, name = posixpath.split(path)
+        if folder not in self._real_folders:
+            self._real_folders[folder] = os.path.realpath(folder)
+        real = posixpath.join(self._real_folders[folder], name)
+        try:
+            if stat.S_ISLNK(os.lstat(real).st_mode):
+                real = os.path.realpath(real)
+        except OSError:
+            return  # a missing file is reported by validation, with the error it gives
+        if not any(inside(real, root) for root in self._real_roots):
+            raise _Refused(
+                'symlink_outside_root',
+                path,
+                f'leads to {printable(real)}, outside the manifest folder and every '
+                f'--allow-root; pass --follow-symlinks to read it',
+            )
