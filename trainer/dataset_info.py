@@ -12,6 +12,7 @@ import posixpath
 import tensorflow as tf
 
 DATASET_JSON = 'dataset.json'
+SUCCESS = '_SUCCESS'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,6 +32,11 @@ class DatasetInfo:
             raise FileNotFoundError(
                 f'{path} does not exist: --data must be the output directory of '
                 f'`imageshards build` (where dataset.json and _SUCCESS are)'
+            )
+        if not tf.io.gfile.exists(posixpath.join(data_dir, SUCCESS)):
+            raise FileNotFoundError(
+                f'{data_dir} has no {SUCCESS}: the build there did not finish (or is still '
+                f'running); rerun `imageshards build` with --overwrite'
             )
         with tf.io.gfile.GFile(path, 'r') as f:
             raw = json.load(f)
