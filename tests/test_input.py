@@ -197,3 +197,11 @@ def test_an_undecodable_image_fails_loudly_or_is_skipped_and_counted(tf, tmp_pat
     records = DatasetInfo.load(str(copy)).num_records('train')
     assert skipped.skipped == 1
     assert delivered == (records - 1) // 8 * 8
+
+
+def test_an_unfinished_build_is_refused(tmp_path, color_builds):
+    copy = tmp_path / 'unfinished'
+    shutil.copytree(color_builds['examples'], copy)
+    (copy / '_SUCCESS').unlink()
+    with pytest.raises(FileNotFoundError, match='has no _SUCCESS'):
+        DatasetInfo.load(str(copy))

@@ -135,6 +135,9 @@ def train(config):
             f'split {config.train_split!r} has {info.num_records(config.train_split)}'
             f' records: fewer than one batch of {config.batch_size}'
         )
+    # The same initial weights (and dropout) for a seed. Never a global seed of 0 (mod 2**31-1):
+    # tf.data would then compare the per-epoch shuffle seed tensors with 0 in Python and fail.
+    keras.utils.set_random_seed(config.seed % (2**31 - 2) + 1)
     with strategy.scope():
         model = build_model(config.model, info.num_classes, config.image_size)
         model.compile(
@@ -143,7 +146,12 @@ def train(config):
             metrics=['accuracy'],
             jit_compile=config.xla,
         )
-        checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer)
+        # Dropout's random state is not in a model's checkpoint by default; with it, a resumed
+        # run draws the masks an uninterrupted one would.
+        random_states = [v for v in model.variables if 'seed_generator_state' in v.path]
+        checkpoint = tf.train.Checkpoint(
+            model=model, optimizer=model.optimizer, random_states=random_states
+        )
     manager = tf.train.CheckpointManager(
         checkpoint, writer_dir(config.resolved_checkpoint_dir), max_to_keep=3
     )
