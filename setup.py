@@ -17,9 +17,12 @@ REQUIRED = [
     'tensorflow-transform>=1.21,<1.22',
     'pillow>=10.4',
     'google-cloud-storage>=2.18,<4',
+    # imageshards submit-training (trainer/submit.py); apache-beam[gcp] brings it too.
+    'google-cloud-aiplatform>=1.60,<2',
     'google-crc32c>=1.5',
     'numpy>=1.26',
     'pyyaml>=6',
+    'matplotlib>=3.8,<4',  # imageshards report and preview (figures, Agg backend)
 ]
 
 EXTRAS = {

@@ -8,7 +8,10 @@ commands:
   build         globally shuffle labeled images into balanced TFRecord shards (Apache Beam)
   inspect       show the schema and first records of a build's shards or any TFRecord files
   verify        read a build completely and check every shard, record and count against it
+  report        measure and plot how well training sees a build shuffled, against a baseline
+  preview       draw a 5x5 grid of augmented training images (or patches) with their labels
   sample-data   write a small labeled image tree made from scikit-learn's digits
+  submit-training  run the trainer as a Vertex AI custom job (docs/vertex.md)
 
 `imageshards <command> --help` describes a command's flags.
 """
@@ -32,10 +35,22 @@ def main(argv=None):
         from imageshards import verify  # pylint: disable=import-outside-toplevel
 
         return verify.main(rest)
+    if command == 'report':
+        from imageshards import report  # pylint: disable=import-outside-toplevel
+
+        return report.main(rest)
+    if command == 'preview':
+        from imageshards import preview  # pylint: disable=import-outside-toplevel
+
+        return preview.main(rest)
     if command == 'sample-data':
         from imageshards import sample_data  # pylint: disable=import-outside-toplevel
 
         return sample_data.main(rest)
+    if command == 'submit-training':
+        from trainer import submit  # pylint: disable=import-outside-toplevel
+
+        return submit.main(rest)
     print(f'imageshards: unknown command {command!r}\n\n{_USAGE}', file=sys.stderr)
     return 2
 

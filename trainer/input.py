@@ -15,6 +15,11 @@ rebuilt exactly, also from the middle (`start_epoch`, `skip_batches`) after a pr
 with `deterministic=True` (the default) parallel steps keep that order.
 
 Evaluation reads the shards in order, crops centrally and keeps every record.
+
+With `decode_images=False` the same pipeline yields batches of (labels, ids) only, in exactly
+the order it would deliver images: no step that decides the order looks at pixels, so leaving
+out reading (paths builds), decoding and augmentation changes nothing else. `imageshards
+report` measures the shuffle that way.
 """
 
 import dataclasses
@@ -45,6 +50,7 @@ class InputOptions:
     patch_size: int = 0
     patch_shuffle_images: int = 64  # the patch shuffle buffer spans this many images (0: none)
     with_ids: bool = False  # also yield image/id, for measuring the order
+    decode_images: bool = True  # False: batches of (labels, ids) in the same order, no pixels
     start_epoch: int = 0
     epochs: int = 0  # 0: repeat without end
     skip_batches: int = 0  # batches of this dataset in start_epoch already trained on (resume)
@@ -79,6 +85,10 @@ def make_dataset(
 ):
     """Batches of (uint8 images, int64 labels) from a build's split.
 
+    With `decode_images=False` (an option), batches are (labels, ids) in the same order and
+    nothing is decoded; undecodable images then cannot be skipped, so with `skip_bad_images`
+    the order matches only while every image decodes.
+
     Args:
         data_dir: the build's output directory (local, gs://, or /gcs/...).
         split: a split in its dataset.json.
@@ -100,7 +110,7 @@ def make_dataset(
     if input_context:
         batch_size = input_context.get_per_replica_batch_size(batch_size)
     image_size = tuple(image_size)
-    parse = _parser(info.format, opts.parse_batch)
+    parse = _parser(info.format, opts.parse_batch, with_source=opts.decode_images)
     if not training:
         records = _read(tf.data.Dataset.from_tensor_slices(files), opts, deterministic=True)
         images = _decode(
@@ -179,7 +189,7 @@ def _training_epoch(files, epoch, batch_size, seed, image_size, config, parse, o
             encoded, image_size, crop_seed(position), opts.area_range
         )
         batches = _decode(parsed, crop, opts, skipped).batch(batch_size, drop_remainder=True)
-    if config.active:
+    if config.active and opts.decode_images:
         batch_index = tf.data.Dataset.range(resumed, 2**62)
         batches = tf.data.Dataset.zip(batches, batch_index).map(
             lambda batch, index: _augment(
@@ -196,19 +206,20 @@ def _augment(batch, config, seed):
     return (augment_lib.augment_batch(images, config, seed), *rest)
 
 
-def _parser(fmt, parse_batch):
-    """Records (or (record, position) pairs) -> dicts of encoded image, label, id, position."""
+def _parser(fmt, parse_batch, with_source=True):
+    """Records (or (record, position) pairs) -> dicts of encoded image, label, id, position.
+
+    Without `with_source`, the image (or its path) is neither parsed nor read.
+    """
     spec = features.feature_spec(fmt)
-    wanted = [
-        features.LABEL,
-        features.ID,
-        features.PATH if fmt == features.PATHS else features.ENCODED,
-    ]
+    source = features.PATH if fmt == features.PATHS else features.ENCODED
+    wanted = [features.LABEL, features.ID] + ([source] if with_source else [])
 
     def parse_some(serialized, positions=None):
         parsed = tf.io.parse_example(serialized, {key: spec[key] for key in wanted})
         out = {'label': parsed[features.LABEL], 'id': parsed[features.ID]}
-        out['source'] = parsed[wanted[2]]
+        if with_source:
+            out['source'] = parsed[source]
         if positions is not None:
             out['position'] = positions
         return out
@@ -224,7 +235,7 @@ def _parser(fmt, parse_batch):
             )
             .unbatch()
         )
-        if fmt == features.PATHS:
+        if fmt == features.PATHS and with_source:
             # The two-stage design: only paths were shuffled; images are read now, in parallel.
             parsed = parsed.map(
                 lambda r: {**r, 'source': tf.io.read_file(r['source'])},
@@ -238,6 +249,8 @@ def _parser(fmt, parse_batch):
 
 def _decode(parsed, to_image, opts, skipped):
     """Per-record decode in parallel; undecodable images fail the run unless skipped."""
+    if not opts.decode_images:  # (label, id) where the image would be: the same order
+        return parsed.map(lambda r: (r['label'], r['id']))
 
     def decode(record):
         image = to_image(record['source'], record.get('position', tf.constant(0, tf.int64)))
@@ -270,8 +283,11 @@ def _patches(parsed, opts, crop_seed, skipped, epoch, seed):
     def cut(encoded, position):
         return preprocess.random_patches(encoded, k, size, crop_seed(position))
 
-    def repeat(image_patches, *per_image):
-        return (image_patches, *(tf.repeat(value[None], k) for value in per_image))
+    def repeat(*values):
+        # One element per image -> K patches, each with its image's label and id.
+        pixels = values[:1] if opts.decode_images else ()
+        per_image = values[len(pixels) :]
+        return (*pixels, *(tf.repeat(value[None], k) for value in per_image))
 
     decoded = _decode(parsed, cut, opts, skipped).map(
         repeat, num_parallel_calls=AUTOTUNE, deterministic=opts.deterministic

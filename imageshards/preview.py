@@ -1,0 +1,127 @@
+"""`imageshards preview`: a 5x5 grid of training images as the model will see them.
+
+The write-up's sanity check: the first 25 images that `make_dataset(training=True)` delivers
+(random-resized crops and augmentation, or with --patches-per-image the random patches, mixed
+across images as in training), each captioned with its label text and record id, so that wrong
+labels, crops that miss the object or too strong augmentation show at a glance. Patches are
+scaled up with nearest-neighbour sampling so that their pixels stay visible.
+
+Example:
+    imageshards preview out/ --augment standard --out grid.png
+"""
+
+import argparse
+import dataclasses
+import io
+import logging
+import math
+import posixpath
+import sys
+
+import numpy as np
+import tensorflow as tf
+from matplotlib.figure import Figure
+
+from trainer import config as config_lib
+from trainer import input as input_lib
+from trainer.dataset_info import DatasetInfo
+
+GRID = 5  # images per row and column
+_MIN_SHOWN = 96  # pixels: smaller images (patches) are repeated up to at least this size
+
+
+@dataclasses.dataclass(frozen=True)
+class Grid:
+    """The images shown, in training order, and what each is captioned with."""
+
+    images: np.ndarray  # [count, height, width, 3] uint8
+    labels: np.ndarray  # label id of each image (of the source image, for patches)
+    ids: np.ndarray  # image/id of each (source) image
+    captions: list
+
+
+def training_images(data_dir, split='train', *, count=GRID * GRID, **dataset_args):
+    """The first `count` images (or patches) of the training input pipeline, captioned.
+
+    Args:
+        data_dir: a build's output directory.
+        split: the split to read.
+        count: how many; fewer if the split yields fewer.
+        **dataset_args: make_dataset's arguments and options (seed, image_size, augment,
+            patches_per_image, patch_size, ...), as the trainer passes them.
+    """
+    info = DatasetInfo.load(data_dir)
+    available = info.num_records(split) * max(1, dataset_args.get('patches_per_image', 0))
+    count = min(count, available)
+    if not count:
+        raise ValueError(f'split {split!r} of {data_dir} has no records to show')
+    dataset = input_lib.make_dataset(
+        data_dir, split, count, training=True, info=info, with_ids=True, epochs=1, **dataset_args
+    )
+    images, labels, ids = (tensor.numpy() for tensor in next(iter(dataset)))
+    patches = dataset_args.get('patches_per_image', 0) > 0
+    captions = [
+        f'{info.labels[label]}\n{"patch of " if patches else ""}id {image_id}'
+        for label, image_id in zip(labels, ids)
+    ]
+    return Grid(images, labels, ids, captions)
+
+
+def render(grid):
+    """PNG bytes of the grid, each image over its caption."""
+    figure = Figure(figsize=(GRID * 2.0, GRID * 2.3), dpi=100, layout='constrained')
+    axes = figure.subplots(GRID, GRID).ravel()
+    height, width = grid.images.shape[1:3]
+    scale = math.ceil(_MIN_SHOWN / max(height, width))
+    for ax, image, caption in zip(axes, grid.images, grid.captions):
+        if scale > 1:
+            # Nearest-neighbour by repeating pixels: small patches stay sharp, not blurred.
+            image = np.repeat(np.repeat(image, scale, axis=0), scale, axis=1)
+        ax.imshow(image, interpolation='nearest' if scale > 1 else 'antialiased')
+        ax.set_title(caption, fontsize=9)
+    for ax in axes:
+        ax.set_axis_off()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format='png')
+    return buffer.getvalue()
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        prog='imageshards preview',
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add = parser.add_argument
+    add('build', help='output directory of `imageshards build`')
+    add('--split', default='train', help='the split to read (default train)')
+    add('--augment', default='standard', help="as the trainer's --augment (default standard)")
+    add('--seed', type=int, default=0, help="the trainer's --seed")
+    add('--image-size', type=config_lib.parse_image_size, default=(224, 224), help='H,W or N')
+    add('--crop-area', type=config_lib.parse_range, default=(0.08, 1.0), help='min,max share')
+    add('--patches-per-image', type=int, default=0, help='K patches per image instead of crops')
+    add('--patch-size', type=int, default=0, help='side of a patch, with --patches-per-image')
+    add('--out', help='PNG file to write (default BUILD/preview.png)')
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format='%(levelname)s %(message)s')
+    if args.patches_per_image and args.patch_size < 1:
+        parser.error('--patches-per-image needs --patch-size')
+    out = args.out or posixpath.join(args.build.rstrip('/'), 'preview.png')
+    try:
+        grid = training_images(
+            args.build,
+            args.split,
+            seed=args.seed,
+            image_size=args.image_size,
+            augment=args.augment,
+            area_range=args.crop_area,
+            patches_per_image=args.patches_per_image,
+            patch_size=args.patch_size,
+        )
+    except (ValueError, FileNotFoundError) as e:
+        print(f'imageshards preview: {e}', file=sys.stderr)
+        return 2
+    with tf.io.gfile.GFile(out, 'wb') as f:
+        f.write(render(grid))
+    print(out)
+    return 0
