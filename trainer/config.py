@@ -39,6 +39,7 @@ class TrainConfig:
     checkpoint_every: int = 500  # steps; checkpoints are also written at each epoch's end
     mixed_precision: str = 'auto'  # auto: mixed_float16 when a GPU is present
     xla: bool = False
+    require_gpu: bool = False  # fail at the start when TensorFlow sees no GPU
     model_dir: str = ''
     checkpoint_dir: str = ''
     log_dir: str = ''
@@ -137,6 +138,12 @@ def build_arg_parser():
     add('--checkpoint-every', type=int, default=TrainConfig.checkpoint_every, help='steps')
     add('--mixed-precision', choices=('auto', 'on', 'off'), default='auto')
     add('--xla', action='store_true', help='compile the train step with XLA (jit_compile)')
+    add(
+        '--require-gpu',
+        action='store_true',
+        help='stop with an error when TensorFlow sees no GPU (set by submit-training for jobs '
+        'with accelerators, which would otherwise train on the CPU)',
+    )
     add('--model-dir', default='', help='default: $AIP_MODEL_DIR or JOB_DIR/model')
     add('--checkpoint-dir', default='', help='default: $AIP_CHECKPOINT_DIR or JOB_DIR/checkpoints')
     add('--log-dir', default='', help='default: $AIP_TENSORBOARD_LOG_DIR or JOB_DIR/logs')

@@ -6,14 +6,19 @@ pipeline rebuilds any epoch from (seed, epoch), the batches after the resume poi
 ones an uninterrupted run would have seen. SIGTERM (how Vertex AI preempts a replica) makes
 the run write a checkpoint after the current step and stop.
 
-Only the chief writes the model, the logs and metrics.json; under MultiWorkerMirroredStrategy
-the other workers write their checkpoints to throw-away folders, as TensorFlow requires.
+Only the chief writes the model, the logs and metrics.json. Under MultiWorkerMirroredStrategy
+every worker saves checkpoints and exports the model, since saving may run collective ops that
+need all of them (TensorFlow's multi-worker guide); the others write to a local throw-away
+folder, removed at the end, and all of them resume from the chief's checkpoints.
 """
 
+import contextlib
 import json
 import logging
 import os
+import shutil
 import signal
+import tempfile
 import time
 
 import keras
@@ -48,11 +53,39 @@ def _cluster_roles():
     return json.loads(os.environ.get('TF_CONFIG') or '{}').get('cluster', {})
 
 
+class KerasMultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
+    """MultiWorkerMirroredStrategy with a `reduce` that Keras 3's fit() and evaluate() can use.
+
+    Keras 3 (3.15 here) reduces in two ways that MultiWorkerMirroredStrategy rejects
+    (keras-team/keras#20585), so that fit() fails before its first step: the first (images,
+    labels) batch of every fit and evaluate, a nest, to learn its shapes (and no collective
+    reduces uint8 images); and each step's scalar metrics with axis=0. This reduces a nest
+    part by part, as MirroredStrategy does, integers other than int32/int64 as float32, and
+    scalars across replicas only.
+    """
+
+    def reduce(self, reduce_op, value, axis):
+        return tf.nest.map_structure(lambda part: self._reduce_one(reduce_op, part, axis), value)
+
+    def _reduce_one(self, reduce_op, value, axis):
+        local = self.experimental_local_results(value)[0]
+        if local.shape.rank == 0:
+            axis = None
+        if local.dtype.is_floating or local.dtype in (tf.int32, tf.int64):
+            return super().reduce(reduce_op, value, axis)
+        return tf.cast(super().reduce(reduce_op, self._as_float32(value), axis), local.dtype)
+
+    @tf.function
+    def _as_float32(self, value):
+        # In a tf.function: run() outside one warns of its eager overhead every time.
+        return self.run(tf.cast, args=(value, tf.float32))
+
+
 def choose_strategy():
     """MultiWorkerMirrored for several workers, Mirrored for several GPUs, else the default."""
     _, _, workers = cluster_spec()
     if workers > 1:
-        return tf.distribute.MultiWorkerMirroredStrategy()
+        return KerasMultiWorkerMirroredStrategy()
     if len(tf.config.list_physical_devices('GPU')) > 1:
         return tf.distribute.MirroredStrategy()
     return tf.distribute.get_strategy()
@@ -66,12 +99,24 @@ def set_precision(mode):
     return policy
 
 
-def writer_dir(path):
-    """Where this worker writes `path`: itself for the chief, a throw-away folder otherwise."""
+@contextlib.contextmanager
+def output_dirs(config):
+    """Yields (checkpoint dir, model dir) this worker writes to.
+
+    The chief's are the job's; another worker's are in a local temporary folder (under $TMPDIR),
+    removed when the block ends: nothing it saves is ever read, and local disk spares the
+    shared bucket its writes.
+    """
     if is_chief():
-        return path
+        yield config.resolved_checkpoint_dir, config.resolved_model_dir
+        return
     task_type, task_index, _ = cluster_spec()
-    return os.path.join(path, f'.{task_type}-{task_index}-tmp')
+    scratch = tempfile.mkdtemp(prefix=f'imageshards-{task_type}-{task_index}-')
+    _LOG.info('not the chief: checkpoints and the export go to %s (then removed)', scratch)
+    try:
+        yield os.path.join(scratch, 'checkpoints'), os.path.join(scratch, 'model')
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 class ResumableCheckpoints(keras.callbacks.Callback):
@@ -98,15 +143,17 @@ class ResumableCheckpoints(keras.callbacks.Callback):
     def _step(self):
         return int(self.model.optimizer.iterations.numpy())
 
+    def _save(self):
+        _LOG.info('checkpoint %s', self._manager.save(checkpoint_number=self._step()))
+
     def on_train_batch_end(self, batch, logs=None):
-        step = self._step()
-        if self.preempted or (self._every and step % self._every == 0):
-            self._manager.save(checkpoint_number=step)
+        if self.preempted or (self._every and self._step() % self._every == 0):
+            self._save()
         if self.preempted:
             self.model.stop_training = True
 
     def on_epoch_end(self, epoch, logs=None):
-        self._manager.save(checkpoint_number=self._step())
+        self._save()
 
 
 class SkippedImagesLog(keras.callbacks.Callback):
@@ -123,6 +170,27 @@ class SkippedImagesLog(keras.callbacks.Callback):
 
 def train(config):
     """Trains as `config` says; returns the final metrics (also written to metrics.json)."""
+    with output_dirs(config) as (checkpoint_dir, model_dir):
+        return _train(config, checkpoint_dir, model_dir)
+
+
+def check_devices(config):
+    """Raises ValueError where the devices at hand cannot run `config` as it asks."""
+    gpus = tf.config.list_physical_devices('GPU')
+    if config.require_gpu and not gpus:
+        raise ValueError(
+            '--require-gpu: TensorFlow sees no GPU. On Vertex AI, the CUDA and cuDNN libraries '
+            'of the container may not be those this TensorFlow needs (docs/vertex.md)'
+        )
+    if config.xla and cluster_spec()[2] > 1 and not gpus:
+        raise ValueError(
+            '--xla with several workers needs GPUs: XLA cannot compile the collectives of '
+            'MultiWorkerMirroredStrategy for CPUs (TensorFlow aborts); leave out --xla'
+        )
+
+
+def _train(config, checkpoint_dir, model_dir):
+    check_devices(config)
     strategy = choose_strategy()
     policy = set_precision(config.mixed_precision)
     info = DatasetInfo.load(config.data)
@@ -135,6 +203,8 @@ def train(config):
             f'split {config.train_split!r} has {info.num_records(config.train_split)}'
             f' records: fewer than one batch of {config.batch_size}'
         )
+    if pipelines > 1:
+        _warn_if_uneven(info, config.train_split, pipelines, config.batch_size // pipelines)
     # The same initial weights (and dropout) for a seed. Never a global seed of 0 (mod 2**31-1):
     # tf.data would then compare the per-epoch shuffle seed tensors with 0 in Python and fail.
     keras.utils.set_random_seed(config.seed % (2**31 - 2) + 1)
@@ -152,12 +222,13 @@ def train(config):
         checkpoint = tf.train.Checkpoint(
             model=model, optimizer=model.optimizer, random_states=random_states
         )
-    manager = tf.train.CheckpointManager(
-        checkpoint, writer_dir(config.resolved_checkpoint_dir), max_to_keep=3
-    )
-    if manager.latest_checkpoint:
-        checkpoint.restore(manager.latest_checkpoint).expect_partial()
-        _LOG.info('resumed from %s', manager.latest_checkpoint)
+    manager = tf.train.CheckpointManager(checkpoint, checkpoint_dir, max_to_keep=3)
+    # Every worker resumes from the chief's checkpoints: workers that disagreed on the step
+    # would wait for each other's collectives forever.
+    latest = tf.train.latest_checkpoint(config.resolved_checkpoint_dir)
+    if latest:
+        checkpoint.restore(latest).expect_partial()
+        _LOG.info('resumed from %s', latest)
     done = int(model.optimizer.iterations.numpy())
     start_epoch, skip = divmod(done, steps)
     _LOG.info(
@@ -174,7 +245,7 @@ def train(config):
     callbacks = [checkpoints] + ([SkippedImagesLog(skipped)] if skipped else [])
     if is_chief():
         callbacks.append(keras.callbacks.TensorBoard(config.resolved_log_dir))
-    validation = _validation(config, info)
+    validation = _validation(config, info, strategy)
     started = time.monotonic()
     history = {}
     for first, last, skip_now in _phases(start_epoch, skip, config.epochs):
@@ -203,10 +274,32 @@ def train(config):
     metrics = _final_metrics(model, history, steps, config, time.monotonic() - started, done)
     if skipped:
         metrics['skipped_images'] = skipped.skipped
+    export.export_saved_model(model, info.labels, config.image_size, model_dir)
     if is_chief():
-        export.export_saved_model(model, info.labels, config.image_size, config.resolved_model_dir)
+        _LOG.info('exported the model to %s', model_dir)
         _write_json(os.path.join(config.job_dir, 'metrics.json'), metrics)
     return metrics
+
+
+def _warn_if_uneven(info, split, pipelines, pipeline_batch):
+    """Warns when workers hold a batch or more records than others of the training split.
+
+    Every worker runs the steps the one with the fewest records can fill, so the others do
+    not reach the end of their shards within an epoch.
+    """
+    shards = info.split(split)['shards']
+    held = [sum(s['num_records'] for s in shards[i::pipelines]) for i in range(pipelines)]
+    if max(held) - min(held) >= pipeline_batch:
+        _LOG.warning(
+            '%d shards of split %r fall unevenly on %d workers (%d to %d records each): an '
+            'epoch covers the smallest share only; build with --num-shards a multiple of %d',
+            len(shards),
+            split,
+            pipelines,
+            min(held),
+            max(held),
+            pipelines,
+        )
 
 
 def _phases(start_epoch, skip, epochs):
@@ -253,18 +346,27 @@ def _training_data(config, info, strategy, phase, skipped):
     return strategy.distribute_datasets_from_function(dataset)
 
 
-def _validation(config, info):
-    """The validation split's one ordered pass (Keras distributes it under a strategy)."""
+def _validation(config, info, strategy):
+    """The validation split's one ordered pass: all of it on every worker, in the same batches.
+
+    Split among workers, their pipelines could hold different numbers of batches: Keras would
+    run as many steps as each one's own, and the one with more would wait for the others'
+    collectives forever (tf.distribute's empty batches for a worker already done do not get
+    through the model's convolutions on the CPU either). Every worker evaluating everything
+    costs validation time, and its metrics, averaged over workers, stay exact.
+    """
     if config.val_split not in info.splits:
         _LOG.info('no %r split in the build: training without validation', config.val_split)
         return None
-    return input_lib.make_dataset(
-        config.data,
-        config.val_split,
-        config.batch_size,
-        training=False,
-        image_size=config.image_size,
-        info=info,
+    return strategy.distribute_datasets_from_function(
+        lambda input_context: input_lib.make_dataset(
+            config.data,
+            config.val_split,
+            input_context.get_per_replica_batch_size(config.batch_size),
+            training=False,
+            image_size=config.image_size,
+            info=info,
+        )
     )
 
 
