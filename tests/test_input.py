@@ -205,3 +205,21 @@ def test_an_unfinished_build_is_refused(tmp_path, color_builds):
     (copy / '_SUCCESS').unlink()
     with pytest.raises(FileNotFoundError, match='has no _SUCCESS'):
         DatasetInfo.load(str(copy))
+
+
+def test_epochs_can_be_cut_to_a_number_of_batches_and_resumed_inside_one(color_builds):
+    full = _batches(color_builds['examples'], epochs=2, seed=6)
+    per_epoch = len(full) // 2
+    cut = _batches(color_builds['examples'], epochs=2, seed=6, batches_per_epoch=per_epoch - 2)
+    assert len(cut) == 2 * (per_epoch - 2)
+    for got, want in zip(cut, full[: per_epoch - 2] + full[per_epoch : 2 * per_epoch - 2]):
+        np.testing.assert_array_equal(got[2], want[2])
+    resumed = _batches(
+        color_builds['examples'],
+        epochs=2,
+        seed=6,
+        batches_per_epoch=per_epoch - 2,
+        start_epoch=0,
+        skip_batches=3,
+    )
+    assert [b[2].tolist() for b in resumed] == [b[2].tolist() for b in cut[3:]]

@@ -54,6 +54,7 @@ class InputOptions:
     start_epoch: int = 0
     epochs: int = 0  # 0: repeat without end
     skip_batches: int = 0  # batches of this dataset in start_epoch already trained on (resume)
+    batches_per_epoch: int = 0  # cut each epoch to this many batches (0: every full batch)
     area_range: tuple = (0.08, 1.0)  # random-resized crop area
 
 
@@ -189,6 +190,10 @@ def _training_epoch(files, epoch, batch_size, seed, image_size, config, parse, o
             encoded, image_size, crop_seed(position), opts.area_range
         )
         batches = _decode(parsed, crop, opts, skipped).batch(batch_size, drop_remainder=True)
+    if opts.batches_per_epoch:
+        # Workers holding more records than others stop where the others must: their epochs
+        # then line up with the trainer's, and a resume finds every epoch where it began.
+        batches = batches.take(opts.batches_per_epoch - resumed)
     if config.active and opts.decode_images:
         batch_index = tf.data.Dataset.range(resumed, 2**62)
         batches = tf.data.Dataset.zip(batches, batch_index).map(

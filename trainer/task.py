@@ -11,6 +11,8 @@ import sys
 def main(argv=None):
     os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '1')
     logging.basicConfig(level=logging.INFO, format='%(asctime)s %(levelname)s %(message)s')
+    # TensorFlow's own INFO lines (one per checkpoint shard written, ...) drown the run's.
+    logging.getLogger('tensorflow').setLevel(logging.WARNING)
     from trainer import config as config_lib  # pylint: disable=import-outside-toplevel
     from trainer import input as input_lib  # pylint: disable=import-outside-toplevel
     from trainer import train  # pylint: disable=import-outside-toplevel

@@ -251,7 +251,7 @@ def _train(config, checkpoint_dir, model_dir):
     for first, last, skip_now in _phases(start_epoch, skip, config.epochs):
         if checkpoints.preempted:
             break
-        data = _training_data(config, info, strategy, (first, last, skip_now), skipped)
+        data = _training_data(config, info, strategy, (first, last, skip_now), skipped, steps)
         try:
             fitted = model.fit(
                 data,
@@ -314,8 +314,9 @@ def _phases(start_epoch, skip, epochs):
     return phases
 
 
-def _training_data(config, info, strategy, phase, skipped):
-    """The distributed training batches of epochs [first, last), after `skip` steps."""
+def _training_data(config, info, strategy, phase, skipped, steps):
+    """The distributed training batches of epochs [first, last) of `steps` steps each, after
+    `skip` steps."""
     first_epoch, last_epoch, skip_steps = phase
     replicas_per_pipeline = max(1, strategy.num_replicas_in_sync // max(1, cluster_spec()[2]))
 
@@ -333,6 +334,7 @@ def _training_data(config, info, strategy, phase, skipped):
             start_epoch=first_epoch,
             epochs=last_epoch,
             skip_batches=skip_steps * replicas_per_pipeline,
+            batches_per_epoch=steps * replicas_per_pipeline,
             patches_per_image=config.patches_per_image,
             patch_size=config.patch_size,
             skip_bad_images=config.skip_bad_images,
