@@ -214,3 +214,22 @@ def test_a_gs_output_left_by_an_unfinished_build_is_refused_with_the_reason(gcs,
     gcs.upload('unfinished/.imageshards-tmp/listing-0123456789ab.jsonl', b'[]\n')
     with pytest.raises(FileExistsError, match='did not finish or is still running'):
         _run('--input', f'{gcs_data}/images', '--output', gcs.uri('unfinished'))
+
+
+@pytest.mark.parametrize('builds', ['tree_builds', 'manifest_builds'])
+def test_verify_passes_on_a_gs_output_and_names_a_damaged_gs_shard(request, gcs, builds, capsys):
+    from imageshards import verify  # pylint: disable=import-outside-toplevel
+
+    remote_out, dataset = request.getfixturevalue(builds)[1]
+    assert verify.main([remote_out]) == 0, capsys.readouterr().out
+    shard = dataset['splits']['train']['shards'][0]['path']
+    blob = gcs.bucket.blob(f'{gcs.name(remote_out)}/{shard}')
+    original = blob.download_as_bytes()
+    damaged = bytearray(original)
+    damaged[len(damaged) // 2] ^= 0xFF
+    blob.upload_from_string(bytes(damaged))
+    try:
+        assert verify.main([remote_out]) == 1
+        assert shard in capsys.readouterr().out
+    finally:
+        blob.upload_from_string(original)  # the build is shared by this module's tests
