@@ -11,8 +11,9 @@ images of each class, so retries, runners and worker counts cannot change the re
   images of a class go to which shard follows their rank, so it is uniformly random.
 * Order within a shard: a second salted hash, so it is a uniformly random permutation.
 
-Only metadata moves: `(group, label, bucket)` groups of `ImageMeta`, where the bucket (top bits
-of the rank hash) bounds the size of one group on a large class.
+Only metadata moves, in blocks (pipelines/blocks.py): `(group, label, bucket)` groups of them,
+where the bucket (top bits of the rank hash) bounds the size of one group on a large class, then
+one block per (group, shard) for the writer.
 """
 
 import bisect
@@ -22,6 +23,8 @@ import hashlib
 import math
 
 import apache_beam as beam
+
+from pipelines import blocks
 
 _RANK = 'rank'
 _ORDER = 'order'
@@ -227,24 +230,30 @@ def bucket_bits_for(largest_class, target=50_000):
     return max(0, math.ceil(math.log2(largest_class / target))) if largest_class > target else 0
 
 
+def _rank_hash(seed, meta):
+    return shuffle_hash(seed, _RANK, meta.key)
+
+
 class _KeyByRankGroup(beam.DoFn):
-    """[ImageMeta] -> ((group, label, bucket), [(rank_hash, ImageMeta)]) per group in the chunk."""
+    """Block -> ((group, label, bucket), (block of its images there, images, bytes)) per group."""
 
-    def __init__(self, seed, bucket_bits):
-        self._seed, self._bucket_bits = seed, bucket_bits
+    def __init__(self, seed, bucket_bits, store):
+        self._seed, self._bucket_bits, self._store = seed, bucket_bits, store
 
-    def process(self, metas):
+    def process(self, ref):
         groups = collections.defaultdict(list)
-        for meta in metas:
-            h = shuffle_hash(self._seed, _RANK, meta.key)
+        for meta in blocks.unpack(self._store.get(ref)):
+            h = _rank_hash(self._seed, meta)
             bucket = h >> (64 - self._bucket_bits) if self._bucket_bits else 0
-            groups[(meta.split, meta.label, bucket)].append((h, meta))
-        yield from groups.items()
+            groups[(meta.split, meta.label, bucket)].append(meta)
+        refs = self._store.put('by-group', [blocks.pack(metas) for metas in groups.values()])
+        for (key, metas), group_ref in zip(groups.items(), refs):
+            yield key, (group_ref, len(metas), sum(meta.num_bytes for meta in metas))
 
 
 def _count(keyed):
-    key, items = keyed
-    return key, (len(items), sum(meta.num_bytes for _, meta in items))
+    key, (_, images, size) = keyed
+    return key, (images, size)
 
 
 def _sum_pairs(pairs):
@@ -256,40 +265,46 @@ def _sum_pairs(pairs):
 
 
 class _PlaceInShards(beam.DoFn):
-    """((group, label, bucket), [[(h, meta)]]) -> ((split, shard), [ImageMeta]) per shard."""
+    """((group, label, bucket), [(block, images, bytes)]) -> ((split, shard), block) per shard."""
+
+    def __init__(self, seed, store):
+        self._seed, self._store = seed, store
 
     def process(self, grouped, plan):
-        (group, label, bucket), lists = grouped
-        items = sorted((item for items in lists for item in items), key=lambda i: (i[0], i[1].key))
+        (group, label, bucket), pieces = grouped
+        metas = self._store.metas(ref for ref, _, _ in pieces)
+        ranked = sorted(metas, key=lambda meta: (_rank_hash(self._seed, meta), meta.key))
         by_shard = collections.defaultdict(list)
         bounds = {}
-        for rank_in_bucket, (_, meta) in enumerate(items):
+        for rank_in_bucket, meta in enumerate(ranked):
             split, rank = plan.place(group, label, bucket, rank_in_bucket)
             if split not in bounds:
                 bounds[split] = plan.row_bounds(split, label)
             by_shard[(split, bisect.bisect_right(bounds[split], rank))].append(meta)
-        yield from by_shard.items()
+        refs = self._store.put('placed', [blocks.pack(metas) for metas in by_shard.values()])
+        yield from zip(by_shard, refs)
 
 
 class AssignShards(beam.PTransform):
-    """Chunks of ImageMeta -> ((split, shard), [ImageMeta]) pieces, and the ShardPlan singleton.
+    """Blocks of ImageMeta -> ((split, shard), block) pieces, and the ShardPlan singleton.
 
     Returns a dict with `placed` (the pieces) and `plan` (a one-element PCollection).
     """
 
-    def __init__(self, seed, fractions, num_shards, shard_bytes, bucket_bits):
+    def __init__(self, seed, fractions, num_shards, shard_bytes, bucket_bits, store=None):
         super().__init__()
         self._seed = seed
         self._fractions = tuple(fractions)
         self._num_shards = num_shards
         self._shard_bytes = shard_bytes
         self._bucket_bits = bucket_bits
+        self._store = store or blocks.BlockStore()
 
     def expand(self, chunks):
         keyed = chunks | 'KeyByRankGroup' >> beam.ParDo(
-            _KeyByRankGroup(self._seed, self._bucket_bits)
+            _KeyByRankGroup(self._seed, self._bucket_bits, self._store)
         )
-        # ((group, label, bucket), [(rank_hash, ImageMeta)])
+        # ((group, label, bucket), (block, images, bytes))
         plan = (
             keyed
             | 'CountGroups' >> beam.Map(_count)
@@ -301,7 +316,10 @@ class AssignShards(beam.PTransform):
         placed = (
             keyed
             | 'GroupByRankGroup' >> beam.GroupByKey()
-            | 'PlaceInShards' >> beam.ParDo(_PlaceInShards(), plan=beam.pvalue.AsSingleton(plan))
+            | 'PlaceInShards'
+            >> beam.ParDo(
+                _PlaceInShards(self._seed, self._store), plan=beam.pvalue.AsSingleton(plan)
+            )
         )
-        # ((split, shard), [ImageMeta])
+        # ((split, shard), block)
         return {'placed': placed, 'plan': plan}

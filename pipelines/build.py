@@ -3,6 +3,10 @@
     list inputs (launcher) -> ReadListing -> ValidateImages -> [DropDuplicates] -> AssignShards
         -> WriteShards -> Finalize (rejected.jsonl, dataset.json, _SUCCESS)
 
+Between validation and writing, image metadata moves in packed blocks (pipelines/blocks.py),
+inline on Dataflow and spilled to OUT/.imageshards-tmp/blocks/ on the local runner, so that the
+launching process's memory does not grow with the number of images.
+
 Example:
     imageshards build --input data/ --output out/ --splits train=0.9,val=0.1 \\
         --direct_running_mode=multi_processing --direct_num_workers=2
@@ -14,6 +18,7 @@ On Dataflow, the same command with gs:// paths and `--config configs/dataflow.ya
 import logging
 import os
 import sys
+import tempfile
 import uuid
 
 import apache_beam as beam
@@ -24,6 +29,7 @@ from apache_beam.options.pipeline_options import StandardOptions
 from apache_beam.options.pipeline_options import TestOptions
 
 from imageshards import features
+from pipelines import blocks
 from pipelines import finalize
 from pipelines import inputs
 from pipelines import listing as listing_lib
@@ -39,32 +45,38 @@ from pipelines.write import WriteShards
 _LOG = logging.getLogger(__name__)
 
 
-def build_pipeline(pipeline, config, listing, listing_path, output_dir):
+def build_pipeline(pipeline, config, listing, listing_path, output_dir, store=None):
     """Adds the build's steps to `pipeline`; returns the PCollection of final counts.
 
     Args:
         listing: the ListingSummary of the inputs, whose entries are in `listing_path`.
+        store: the BlockStore that keeps metadata between steps (default: inline).
     """
+    store = store or blocks.BlockStore()
     label_ids = {name: i for i, name in enumerate(listing.labels)}
     temp_dir = finalize.join(output_dir, finalize.TEMP_DIR)
-    lines = (
+    items = (
         pipeline
-        | 'ReadListing' >> beam.io.ReadFromText(listing_path)
+        | 'ReadListing' >> listing_lib.ReadListing(listing_path)
         # Work items are few and small; spreading them lets every worker validate.
         | 'SpreadWork' >> beam.Reshuffle()
     )
-    # JSON list of InputEntry (one work item)
-    validated = lines | 'ValidateImages' >> ValidateImages(
+    # (start, end) of a line of the listing file (one work item)
+    validated = items | 'ValidateImages' >> ValidateImages(
+        listing_path,
         label_ids,
         config.max_pixels,
         config.threads,
         total=listing.num_inputs,
+        store=store,
         reencode_dir=output_dir if config.format == features.PATHS else None,
     )
     chunks = validated.valid
-    # [ImageMeta]
+    # block of ImageMeta
     if config.dedup:
-        unique = chunks | 'DropDuplicates' >> DropDuplicates(listing.base)
+        unique = chunks | 'DropDuplicates' >> DropDuplicates(
+            listing.base, store, bucket_bits_for(listing.num_inputs)
+        )
         chunks, duplicates = unique.unique, unique.duplicates
     else:
         duplicates = pipeline | 'NoDuplicates' >> beam.Create([])
@@ -74,8 +86,9 @@ def build_pipeline(pipeline, config, listing, listing_path, output_dir):
         config.num_shards,
         config.shard_size_mb * 1e6,
         bucket_bits_for(listing.largest_group),
+        store,
     )
-    # ((split, shard), [ImageMeta])
+    # ((split, shard), block of ImageMeta)
     shards = assigned['placed'] | 'WriteShards' >> WriteShards(
         assigned['plan'],
         listing.base,
@@ -85,6 +98,7 @@ def build_pipeline(pipeline, config, listing, listing_path, output_dir):
         config.seed,
         listing.labels,
         config.threads,
+        store,
     )
     # dataset.json entry of each shard
     context = {
@@ -164,30 +178,25 @@ def run(argv=None, test_pipeline=None):
     # Only Dataflow honours --dry_run; the local runner would run the build anyway.
     dry_run = on_dataflow and pipeline.options.view_as(TestOptions).dry_run
     output_dir = _absolute(config.output).rstrip('/')
-    listing = listing_lib.list_inputs(
+    scan = listing_lib.scan_inputs(
         _listable(config.input), config.allow_roots, config.follow_symlinks
     )
-    if not inputs.is_manifest(config.input) and output_dir.startswith(listing.base + '/'):
+    if not inputs.is_manifest(config.input) and output_dir.startswith(scan.base + '/'):
         raise ValueError(
-            f'--output {output_dir} is inside --input {listing.base}: a later build '
+            f'--output {output_dir} is inside --input {scan.base}: a later build '
             f'would list its own output as images; choose another directory'
         )
-    _LOG.info(
-        'listed %d inputs with %d labels (skipped %d files: %s)',
-        len(listing.entries),
-        len(listing.labels),
-        listing.num_skipped,
-        listing.skipped,
-    )
-    finalize.prepare_output(output_dir, config.overwrite, dry_run=dry_run)
     # A name of its own, so that a job that never ran removes its listing and nothing else.
     listing_path = finalize.join(
         output_dir, finalize.TEMP_DIR, f'listing-{uuid.uuid4().hex[:12]}.jsonl'
     )
-    listing_lib.write_listing(listing.entries, listing_path, config.chunk_size)
-    summary = listing.summary()
-    del listing  # the pipeline reads the entries from the listing file; keep memory flat
-    build_pipeline(pipeline, config, summary, listing_path, output_dir)
+    summary = _write_listing(scan, config, output_dir, listing_path, dry_run)
+    store = blocks.BlockStore()
+    if runner.shuffles_in_memory(pipeline):
+        # The local runner holds every shuffled element in this process: metadata goes to
+        # files, and its shuffles move byte ranges of them (pipelines/blocks.py).
+        store = blocks.BlockStore(finalize.join(output_dir, finalize.TEMP_DIR, 'blocks'))
+    build_pipeline(pipeline, config, summary, listing_path, output_dir, store)
     result = _launch(pipeline, listing_path, on_dataflow, dry_run)
     if result is None:
         _LOG.info('--dry_run: built the job without running it; %s is as it was', output_dir)
@@ -195,6 +204,28 @@ def run(argv=None, test_pipeline=None):
     dataset = finalize.load_dataset_json(output_dir)
     _report(result, dataset, output_dir)
     return dataset
+
+
+def _write_listing(scan, config, output_dir, listing_path, dry_run):
+    """Streams the listing into `listing_path`; returns its ListingSummary.
+
+    The inputs go to a local temporary file first: only once listing has succeeded (inputs
+    found, manifest readable) may the output be prepared, which with --overwrite deletes the
+    earlier build.
+    """
+    with tempfile.TemporaryDirectory(prefix='imageshards-listing-') as scratch:
+        local = os.path.join(scratch, 'listing.jsonl')
+        summary = listing_lib.write_listing_file(scan, local, config.chunk_size, config.input)
+        _LOG.info(
+            'listed %d inputs with %d labels (skipped %d files: %s)',
+            summary.num_inputs,
+            len(summary.labels),
+            summary.num_skipped,
+            summary.skipped,
+        )
+        finalize.prepare_output(output_dir, config.overwrite, dry_run=dry_run)
+        listing_lib.copy_listing(local, listing_path)
+    return summary
 
 
 def _launch(pipeline, listing_path, remote, dry_run):
@@ -208,15 +239,20 @@ def _launch(pipeline, listing_path, remote, dry_run):
         result = pipeline.run()
     except Exception:
         if remote:
-            finalize.delete_if_present(listing_path)
+            _delete_listing(listing_path)
         raise
     if dry_run:
-        finalize.delete_if_present(listing_path)
+        _delete_listing(listing_path)
         return None
     # On Dataflow, this waits for the job (and raises if it fails); the job goes on if this
     # process is stopped, and writes dataset.json and _SUCCESS itself.
     result.wait_until_finish()
     return result
+
+
+def _delete_listing(listing_path):
+    for path in (listing_path, listing_lib.index_path(listing_path)):
+        finalize.delete_if_present(path)
 
 
 def _report(result, dataset, output_dir):

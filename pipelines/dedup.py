@@ -1,51 +1,97 @@
-"""DropDuplicates: keep one of each set of byte-identical images, the first in listing order."""
+"""DropDuplicates: keep one of each set of byte-identical images, the first in listing order.
+
+Images are grouped by the top bits of their content digest, so that byte-identical images meet
+in one group, and a group holds blocks of metadata rather than one element per image.
+"""
+
+import collections
 
 import apache_beam as beam
 
+from pipelines import blocks
 from pipelines.inputs import source_path
 from pipelines.validate import NAMESPACE
 
 DUPLICATES = 'duplicates'
 
 
-class _KeepFirst(beam.DoFn):
-    """(source sha256, [ImageMeta]) -> [first ImageMeta]; the others to DUPLICATES."""
+def digest_bucket(digest, bucket_bits):
+    """The group of images with this content digest: its top `bucket_bits` bits."""
+    if not bucket_bits:
+        return 0
+    return int.from_bytes(digest[:8].ljust(8, b'\0'), 'big') >> (64 - bucket_bits)
 
-    def __init__(self, input_base):
+
+class _KeyByDigestBucket(beam.DoFn):
+    """Block -> (digest bucket, block of its images in that bucket) per bucket."""
+
+    def __init__(self, store, bucket_bits):
+        self._store, self._bucket_bits = store, bucket_bits
+
+    def process(self, ref):
+        buckets = collections.defaultdict(list)
+        for meta in blocks.unpack(self._store.get(ref)):
+            buckets[digest_bucket(meta.content_digest, self._bucket_bits)].append(meta)
+        refs = self._store.put('by-digest', [blocks.pack(metas) for metas in buckets.values()])
+        yield from zip(buckets, refs)
+
+
+class _KeepFirst(beam.DoFn):
+    """(digest bucket, [block]) -> a block of the first of each content; the others to
+    DUPLICATES."""
+
+    def __init__(self, input_base, store):
         self._input_base = input_base
+        self._store = store
         self._dropped = beam.metrics.Metrics.counter(NAMESPACE, 'duplicates')
 
     def process(self, grouped):
-        digest, metas = grouped
-        kept, *others = sorted(metas, key=lambda meta: meta.id)
-        for meta in others:
-            self._dropped.inc()
-            yield beam.pvalue.TaggedOutput(
-                DUPLICATES,
-                {
-                    'id': meta.id,
-                    'path': source_path(self._input_base, meta.key),
-                    'sha256': digest.hex(),
-                    'duplicate_of_id': kept.id,
-                    'duplicate_of_path': source_path(self._input_base, kept.key),
-                },
-            )
-        yield [kept]
+        _, refs = grouped
+        by_digest = collections.defaultdict(list)
+        for meta in self._store.metas(refs):
+            by_digest[meta.content_digest].append(meta)
+        kept = []
+        for digest, metas in by_digest.items():
+            first, *others = sorted(metas, key=lambda meta: meta.id)
+            kept.append(first)
+            for meta in others:
+                self._dropped.inc()
+                yield beam.pvalue.TaggedOutput(DUPLICATES, self._duplicate(digest, meta, first))
+        yield from self._store.put('unique', [blocks.pack(kept)])
+
+    def _duplicate(self, digest, meta, kept):
+        return {
+            'id': meta.id,
+            'path': source_path(self._input_base, meta.key),
+            'sha256': digest.hex(),
+            'duplicate_of_id': kept.id,
+            'duplicate_of_path': source_path(self._input_base, kept.key),
+        }
 
 
 class DropDuplicates(beam.PTransform):
-    """Chunks of ImageMeta -> chunks without byte-identical repeats, and the repeats."""
+    """Blocks of ImageMeta -> blocks without byte-identical repeats, and the repeats.
 
-    def __init__(self, input_base):
+    Args:
+        input_base: what image keys are relative to (for the paths of duplicates.jsonl).
+        store: the BlockStore that keeps the blocks.
+        bucket_bits: top bits of the digest that group images; 2**bits groups.
+    """
+
+    def __init__(self, input_base, store=None, bucket_bits=0):
         super().__init__()
         self._input_base = input_base
+        self._store = store or blocks.BlockStore()
+        self._bucket_bits = bucket_bits
 
     def expand(self, chunks):
         return (
             chunks
-            | 'KeyBySha256' >> beam.FlatMap(lambda metas: [(m.content_digest, m) for m in metas])
+            | 'KeyBySha256' >> beam.ParDo(_KeyByDigestBucket(self._store, self._bucket_bits))
             | 'GroupBySha256' >> beam.GroupByKey()
-            # (source sha256, [ImageMeta])
+            # (digest bucket, [block])
             | 'KeepFirst'
-            >> beam.ParDo(_KeepFirst(self._input_base)).with_outputs(DUPLICATES, main='unique')
+            >> beam.ParDo(_KeepFirst(self._input_base, self._store)).with_outputs(
+                DUPLICATES, main='unique'
+            )
         )

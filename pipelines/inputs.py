@@ -37,6 +37,8 @@ class InputEntry(typing.NamedTuple):
 
 @dataclasses.dataclass
 class Listing:
+    """Every input in memory (tests and small inputs; a build streams an InputScan instead)."""
+
     entries: list  # [InputEntry], in id order
     labels: list  # sorted names of the labels of the entries not rejected here
     skipped: dict  # reason -> number of files that are not inputs (hidden, not an image)
@@ -49,15 +51,54 @@ class Listing:
     def num_skipped(self):
         return sum(self.skipped.values())
 
-    def summary(self):
-        """What the pipeline needs to know of the listing, without holding every entry."""
-        groups = collections.Counter((e.split, e.label) for e in self.entries if not e.reject)
+
+@dataclasses.dataclass
+class InputScan:
+    """The inputs of a build, produced one at a time in id order, never all in memory.
+
+    `skipped` and `skipped_examples` are complete once `entries` is exhausted.
+    """
+
+    base: str  # what relative keys are relative to
+    entries: typing.Iterator  # of InputEntry
+    skipped: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    skipped_examples: list = dataclasses.field(default_factory=list)
+
+    def skip(self, reason, path):
+        self.skipped[reason] += 1
+        if len(self.skipped_examples) < 20:
+            self.skipped_examples.append(path)
+
+
+class ListingCounts:
+    """What the pipeline needs to know of the inputs, counted as they stream past."""
+
+    def __init__(self):
+        self.num_inputs = 0
+        self.rejected = collections.Counter()  # reason -> inputs rejected by listing
+        self._labels = set()
+        self._groups = collections.Counter()  # (manifest split, label) -> images
+
+    def add(self, entry):
+        self.num_inputs += 1
+        if entry.reject:
+            self.rejected[entry.reject] += 1
+        else:
+            self._labels.add(entry.label)
+            self._groups[(entry.split, entry.label)] += 1
+        return entry
+
+    @property
+    def labels(self):
+        return sorted(self._labels)
+
+    def summary(self, scan):
         return ListingSummary(
             self.labels,
-            len(self.entries),
-            dict(self.skipped),
-            self.base,
-            max(groups.values(), default=0),
+            self.num_inputs,
+            dict(scan.skipped),
+            scan.base,
+            max(self._groups.values(), default=0),
         )
 
 
@@ -67,6 +108,10 @@ class ListingSummary(typing.NamedTuple):
     skipped: dict
     base: str
     largest_group: int  # images of the most common (manifest split, label)
+
+    @property
+    def num_skipped(self):
+        return sum(self.skipped.values())
 
 
 def source_path(base, key):
@@ -111,7 +156,3 @@ def is_utf8(text):
         return True
     except UnicodeEncodeError:
         return False
-
-
-def labels_of(entries):
-    return sorted({entry.label for entry in entries if not entry.reject})

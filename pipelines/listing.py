@@ -15,14 +15,20 @@ Inputs are untrusted (docs/reliability.md):
   listing silently drops symlinked directories and dangling links.
 """
 
-import collections
+import array
+import itertools
 import json
 import logging
 import os
 import posixpath
 import re
+import shutil
 import stat
+import struct
+import sys
 
+import apache_beam as beam
+from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystem import FileSystem
 from apache_beam.io.filesystems import FileSystems
 
@@ -30,21 +36,26 @@ from pipelines import manifests
 from pipelines.inputs import IMAGE_EXTENSIONS
 from pipelines.inputs import USERINFO
 from pipelines.inputs import InputEntry
+from pipelines.inputs import InputScan
 from pipelines.inputs import Listing
+from pipelines.inputs import ListingCounts
 from pipelines.inputs import absolute
 from pipelines.inputs import inside
 from pipelines.inputs import is_manifest
 from pipelines.inputs import is_uri
-from pipelines.inputs import labels_of
 from pipelines.inputs import printable
 from pipelines.inputs import redact
 
 _LOG = logging.getLogger(__name__)
 _GLOB_CHARS = re.compile(r'[*?\[]')
+_UNCOMPRESSED = CompressionTypes.UNCOMPRESSED
 
 
-def list_inputs(spec, allow_roots=(), follow_symlinks=False):
-    """Lists a tree, glob, .csv or .jsonl manifest; raises ValueError when nothing matches.
+def scan_inputs(spec, allow_roots=(), follow_symlinks=False):
+    """Starts listing a tree, glob, .csv or .jsonl manifest; returns an InputScan.
+
+    Problems with `spec` itself (credentials, a missing tree or manifest) raise ValueError here;
+    the inputs come as the scan's `entries` are consumed.
 
     Args:
         spec: the --input value.
@@ -55,23 +66,49 @@ def list_inputs(spec, allow_roots=(), follow_symlinks=False):
         raise ValueError(f'--input {redact(spec)} carries credentials in its URL; remove them')
     roots = [manifests.normalize_root(root) for root in allow_roots]
     if is_manifest(spec):
-        listing = manifests.list_manifest(spec, roots, follow_symlinks)
-    elif _GLOB_CHARS.search(spec):
-        listing = _list_files(_glob_base(spec), absolute(spec), spec, follow_symlinks)
-    else:
-        root = absolute(spec).rstrip('/')
-        if not FileSystems.exists(root):
-            raise ValueError(f'--input does not exist: {spec}')
-        listing = _list_files(root, FileSystems.join(root, '**'), spec, follow_symlinks)
-    if not listing.entries:
+        return manifests.scan_manifest(spec, roots, follow_symlinks)
+    if _GLOB_CHARS.search(spec):
+        return _scan_files(_glob_base(spec), absolute(spec), spec, follow_symlinks)
+    root = absolute(spec).rstrip('/')
+    if not FileSystems.exists(root):
+        raise ValueError(f'--input does not exist: {spec}')
+    return _scan_files(root, FileSystems.join(root, '**'), spec, follow_symlinks)
+
+
+def list_inputs(spec, allow_roots=(), follow_symlinks=False):
+    """Every input of `spec` in memory, as a Listing; raises ValueError when nothing matches.
+
+    For tests and small inputs: a build streams the same entries into its listing file
+    (`write_listing_file`) without holding them.
+    """
+    scan = scan_inputs(spec, allow_roots, follow_symlinks)
+    counts = ListingCounts()
+    entries = [counts.add(entry) for entry in scan.entries]
+    _check(spec, scan, counts)
+    return Listing(entries, counts.labels, dict(scan.skipped), scan.skipped_examples, scan.base)
+
+
+def write_listing_file(scan, path, chunk_size, spec):
+    """Streams the scan's entries into the listing file `path`; returns a ListingSummary.
+
+    Raises:
+        ValueError: nothing to build (no image files matched `spec`).
+    """
+    counts = ListingCounts()
+    write_listing((counts.add(entry) for entry in scan.entries), path, chunk_size)
+    _check(spec, scan, counts)
+    return counts.summary(scan)
+
+
+def _check(spec, scan, counts):
+    if not counts.num_inputs:
         raise ValueError(
             f'--input matched no image files: {spec} '
-            f'(skipped {listing.num_skipped}: {dict(listing.skipped)})'
+            f'(skipped {sum(scan.skipped.values())}: {dict(scan.skipped)})'
         )
-    rejected = collections.Counter(entry.reject for entry in listing.entries if entry.reject)
-    if rejected:
+    if counts.rejected:
+        rejected = counts.rejected
         _LOG.warning('listing rejected %d inputs: %s', sum(rejected.values()), dict(rejected))
-    return listing
 
 
 def _glob_base(pattern):
@@ -81,93 +118,134 @@ def _glob_base(pattern):
     return absolute(base).rstrip('/')
 
 
-def _list_files(root, pattern, spec, follow_symlinks):
+def _scan_files(root, pattern, spec, follow_symlinks):
     """Lists a tree or glob under `root`; the class is the first folder below `root`."""
-    if is_uri(root):
-        found = [
-            (metadata.path, '', '')
-            for result in FileSystems.match([pattern])
-            for metadata in result.metadata_list
-        ]
-    elif os.path.isdir(root):
-        matches = re.compile(FileSystem.translate_pattern(pattern)).match
-        found = [
-            (path, problem, detail)
-            for path, problem, detail in _walk_local(root, follow_symlinks)
-            if problem in _NOT_FILES or matches(path)
-        ]
-    else:
-        found = []  # a glob whose folder does not exist, or a file given as a tree
-    skipped, skipped_examples, candidates = collections.Counter(), [], []
-    for path, problem, detail in found:
-        relative = path[len(root) + 1 :] if path.startswith(root + '/') else path
-        if any(part.startswith('.') for part in relative.split('/')):
-            reason = 'hidden'
-        elif problem in _NOT_FILES:
-            reason = problem
-        elif posixpath.splitext(relative)[1].lower() not in IMAGE_EXTENSIONS:
-            reason = 'not_image'
-        else:
-            if not problem and printable(path) != path:
-                problem, detail = 'invalid_file_name', 'the name is not valid UTF-8; rename it'
-            candidates.append((printable(relative), printable(path), problem, detail))
-            continue
-        skipped[reason] += 1
-        if len(skipped_examples) < 20:
-            skipped_examples.append(printable(path))
-    if skipped.get('unreadable_dir'):
-        _LOG.warning('could not list %d folders below %s', skipped['unreadable_dir'], root)
-    candidates.sort()
-    entries = []
-    for relative, path, problem, detail in candidates:
+    scan = InputScan(root, iter(()))
+    scan.entries = _file_entries(root, pattern, spec, follow_symlinks, scan)
+    return scan
+
+
+def _file_entries(root, pattern, spec, follow_symlinks, scan):
+    """InputEntry of every candidate below `root`, ids in sorted relative path order."""
+    for entry_id, (relative, path, problem, detail) in enumerate(
+        _candidates(root, pattern, follow_symlinks, scan)
+    ):
         label = relative.split('/', 1)[0] if '/' in relative else ''
-        entry = InputEntry(id=len(entries), path=path, key=relative, label=label)
+        entry = InputEntry(id=entry_id, path=path, key=relative, label=label)
         if problem:
             entry = entry._replace(reject=problem, detail=detail)
         elif not label:
             entry = entry._replace(
                 reject='no_label', detail=f'image is directly under {spec}, not in a class folder'
             )
-        entries.append(entry)
-    return Listing(entries, labels_of(entries), dict(skipped), skipped_examples, root)
+        yield entry
+    if scan.skipped.get('unreadable_dir'):
+        _LOG.warning('could not list %d folders below %s', scan.skipped['unreadable_dir'], root)
+
+
+def _candidates(root, pattern, follow_symlinks, scan):
+    """(relative, path, problem, detail) of the image files, sorted by relative path.
+
+    A local tree is walked in that order, one folder's names in memory at a time. An object
+    store's listing comes whole from FileSystems.match and is sorted here.
+    """
+    if is_uri(root):
+        found = [
+            (metadata.path, '', '')
+            for result in FileSystems.match([pattern])
+            for metadata in result.metadata_list
+        ]
+        return iter(sorted(_classify(root, found, scan)))
+    if os.path.isdir(root):
+        matches = re.compile(FileSystem.translate_pattern(pattern)).match
+        found = (
+            (path, problem, detail)
+            for path, problem, detail in _walk_sorted(root, follow_symlinks)
+            if problem in _NOT_FILES or matches(path)
+        )
+        return _classify(root, found, scan)
+    return iter(())  # a glob whose folder does not exist, or a file given as a tree
+
+
+def _classify(root, found, scan):
+    """Counts what is not an input in `scan.skipped`; yields the rest, in the order found."""
+    for path, problem, detail in found:
+        relative = path[len(root) + 1 :] if path.startswith(root + '/') else path
+        if any(part.startswith('.') for part in relative.split('/')):
+            scan.skip('hidden', printable(path))
+        elif problem in _NOT_FILES:
+            scan.skip(problem, printable(path))
+        elif posixpath.splitext(relative)[1].lower() not in IMAGE_EXTENSIONS:
+            scan.skip('not_image', printable(path))
+        else:
+            if not problem and printable(path) != path:
+                problem, detail = 'invalid_file_name', 'the name is not valid UTF-8; rename it'
+            yield printable(relative), printable(path), problem, detail
 
 
 # Problems of the walk that are not inputs at all, counted as skipped.
 _NOT_FILES = frozenset(['symlinked_dir', 'symlink_loop', 'unreadable_dir'])
 
 
-def _walk_local(root, follow_symlinks):
-    """Yields (path, problem, detail) for every file below local `root`, in no set order.
+def _walk_sorted(root, follow_symlinks):
+    """Yields (path, problem, detail) for every file below local `root`, in sorted order.
 
+    Files come in the order of their relative paths (printable, as sorted strings compare),
+    so that listing can stream: each folder's entries are sorted, a folder's name followed by
+    '/' (a folder `a` holds `a/x`, which sorts after a file `a-b` and before a file `a0`).
+    What is not walked (unreadable, symlinked or looping folders) comes in no set order.
     `problem` is '' for a regular file (or a symlink to one) that may be read; a reason code
     from `_NOT_FILES` for what is not a file; else the reason to reject the file.
     """
     real_root = os.path.realpath(root)
     visited = {real_root}  # real folders walked through links: a loop ends there
-    folders = [root]
-    while folders:
-        folder = folders.pop()
-        try:
-            with os.scandir(folder) as scan:
-                children = list(scan)
-        except OSError as e:
-            yield folder, 'unreadable_dir', f'{type(e).__name__}: {e}'
+    pending = [iter([(root, 'folder')])]
+    while pending:
+        child = next(pending[-1], None)
+        if child is None:
+            pending.pop()
             continue
-        for child in children:
+        path, kind = child
+        if kind == 'link':
+            target = os.path.realpath(path)
+            if target in visited:
+                yield path, 'symlink_loop', f'{target} is listed already'
+                continue
+            visited.add(target)
+        if kind in ('folder', 'link'):
+            try:
+                pending.append(iter(_sorted_children(path, follow_symlinks)))
+            except OSError as e:
+                yield path, 'unreadable_dir', f'{type(e).__name__}: {e}'
+        elif kind == 'file':
+            yield path, '', ''
+        elif kind == 'special':
+            yield path, *_NOT_REGULAR
+        else:
+            yield path, *_symlink_problem(path, real_root, follow_symlinks)
+
+
+def _sorted_children(folder, follow_symlinks):
+    """[(path, kind)] of a folder's entries in the order `_walk_sorted` yields them.
+
+    kind: 'folder' and 'link' (a symlinked folder to follow) are walked; 'file', 'special' (a
+    FIFO, socket or device) and 'symlink' (any other link) are not.
+    """
+    children = []
+    with os.scandir(folder) as scan:
+        for child in scan:
             if child.is_dir(follow_symlinks=False):
-                folders.append(child.path)
+                kind = 'folder'
             elif not child.is_symlink():
-                regular = child.is_file(follow_symlinks=False)
-                yield child.path, *(('', '') if regular else _NOT_REGULAR)
+                kind = 'file' if child.is_file(follow_symlinks=False) else 'special'
             elif follow_symlinks and os.path.isdir(child.path):
-                target = os.path.realpath(child.path)
-                if target in visited:
-                    yield child.path, 'symlink_loop', f'{target} is listed already'
-                else:
-                    visited.add(target)
-                    folders.append(child.path)
+                kind = 'link'
             else:
-                yield child.path, *_symlink_problem(child.path, real_root, follow_symlinks)
+                kind = 'symlink'
+            walked = kind in ('folder', 'link')
+            children.append((printable(child.name) + ('/' if walked else ''), child.path, kind))
+    children.sort()
+    return [(path, kind) for _, path, kind in children]
 
 
 _NOT_REGULAR = ('not_a_regular_file', 'a FIFO, socket or device, not a file')
@@ -192,12 +270,77 @@ def _symlink_problem(path, real_root, follow_symlinks):
 
 
 def write_listing(entries, path, chunk_size):
-    """Writes entries as JSON lines of `chunk_size` entries each: one line, one work item."""
+    """Writes entries as JSON lines of `chunk_size` entries each: one line, one work item.
+
+    `entries` may be any iterable; it is consumed once. The byte offset of every line (and the
+    end of the file) goes to `index_path(path)` as big-endian uint64s, so that the pipeline
+    moves work items as byte ranges instead of holding the lines.
+    """
+    offsets = array.array('Q', [0])
     with FileSystems.create(path) as f:
-        for start in range(0, len(entries), chunk_size):
-            chunk = [list(entry) for entry in entries[start : start + chunk_size]]
-            f.write(json.dumps(chunk, ensure_ascii=False).encode('utf-8') + b'\n')
+        for chunk in _batched(entries, chunk_size):
+            line = json.dumps([list(entry) for entry in chunk], ensure_ascii=False)
+            data = line.encode('utf-8') + b'\n'
+            f.write(data)
+            offsets.append(offsets[-1] + len(data))
+    if sys.byteorder == 'little':
+        offsets.byteswap()
+    with FileSystems.create(index_path(path)) as f:
+        f.write(offsets.tobytes())
+
+
+def _batched(items, size):
+    items = iter(items)
+    while chunk := list(itertools.islice(items, size)):
+        yield chunk
+
+
+def index_path(listing_path):
+    """The file holding the byte offsets of a listing file's lines."""
+    return listing_path + '.index'
+
+
+def work_items(listing_path):
+    """(start, end) byte ranges of the lines of a listing file, from its index."""
+    with FileSystems.open(index_path(listing_path), compression_type=_UNCOMPRESSED) as f:
+        data = f.read()
+    offsets = [value for (value,) in struct.iter_unpack('>Q', data)]
+    return list(zip(offsets, offsets[1:]))
+
+
+def read_work_item(listing_path, item):
+    """The InputEntry of one work item: a (start, end) byte range of a listing file."""
+    start, end = item
+    with FileSystems.open(listing_path, compression_type=_UNCOMPRESSED) as f:
+        f.seek(start)
+        line = f.read(end - start)
+    return parse_listing_line(line)
 
 
 def parse_listing_line(line):
     return [InputEntry(*fields) for fields in json.loads(line)]
+
+
+def copy_listing(source, destination):
+    """Copies a listing file and its index (local or gs://, either way)."""
+    for src, dst in ((source, destination), (index_path(source), index_path(destination))):
+        with FileSystems.open(src, compression_type=_UNCOMPRESSED) as f_in:
+            with FileSystems.create(dst) as f_out:
+                shutil.copyfileobj(f_in, f_out, 1 << 20)
+
+
+class ReadListing(beam.PTransform):
+    """A listing file -> the (start, end) byte range of each of its work items (lines)."""
+
+    def __init__(self, listing_path):
+        super().__init__()
+        self._listing_path = listing_path
+
+    def expand(self, pipeline):
+        # The ranges are read by a worker, not embedded in the job: at 100 million images
+        # they would be 400,000 pairs in a job graph that Dataflow limits to 10 MB.
+        return (
+            pipeline
+            | 'ListingPath' >> beam.Create([self._listing_path])
+            | 'WorkItems' >> beam.FlatMap(work_items)
+        )

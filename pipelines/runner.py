@@ -15,6 +15,7 @@ from apache_beam.options.pipeline_options import SetupOptions
 from apache_beam.options.pipeline_options import StandardOptions
 from apache_beam.portability.api import beam_fn_api_pb2
 from apache_beam.portability.api import beam_provision_api_pb2
+from apache_beam.runners.direct import direct_runner
 from apache_beam.runners.portability.fn_api_runner import fn_runner
 from apache_beam.runners.portability.portable_runner import JobServiceHandle
 from google.protobuf import text_format
@@ -77,6 +78,21 @@ def make_pipeline(beam_args):
     return beam.Pipeline(
         runner=fn_runner.FnApiRunner(provision_info=provision), options=pipeline_options
     )
+
+
+def shuffles_in_memory(pipeline):
+    """Whether the pipeline's runner holds every shuffled element in the launching process.
+
+    The local FnApiRunner (also behind Beam's DirectRunner) keeps each GroupByKey's input in
+    its own memory, as Python objects, until the next stage has read it; Dataflow and other
+    distributed runners shuffle on a service or on disk.
+    """
+    local = (
+        fn_runner.FnApiRunner,
+        direct_runner.DirectRunner,
+        direct_runner.BundleBasedDirectRunner,
+    )
+    return isinstance(pipeline.runner, local)
 
 
 def is_dataflow(runner):

@@ -1,8 +1,10 @@
 """ValidateImages: read and decode every input once, keep metadata, reject with reasons.
 
-Work items are chunks of listed inputs (one line of the listing file). Each chunk's files are
-read and decoded on a thread pool: Pillow and file reads release the GIL, and on `gs://` the
-concurrent reads hide per-object latency.
+Work items are chunks of listed inputs: the byte range of one line of the listing file, read
+here, so that the runner moves two numbers per chunk rather than the line. Each chunk's files
+are read and decoded on a thread pool: Pillow and file reads release the GIL, and on `gs://`
+the concurrent reads hide per-object latency. The metadata of a chunk's valid images leaves as
+one block (pipelines/blocks.py).
 """
 
 import concurrent.futures
@@ -11,7 +13,6 @@ import hashlib
 import logging
 import threading
 import time
-import typing
 
 import apache_beam as beam
 import google.auth
@@ -22,36 +23,15 @@ from google.auth import exceptions as auth_exceptions
 from google.cloud import storage
 from PIL import Image
 
+from pipelines import blocks
 from pipelines import images
-from pipelines.listing import parse_listing_line
+from pipelines.blocks import ImageMeta
+from pipelines.listing import read_work_item
 
 _LOG = logging.getLogger(__name__)
 
 NAMESPACE = 'imageshards'
 REJECTED = 'rejected'
-
-
-class ImageMeta(typing.NamedTuple):
-    """What the shuffle moves for one valid image: compact metadata, never pixels or bytes."""
-
-    id: int
-    key: str  # the source is `inputs.source_path(base, key)`
-    label: int
-    split: str  # a manifest's split, or '' to be assigned
-    format: str
-    height: int
-    width: int
-    channels: int
-    sha256: bytes  # digest of the stored bytes (the original, or the lossless re-encode)
-    num_bytes: int  # of the stored bytes
-    source_sha256: bytes  # digest of the source file when re-encoded, else b''
-    source_crc32c: int  # lets the writer check cheaply that the file has not changed since
-    reencoded: bool
-
-    @property
-    def content_digest(self):
-        """The sha256 digest of the source file's bytes."""
-        return self.source_sha256 or self.sha256
 
 
 def rejection(entry, reason, detail):
@@ -135,13 +115,15 @@ class _Progress:
 
 
 class _ValidateChunk(beam.DoFn):
-    """Listing line -> [ImageMeta] of its valid images; rejections to the REJECTED output."""
+    """Work item -> a block of its valid images' ImageMeta; rejections to the REJECTED output."""
 
-    def __init__(self, label_ids, max_pixels, io_threads, total, reencode_dir=None):
+    def __init__(self, listing_path, label_ids, max_pixels, io_threads, total, store, reencode_dir):
+        self._listing_path = listing_path
         self._label_ids = label_ids
         self._max_pixels = max_pixels
         self._io_threads = io_threads
         self._total = total
+        self._store = store
         self._reencode_dir = reencode_dir  # set for `paths` builds
         self._pool = None
         self._progress = None
@@ -159,8 +141,8 @@ class _ValidateChunk(beam.DoFn):
         if self._pool:
             self._pool.shutdown()
 
-    def process(self, line):
-        entries = parse_listing_line(line)
+    def process(self, item):
+        entries = read_work_item(self._listing_path, item)
         self._listed.inc(len(entries))
         valid = []
         for outcome in self._pool.map(self._validate, entries):
@@ -171,7 +153,8 @@ class _ValidateChunk(beam.DoFn):
                 yield beam.pvalue.TaggedOutput(REJECTED, outcome)
         self._valid.inc(len(valid))
         self._progress.add(len(entries))
-        yield valid
+        if valid:
+            yield from self._store.put('validated', [blocks.pack(valid)])
 
     def _validate(self, entry):
         if entry.reject:
@@ -226,11 +209,22 @@ def _write_once(path, data):
 
 
 class ValidateImages(beam.PTransform):
-    """Listing lines -> chunks of ImageMeta (main output) and rejections (`REJECTED` output)."""
+    """Work items -> blocks of ImageMeta (main output) and rejections (`REJECTED` output).
 
-    def __init__(self, label_ids, max_pixels, io_threads, total, reencode_dir=None):
+    Args:
+        listing_path: the listing file whose byte ranges the work items are.
+        label_ids: label name -> id.
+        store: the BlockStore that keeps the blocks.
+        reencode_dir: for `paths` builds, the output folder of lossless copies.
+    """
+
+    def __init__(
+        self, listing_path, label_ids, max_pixels, io_threads, total, store, reencode_dir=None
+    ):
         super().__init__()
-        self._fn = _ValidateChunk(label_ids, max_pixels, io_threads, total, reencode_dir)
+        self._fn = _ValidateChunk(
+            listing_path, label_ids, max_pixels, io_threads, total, store, reencode_dir
+        )
 
-    def expand(self, lines):
-        return lines | 'Decode' >> beam.ParDo(self._fn).with_outputs(REJECTED, main='valid')
+    def expand(self, items):
+        return items | 'Decode' >> beam.ParDo(self._fn).with_outputs(REJECTED, main='valid')

@@ -19,6 +19,7 @@ from PIL import Image
 
 from imageshards import features
 from imageshards import tfrecord
+from pipelines import blocks
 from pipelines import finalize
 from pipelines import images
 from pipelines.assign import order_key
@@ -53,9 +54,9 @@ def bounded_map(pool, fn, items, window):
 
 
 class _WriteShard(beam.DoFn):
-    """((split, shard), [[ImageMeta]]) -> the shard's entry for dataset.json."""
+    """((split, shard), [block]) -> the shard's entry for dataset.json."""
 
-    def __init__(self, input_base, output_dir, temp_dir, fmt, seed, label_names, io_threads):
+    def __init__(self, input_base, output_dir, temp_dir, fmt, seed, label_names, io_threads, store):
         self._input_base = input_base
         self._output_dir = output_dir
         self._temp_dir = temp_dir
@@ -63,6 +64,7 @@ class _WriteShard(beam.DoFn):
         self._seed = seed
         self._label_names = label_names
         self._io_threads = io_threads
+        self._store = store
         self._pool = None
         self._records = beam.metrics.Metrics.counter(NAMESPACE, 'written')
         self._bytes = beam.metrics.Metrics.counter(NAMESPACE, 'bytes_written')
@@ -81,10 +83,7 @@ class _WriteShard(beam.DoFn):
 
     def process(self, keyed, plan):
         (split, index), pieces = keyed
-        metas = sorted(
-            (meta for piece in pieces for meta in piece),
-            key=lambda meta: order_key(self._seed, meta),
-        )
+        metas = sorted(self._store.metas(pieces), key=lambda meta: order_key(self._seed, meta))
         relative = shard_path(split, index, plan.num_shards[split])
         temporary = FileSystems.join(self._temp_dir, f'{uuid.uuid4().hex}.tfrecord')
         digest, num_bytes = hashlib.sha256(), 0
@@ -157,24 +156,45 @@ def _stored_bytes(source, meta):
 
 
 class WriteShards(beam.PTransform):
-    """((split, shard), [ImageMeta]) pieces -> one dataset.json shard entry per shard.
+    """((split, shard), block) pieces -> one dataset.json shard entry per shard.
 
     Every shard of the plan is written, also one that received no records.
     """
 
-    def __init__(self, plan, input_base, output_dir, temp_dir, fmt, seed, label_names, io_threads):
+    def __init__(
+        self,
+        plan,
+        input_base,
+        output_dir,
+        temp_dir,
+        fmt,
+        seed,
+        label_names,
+        io_threads,
+        store=None,
+    ):
         super().__init__()
         self._plan = plan
-        self._fn = _WriteShard(input_base, output_dir, temp_dir, fmt, seed, label_names, io_threads)
+        self._fn = _WriteShard(
+            input_base,
+            output_dir,
+            temp_dir,
+            fmt,
+            seed,
+            label_names,
+            io_threads,
+            store or blocks.BlockStore(),
+        )
 
     def expand(self, placed):
+        # An empty inline block per shard: a shard nobody placed an image in is written too.
         every_shard = self._plan | 'ListShards' >> beam.FlatMap(
-            lambda plan: [(key, []) for key in plan.shard_keys()]
+            lambda plan: [(key, b'') for key in plan.shard_keys()]
         )
         return (
             (placed, every_shard)
             | 'WithEveryShard' >> beam.Flatten()
             | 'GroupByShard' >> beam.GroupByKey()
-            # ((split, shard), [[ImageMeta]])
+            # ((split, shard), [block])
             | 'Write' >> beam.ParDo(self._fn, plan=beam.pvalue.AsSingleton(self._plan))
         )

@@ -9,6 +9,7 @@ from apache_beam.testing.util import assert_that
 from apache_beam.testing.util import equal_to
 
 from pipelines import assign
+from pipelines import blocks
 from pipelines.validate import ImageMeta
 
 from beam_helpers import collect
@@ -128,23 +129,31 @@ def test_assign_shards_places_the_lowest_ranked_images_in_the_first_shard():
     with new_test_pipeline() as p:
         assigned = (
             p
-            | beam.Create([metas[:3], metas[3:]])
+            | beam.Create([blocks.pack(metas[:3]), blocks.pack(metas[3:])])
             | assign.AssignShards(0, [('train', 1.0)], 2, 1e9, 0)
         )
-        ids = assigned['placed'] | beam.FlatMap(lambda kv: [(kv[0], m.id) for m in kv[1]])
+        ids = assigned['placed'] | beam.FlatMap(
+            lambda kv: [(kv[0], m.id) for m in blocks.unpack(kv[1])]
+        )
         assert_that(ids, equal_to(expected))
 
 
-def _placements(tmp_path, chunks, fractions, num_shards, bucket_bits):
-    """Runs AssignShards and returns {image id: (split, shard)}."""
+def _placements(tmp_path, chunks, fractions, num_shards, bucket_bits, spill=False):
+    """Runs AssignShards and returns {image id: (split, shard)}.
+
+    With `spill`, the blocks go through files under tmp_path, as on the local runner.
+    """
+    store = blocks.BlockStore(str(tmp_path / 'blocks') if spill else None)
 
     def build(p):
         assigned = (
             p
-            | beam.Create(chunks)
-            | assign.AssignShards(0, fractions, num_shards, 1e9, bucket_bits)
+            | beam.Create([blocks.pack(chunk) for chunk in chunks])
+            | assign.AssignShards(0, fractions, num_shards, 1e9, bucket_bits, store)
         )
-        return assigned['placed'] | beam.FlatMap(lambda kv: [(m.id, kv[0]) for m in kv[1]])
+        return assigned['placed'] | beam.FlatMap(
+            lambda kv: [(m.id, kv[0]) for m in store.metas([kv[1]])]
+        )
 
     pairs = collect(build, tmp_path)
     return {image_id: tuple(place) for image_id, place in pairs}
@@ -159,6 +168,8 @@ def test_assign_shards_is_stratified_balanced_and_independent_of_chunking_and_bu
         tmp_path, [metas[i : i + 7] for i in range(0, 300, 7)], fractions, 4, bucket_bits=3
     )
     assert one_chunk == many_chunks
+    spilled = _placements(tmp_path, [metas[:100], metas[100:]], fractions, 4, 2, spill=True)
+    assert spilled == one_chunk
     assert sorted(one_chunk) == list(range(300))
     label_of = {m.id: m.label for m in metas}
     per_label = collections.Counter(label_of.values())

@@ -138,3 +138,38 @@ def test_listing_file_round_trips_in_chunks(tmp_path):
     assert len(lines) == 4  # 15 entries in chunks of 4
     assert [e for line in lines for e in listing.parse_listing_line(line)] == entries
     assert len(paths) == 15
+
+
+def test_a_tree_streams_in_the_order_of_sorted_relative_paths(tmp_path):
+    # A folder's name sorts as if followed by '/': 'a/x' after 'a-b' and 'a.jpg', before 'a0'.
+    names = ['c/a/x.jpg', 'c/a-b.jpg', 'c/a.jpg', 'c/a0.jpg', 'c/a/b/y.png', 'c/B.jpg', 'b/1.jpg']
+    names += ['c/a b/z.gif', 'c/ä.jpg', 'c/Z/q.jpg', 'c/a_/r.jpg']
+    for name in names:
+        _write(tmp_path / 'in' / name)
+    scan = listing.scan_inputs(str(tmp_path / 'in'))
+    keys = [entry.key for entry in scan.entries]
+    assert keys == sorted(names)
+    assert keys[:3] == ['b/1.jpg', 'c/B.jpg', 'c/Z/q.jpg']
+
+
+def test_listing_file_streams_entries_and_indexes_its_lines(tmp_path):
+    for i in range(11):
+        _write(tmp_path / 'in' / f'k{i % 2}' / f'{i:02d}.jpg')
+    _write(tmp_path / 'in' / 'k0' / 'notes.txt')
+    scan = listing.scan_inputs(str(tmp_path / 'in'))
+    path = str(tmp_path / 'listing.jsonl')
+    summary = listing.write_listing_file(scan, path, chunk_size=4, spec='in')
+    assert summary.num_inputs == 11 and summary.labels == ['k0', 'k1']
+    assert summary.skipped == {'not_image': 1} and summary.largest_group == 6
+    items = listing.work_items(path)
+    assert len(items) == 3 and items[0][0] == 0
+    assert items[-1][1] == (tmp_path / 'listing.jsonl').stat().st_size
+    entries = [entry for item in items for entry in listing.read_work_item(path, item)]
+    assert entries == listing.list_inputs(str(tmp_path / 'in')).entries
+
+
+def test_an_empty_listing_is_refused_after_the_walk(tmp_path):
+    _write(tmp_path / 'in' / 'cat' / 'readme.md')
+    scan = listing.scan_inputs(str(tmp_path / 'in'))
+    with pytest.raises(ValueError, match='matched no image files.*not_image'):
+        listing.write_listing_file(scan, str(tmp_path / 'listing.jsonl'), 4, 'in')

@@ -1,7 +1,6 @@
 """Each Beam transform of the build on a TestPipeline: validate, deduplicate, write shards."""
 
 import hashlib
-import json
 import pathlib
 
 import apache_beam as beam
@@ -13,8 +12,10 @@ from apache_beam.testing.util import equal_to
 from imageshards import features
 from imageshards import tfrecord
 from pipelines import assign
+from pipelines import blocks
 from pipelines import finalize
 from pipelines import images
+from pipelines import listing
 from pipelines.dedup import DropDuplicates
 from pipelines.inputs import InputEntry
 from pipelines.validate import ImageMeta
@@ -26,8 +27,11 @@ from beam_helpers import collect
 from beam_helpers import new_test_pipeline
 
 
-def _line(entries):
-    return json.dumps([list(entry) for entry in entries])
+def _listing(tmp_path, entries, chunk_size):
+    """A listing file of `entries` and its work items."""
+    path = str(tmp_path / 'listing.jsonl')
+    listing.write_listing(entries, path, chunk_size)
+    return path, listing.work_items(path)
 
 
 def test_validate_images_keeps_metadata_and_rejects_with_reasons(tmp_path):
@@ -47,13 +51,16 @@ def test_validate_images_keeps_metadata_and_rejects_with_reasons(tmp_path):
     ]
     good_info, _ = images.inspect_image(good.read_bytes(), 10**8)
     bmp_info, _ = images.inspect_image(bmp.read_bytes(), 10**8)
+    listing_path, items = _listing(tmp_path, entries, chunk_size=2)
+    assert len(items) == 3
+    store = blocks.BlockStore(str(tmp_path / 'blocks'))
     with new_test_pipeline() as p:
         result = (
             p
-            | beam.Create([_line(entries[:2]), _line(entries[2:])])
-            | ValidateImages({'cat': 0}, 10**8, io_threads=2, total=5)
+            | beam.Create(items)
+            | ValidateImages(listing_path, {'cat': 0}, 10**8, io_threads=2, total=5, store=store)
         )
-        metas = result.valid | beam.FlatMap(lambda chunk: chunk)
+        metas = result.valid | beam.FlatMap(lambda ref: store.metas([ref]))
         assert_that(
             metas,
             equal_to(
@@ -118,11 +125,16 @@ def _meta(i, sha, label=0):
     )
 
 
-def test_drop_duplicates_keeps_the_first_in_listing_order(tmp_path):
+@pytest.mark.parametrize('bucket_bits', [0, 3])
+def test_drop_duplicates_keeps_the_first_in_listing_order(tmp_path, bucket_bits):
     chunks = [[_meta(5, b'a'), _meta(1, b'b')], [_meta(3, b'a'), _meta(9, b'a'), _meta(2, b'c')]]
     with new_test_pipeline() as p:
-        result = p | beam.Create(chunks) | DropDuplicates('/in')
-        kept = result.unique | beam.FlatMap(lambda chunk: [m.id for m in chunk])
+        result = (
+            p
+            | beam.Create([blocks.pack(chunk) for chunk in chunks])
+            | DropDuplicates('/in', bucket_bits=bucket_bits)
+        )
+        kept = result.unique | beam.FlatMap(lambda block: [m.id for m in blocks.unpack(block)])
         assert_that(kept, equal_to([1, 2, 3]), label='kept')
         dropped = result.duplicates | beam.Map(
             lambda d: (d['id'], d['path'], d['duplicate_of_id'], d['duplicate_of_path'])
@@ -168,11 +180,11 @@ def _source(tmp_path, meta):
 
 
 def _write_shards(p, pieces, plan, tmp_path, fmt=features.EXAMPLES, labels=('a', 'b')):
-    """WriteShards of `pieces` under `plan`, into tmp_path/out."""
+    """WriteShards of `pieces` ((split, shard), [ImageMeta]) under `plan`, into tmp_path/out."""
     out = tmp_path / 'out'
     return (
         p
-        | 'Pieces' >> beam.Create(pieces)
+        | 'Pieces' >> beam.Create([(key, blocks.pack(metas)) for key, metas in pieces])
         | WriteShards(
             p | 'Plan' >> beam.Create([plan]),
             str(tmp_path / 'in'),

@@ -1,0 +1,169 @@
+"""Image metadata in blocks: what the build's shuffles move, packed many images to one value.
+
+A block is the metadata of many images (`ImageMeta`) packed into one bytes value, about 100
+bytes per image. Every step between validation and writing passes blocks, never one element
+per image: Python objects of a million images cost the local runner ~0.5 KB each, and one
+element per image costs any shuffle its per-element overhead.
+
+A block travels in one of two forms, both the `ref` of a `BlockStore`:
+* inline (`bytes`): the block itself. On Dataflow, its shuffle service holds the data.
+* spilled (`(name, offset, length)`): a byte range of a file under the build's temporary
+  folder, for the local runner, whose shuffles hold every element in the launching process.
+  The files go through `FileSystems`, so an output on gs:// works too, and Finalize deletes
+  them with the rest of `OUT/.imageshards-tmp/`.
+"""
+
+import struct
+import typing
+import uuid
+
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+
+class ImageMeta(typing.NamedTuple):
+    """What the shuffle moves for one valid image: compact metadata, never pixels or bytes."""
+
+    id: int
+    key: str  # the source is `inputs.source_path(base, key)`
+    label: int
+    split: str  # a manifest's split, or '' to be assigned
+    format: str
+    height: int
+    width: int
+    channels: int
+    sha256: bytes  # digest of the stored bytes (the original, or the lossless re-encode)
+    num_bytes: int  # of the stored bytes
+    source_sha256: bytes  # digest of the source file when re-encoded, else b''
+    source_crc32c: int  # lets the writer check cheaply that the file has not changed since
+    reencoded: bool
+
+    @property
+    def content_digest(self):
+        """The sha256 digest of the source file's bytes."""
+        return self.source_sha256 or self.sha256
+
+
+# id, label, height, width, channels, num_bytes, source_crc32c, reencoded, then the byte
+# lengths of key, split, format, sha256 and source_sha256, which follow in that order.
+_FIXED = struct.Struct('<qIIIHQI?IHBBB')
+
+
+def pack(metas):
+    """One block of `metas`, in their order."""
+    parts = []
+    for meta in metas:
+        key, split, fmt = meta.key.encode(), meta.split.encode(), meta.format.encode()
+        parts.append(
+            _FIXED.pack(
+                meta.id,
+                meta.label,
+                meta.height,
+                meta.width,
+                meta.channels,
+                meta.num_bytes,
+                meta.source_crc32c,
+                meta.reencoded,
+                len(key),
+                len(split),
+                len(fmt),
+                len(meta.sha256),
+                len(meta.source_sha256),
+            )
+        )
+        parts += (key, split, fmt, meta.sha256, meta.source_sha256)
+    return b''.join(parts)
+
+
+def unpack(block):
+    """The ImageMeta of a block, in the order they were packed."""
+    metas, position, size = [], 0, len(block)
+    while position < size:
+        (
+            image_id,
+            label,
+            height,
+            width,
+            channels,
+            num_bytes,
+            crc,
+            reencoded,
+            key_len,
+            split_len,
+            format_len,
+            sha_len,
+            source_len,
+        ) = _FIXED.unpack_from(block, position)
+        position += _FIXED.size
+        key = block[position : position + key_len].decode()
+        position += key_len
+        split = block[position : position + split_len].decode()
+        position += split_len
+        fmt = block[position : position + format_len].decode()
+        position += format_len
+        sha256 = block[position : position + sha_len]
+        position += sha_len
+        source_sha256 = block[position : position + source_len]
+        position += source_len
+        metas.append(
+            ImageMeta(
+                image_id,
+                key,
+                label,
+                split,
+                fmt,
+                height,
+                width,
+                channels,
+                sha256,
+                num_bytes,
+                source_sha256,
+                crc,
+                reencoded,
+            )
+        )
+    return metas
+
+
+class BlockStore:
+    """Keeps blocks inline, or spills them to files in `spill_dir` and passes byte ranges.
+
+    Configuration only, so that it pickles into every DoFn that puts or gets blocks.
+    """
+
+    def __init__(self, spill_dir=None):
+        self.spill_dir = spill_dir
+
+    def put(self, prefix, blocks):
+        """Refs of `blocks`; spilled, they share one new file named after `prefix`."""
+        if not self.spill_dir:
+            return list(blocks)
+        name = f'{prefix}-{uuid.uuid4().hex}.bin'
+        refs, offset = [], 0
+        with FileSystems.create(
+            FileSystems.join(self.spill_dir, name), compression_type=CompressionTypes.UNCOMPRESSED
+        ) as f:
+            for block in blocks:
+                f.write(block)
+                refs.append((name, offset, len(block)))
+                offset += len(block)
+        return refs
+
+    def get(self, ref):
+        """The block a ref stands for (an inline ref is the block itself)."""
+        if isinstance(ref, bytes):
+            return ref
+        name, offset, length = ref
+        if not length:
+            return b''
+        path = FileSystems.join(self.spill_dir, name)
+        with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+            f.seek(offset)
+            block = f.read(length)
+        if len(block) != length:
+            raise OSError(f'{path}: expected {length} bytes at {offset}, read {len(block)}')
+        return block
+
+    def metas(self, refs):
+        """Every ImageMeta of the blocks `refs` stand for."""
+        return [meta for ref in refs for meta in unpack(self.get(ref))]

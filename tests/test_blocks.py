@@ -1,0 +1,79 @@
+"""Blocks of image metadata: packing, and keeping them inline or spilled to files."""
+
+import hashlib
+
+import pytest
+
+from pipelines import blocks
+from pipelines.blocks import ImageMeta
+
+
+def _meta(i, **changes):
+    meta = ImageMeta(
+        id=i,
+        key=f'class_{i % 3}/{i:08d}.jpg',
+        label=i % 3,
+        split='',
+        format='jpeg',
+        height=64 + i,
+        width=48,
+        channels=3,
+        sha256=hashlib.sha256(str(i).encode()).digest(),
+        num_bytes=2_000 + i,
+        source_sha256=b'',
+        source_crc32c=4_000_000_000 - i,
+        reencoded=False,
+    )
+    return meta._replace(**changes)
+
+
+def test_pack_round_trips_every_field():
+    metas = [
+        _meta(0),
+        _meta(1, split='holdout', format='png', reencoded=True, channels=4),
+        _meta(2, source_sha256=bytes(range(32)), reencoded=True, format='png'),
+        _meta(3, key='ünïcode/名前 with spaces.jpg', id=2**62, num_bytes=5 * 2**32),
+        _meta(4, key='gs://bucket/x/' + 'y' * 2000 + '.jpg', sha256=b'short'),
+    ]
+    block = blocks.pack(metas)
+    assert blocks.unpack(block) == metas
+    assert blocks.unpack(blocks.pack([])) == []
+    # About a hundred bytes per image: what every shuffle carries instead of Python objects.
+    assert len(blocks.pack([_meta(i) for i in range(1000)])) < 110 * 1000
+
+
+def test_inline_store_passes_blocks_as_they_are(tmp_path):
+    store = blocks.BlockStore()
+    data = [blocks.pack([_meta(1)]), blocks.pack([_meta(2), _meta(3)])]
+    refs = store.put('x', data)
+    assert refs == data
+    assert store.metas(refs) == [_meta(1), _meta(2), _meta(3)]
+    assert not list(tmp_path.iterdir())
+
+
+def test_spilled_store_writes_one_file_per_put_and_reads_byte_ranges(tmp_path):
+    store = blocks.BlockStore(str(tmp_path / 'blocks'))
+    first = store.put('validated', [blocks.pack([_meta(1)]), b'', blocks.pack([_meta(2)])])
+    second = store.put('placed', [blocks.pack([_meta(3), _meta(4)])])
+    files = sorted(path.name for path in (tmp_path / 'blocks').iterdir())
+    assert len(files) == 2 and files[0].startswith('placed-') and files[1].startswith('validated-')
+    assert [ref[0] for ref in first] == [files[1]] * 3
+    size = len(blocks.pack([_meta(1)]))
+    assert [ref[1:] for ref in first] == [(0, size), (size, 0), (size, size)]
+    assert store.metas([second[0], first[2], first[1], first[0]]) == [
+        _meta(3),
+        _meta(4),
+        _meta(2),
+        _meta(1),
+    ]
+    # An inline block (an empty shard's placeholder) is valid with any store.
+    assert store.get(b'') == b'' and store.metas([b'']) == []
+
+
+def test_a_spilled_block_cut_short_is_an_error(tmp_path):
+    store = blocks.BlockStore(str(tmp_path))
+    (ref,) = store.put('v', [blocks.pack([_meta(1)])])
+    path = tmp_path / ref[0]
+    path.write_bytes(path.read_bytes()[:50])
+    with pytest.raises(OSError, match='expected'):
+        store.get(ref)
