@@ -9,8 +9,8 @@ import yaml
 
 
 def load(path):
-    with open(path, encoding='utf-8') as f:
-        loaded = yaml.safe_load(f) or {}
+    """The file's flags as {name_with_underscores: value}; `path` is local or gs://."""
+    loaded = yaml.safe_load(_read_text(path)) or {}
     if not isinstance(loaded, dict):
         raise ValueError(f'{path}: expected a mapping of flag names to values at the top level')
     return {str(key).replace('-', '_'): value for key, value in loaded.items()}
@@ -43,3 +43,21 @@ def apply_defaults(parser, argv, passthrough_key=None, convert=None):
             values[flag] = function(values[flag])
     parser.set_defaults(**values)
     return [f'--{key}={value}' for key, value in passthrough.items()]
+
+
+def _read_text(path):
+    """A local file's text, or a gs:// object's (Vertex's /gcs/ FUSE paths are local files)."""
+    if path.startswith('gs://'):
+        # pylint: disable=import-outside-toplevel
+        from google.api_core import exceptions
+        from google.cloud import storage
+
+        bucket, _, name = path[len('gs://') :].partition('/')
+        if not name:
+            raise ValueError(f'--config {path} names a bucket, not a file')
+        try:
+            return storage.Client().bucket(bucket).blob(name).download_as_text()
+        except exceptions.NotFound as e:
+            raise ValueError(f'--config {path} does not exist') from e
+    with open(path, encoding='utf-8') as f:
+        return f.read()

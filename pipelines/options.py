@@ -10,8 +10,7 @@ import argparse
 import dataclasses
 import re
 
-import yaml
-
+from imageshards import configfile
 from imageshards import features
 
 SPLIT_NAME = re.compile(r'^[A-Za-z0-9][A-Za-z0-9_.-]*$')
@@ -173,12 +172,8 @@ def build_arg_parser():
 
 
 def _yaml_defaults(path):
-    with open(path, encoding='utf-8') as f:
-        loaded = yaml.safe_load(f) or {}
-    if not isinstance(loaded, dict):
-        raise ValueError(f'{path}: expected a mapping at the top level')
-    beam = loaded.pop('beam', None) or {}
-    defaults = {key.replace('-', '_'): value for key, value in loaded.items()}
+    defaults = configfile.load(path)
+    beam = defaults.pop('beam', None) or {}
     if 'splits' in defaults and not isinstance(defaults['splits'], tuple):
         splits = defaults['splits']
         if isinstance(splits, dict):
