@@ -1,7 +1,10 @@
 """The record contract: one feature spec for the shard writer, the trainer's parser and serving.
 
 Keys follow the TF Model Garden / TFDS image conventions, plus `image/id` (the input's position
-in listing order, so the shuffle can be measured) and, for path manifests, `image/path`.
+in listing order, so the shuffle can be measured) and, for path manifests, `image/path`. A build
+with label levels (`label/<level>` manifest columns, or `--label-levels` for a tree) adds
+`image/label/<level>` (int64 id, -1 where missing) and `image/label/<level>/text` (the name, or
+empty) per level; a build without levels has exactly the keys above.
 
 Records are `tensorflow.Example` protos, serialized here by the protobuf runtime from the
 message's own schema, so that Beam workers writing shards need not import TensorFlow (seconds
@@ -26,6 +29,8 @@ FILENAME = 'image/filename'
 SHA256 = 'image/key/sha256'
 ID = 'image/id'
 PATH = 'image/path'
+LEVEL_PREFIX = 'image/label/'
+MISSING_LEVEL = -1  # the id of a missing level value (--allow-missing-levels)
 
 EXAMPLES = 'examples'
 PATHS = 'paths'
@@ -44,34 +49,56 @@ _COMMON = {
 }
 
 
-def record_schema(fmt):
-    """Returns {key: 'bytes' | 'int64'} for the records of an `examples` or `paths` build."""
+def level_label(level):
+    """The int64 feature holding a record's id in label level `level`."""
+    return f'{LEVEL_PREFIX}{level}'
+
+
+def level_text(level):
+    """The bytes feature holding a record's name in label level `level` ('' where missing)."""
+    return f'{LEVEL_PREFIX}{level}/text'
+
+
+def record_schema(fmt, levels=()):
+    """Returns {key: 'bytes' | 'int64'} for the records of an `examples` or `paths` build.
+
+    Args:
+        fmt: `examples` or `paths`.
+        levels: the build's label level names, in order (a dict's keys will do).
+    """
     if fmt == EXAMPLES:
-        return {ENCODED: 'bytes', **_COMMON}
-    if fmt == PATHS:
-        return {PATH: 'bytes', **_COMMON}
-    raise ValueError(f'unknown format {fmt!r}; expected one of {FORMATS}')
+        schema = {ENCODED: 'bytes', **_COMMON}
+    elif fmt == PATHS:
+        schema = {PATH: 'bytes', **_COMMON}
+    else:
+        raise ValueError(f'unknown format {fmt!r}; expected one of {FORMATS}')
+    for level in levels:
+        schema[level_label(level)] = 'int64'
+        schema[level_text(level)] = 'bytes'
+    return schema
 
 
-def feature_spec(fmt):
+def feature_spec(fmt, levels=()):
     """The `tf.io.parse_example` spec for the records of a build in format `fmt`."""
     import tensorflow as tf
 
     dtypes = {'bytes': tf.string, 'int64': tf.int64}
     return {
-        key: tf.io.FixedLenFeature([], dtypes[kind]) for key, kind in record_schema(fmt).items()
+        key: tf.io.FixedLenFeature([], dtypes[kind])
+        for key, kind in record_schema(fmt, levels).items()
     }
 
 
-def encode_example(fmt, values):
+def encode_example(fmt, values, levels=()):
     """Serializes one record; byte-identical for identical values, whatever the process.
 
     Args:
         fmt: `examples` or `paths`.
-        values: {key: value} with every key of `record_schema(fmt)`; bytes features take `bytes`
-            or `str` (UTF-8), int64 features take `int`.
+        values: {key: value} with every key of `record_schema(fmt, levels)`; bytes features take
+            `bytes` or `str` (UTF-8), int64 features take `int`.
+        levels: the build's label level names.
     """
-    schema = record_schema(fmt)
+    schema = record_schema(fmt, levels)
     if set(values) != set(schema):
         raise ValueError(
             f'record keys {sorted(values)} do not match the {fmt} schema {sorted(schema)}'

@@ -171,14 +171,28 @@ def _build_files(output_dir, split):
         raise ValueError(f'{output_dir}/dataset.json lists no splits')
     shards = records.split_shards(output_dir, dataset, split)
     info = dataset['splits'][split]
-    labels = dataset['labels']
-    shown_labels = ', '.join(labels[:10]) + (f', ... ({len(labels)} labels)' if labels[10:] else '')
+    shown_labels = _shown(dataset['labels'])
+    levels = [
+        f'  label level {level}: {_shown(names)}'
+        + (
+            f' ({info["level_missing"][level]:,} records in {split} without one)'
+            if info.get('level_missing', {}).get(level)
+            else ''
+        )
+        for level, names in dataset.get('label_levels', {}).items()
+    ]
     print(
         f'build {output_dir}: {dataset["format"]} format, seed {dataset["seed"]}, '
         f'splits {", ".join(dataset["splits"])}\n  labels: {shown_labels}\n'
-        f'  split {split}: {info["num_records"]:,} records in {len(shards)} shards'
+        + ''.join(f'{line}\n' for line in levels)
+        + f'  split {split}: {info["num_records"]:,} records in {len(shards)} shards'
     )
     return [path for path, _ in shards], lambda path: path[len(output_dir) + 1 :]
+
+
+def _shown(names):
+    """The first names of a vocabulary, and how many there are if more."""
+    return ', '.join(names[:10]) + (f', ... ({len(names)} labels)' if names[10:] else '')
 
 
 def main(argv=None):

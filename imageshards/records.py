@@ -139,7 +139,17 @@ def structure_problems(dataset):
         return found
     if dataset['format'] not in features.FORMATS:
         return [f'unknown format {dataset["format"]!r}; expected one of {features.FORMATS}']
-    schema = features.record_schema(dataset['format'])
+    levels = dataset.get('label_levels') or {}
+    if not isinstance(levels, dict):
+        return ['label_levels is not an object of level -> names']
+    level_keys = ('level_counts', 'level_missing')
+    found += [
+        f'a {name} entry has no {key!r} (the build has label levels)'
+        for name in ('split', 'shard')
+        for key in level_keys
+        if levels and any(key not in entry for entry in objects[name])
+    ]
+    schema = features.record_schema(dataset['format'], levels)
     if dataset.get('features', schema) != schema:
         found.append(f'features {dataset["features"]} are not the {dataset["format"]} schema')
     return found
@@ -165,6 +175,8 @@ def accounting_problems(output_dir, dataset):
         found.append(f'counts.written is {counts["written"]}, but the splits hold {written}')
     for split, info in dataset['splits'].items():
         found += _split_problems(split, info, set(dataset['labels']))
+        for level, names in (dataset.get('label_levels') or {}).items():
+            found += _level_problems(split, info, level, set(names))
     found = [(where, message) for message in found]
     for name, key in (
         (finalize.REJECTED_JSONL, 'rejected'),
@@ -198,6 +210,34 @@ def _split_problems(split, info, labels):
     unknown = sorted(set(summed) - labels)
     if unknown:
         found.append(f'splits.{split} counts labels that are not in labels: {unknown}')
+    return found
+
+
+def _level_problems(split, info, level, names):
+    """Where a split's counts of one label level disagree with its shards or its records."""
+    shards = info['shards']
+    summed, found = collections.Counter(), []
+    for shard in shards:
+        counts = shard['level_counts'].get(level, {})
+        summed.update(counts)
+        counted = sum(counts.values()) + shard['level_missing'].get(level, 0)
+        if counted != shard['num_records']:
+            found.append(
+                f'shard {shard["path"]}: level {level} counts {counted} records, '
+                f'not its {shard["num_records"]}'
+            )
+    missing = sum(shard['level_missing'].get(level, 0) for shard in shards)
+    for key, found_value, value in (
+        ('level_counts', info['level_counts'].get(level), dict(summed)),
+        ('level_missing', info['level_missing'].get(level), missing),
+    ):
+        if found_value != value:
+            found.append(
+                f'splits.{split}.{key}.{level} is {found_value}, but its shards add up to {value}'
+            )
+    unknown = sorted(set(summed) - names)
+    if unknown:
+        found.append(f'splits.{split} counts names not in label_levels.{level}: {unknown}')
     return found
 
 

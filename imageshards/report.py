@@ -8,7 +8,8 @@ baseline in the style of the write-up on shuffle bias: every record of the split
 into as many pieces as the build has shards. Writes into DIR (default OUT/report):
 
     order.csv      epoch,position,id,label of the training order (epochs counted from 0)
-    metrics.json   the measures of imageshards/shuffle_metrics.py, for both orders
+    metrics.json   the measures of imageshards/shuffle_metrics.py, for both orders (and, for a
+                   build with label levels, of the trainer's order labelled by each level)
     *.png          id and label against read position, distinct labels per batch against the
                    ideal, and a shard-by-class heatmap, for both orders
     report.md      tables of both sets of measures and the figures side by side
@@ -85,6 +86,43 @@ def _shard_counts(info, split):
     return np.array([[s['class_counts'].get(name, 0) for name in info.labels] for s in shards])
 
 
+def level_orders(info, split, order):
+    """{level: Order} of `order` labelled by each label level of the build, with its
+    [split class counts] and [shards, classes] counts; a missing value (-1) is a class of its
+    own, after the level's names, where the split has any."""
+    if not info.label_levels:
+        return {}
+    records = input_lib.make_dataset(
+        info.data_dir,
+        split,
+        1 << 16,
+        training=False,
+        info=info,
+        decode_images=False,
+        label_levels=list(info.label_levels),
+    )
+    batches = list(records)
+    ids = np.concatenate([batch_ids.numpy() for _, batch_ids in batches])
+    shards, split_info = info.split(split)['shards'], info.split(split)
+    found = {}
+    for level, names in info.label_levels.items():
+        labels = np.concatenate([batch[level].numpy() for batch, _ in batches])
+        missing = split_info['level_missing'][level]
+        labels[labels < 0] = len(names)  # the class of missing values, counted only if any
+        lookup = np.zeros(ids.max() + 1, np.int64)
+        lookup[ids] = labels
+        columns = list(names)
+        counts = [[s['level_counts'][level].get(name, 0) for name in columns] for s in shards]
+        if missing:
+            counts = [row + [s['level_missing'][level]] for row, s in zip(counts, shards)]
+        class_counts = [split_info['level_counts'][level].get(name, 0) for name in columns]
+        found[level] = (
+            Order(order.ids, lookup[order.ids], np.array(counts)),
+            class_counts + ([missing] if missing else []),
+        )
+    return found
+
+
 def baseline_order(info, split, epochs, batch_size, buffer, seed):
     """The write-up's setup: every record in listing order, one stream through a shuffle
     buffer of `buffer` records (reshuffled each epoch), full batches of each epoch kept."""
@@ -154,6 +192,11 @@ def report(data_dir, split, out_dir, *, epochs, batch_size, seed, baseline_buffe
         'read_seconds': round(read_seconds, 3),
         **{name: measure(order, class_counts, batch_size) for name, order in orders.items()},
     }
+    levels = level_orders(info, split, orders['imageshards'])
+    if levels:
+        metrics['label_levels'] = {
+            level: measure(order, counts, batch_size) for level, (order, counts) in levels.items()
+        }
     tf.io.gfile.makedirs(out_dir)
     _write(posixpath.join(out_dir, 'order.csv'), order_csv(orders['imageshards']))
     _write(posixpath.join(out_dir, 'metrics.json'), json.dumps(metrics, indent=2) + '\n')
@@ -289,12 +332,37 @@ def _markdown(metrics):
     for key, text, random_text in rows:
         expected = _number(random_values[key]) if random_text is None else random_text
         lines.append(f'| {text} | {_number(mine[key])} | {_number(base[key])} | {expected} |')
+    lines += _level_lines(metrics.get('label_levels', {}))
     lines += ['', '| imageshards | baseline |', '|---|---|']
     for kind in ('ids', 'labels', 'distinct', 'shards'):
         cells = (f'![{kind}, {variant}]({kind}_{variant}.png)' for variant in VARIANTS)
         lines.append(f'| {" | ".join(cells)} |')
     lines += ['', _DEFINITIONS.format(w=shuffle_metrics.WINDOW, s=shuffle_metrics.WINDOW_STRIDE)]
     return '\n'.join(lines)
+
+
+def _level_lines(levels):
+    """report.md's table of the trainer's order measured on each label level, if any."""
+    if not levels:
+        return []
+    lines = [
+        '',
+        "Label levels (the trainer's order labelled by each level; a missing value counts as a "
+        'class of its own):',
+        '',
+        '| level | mean distinct labels per batch | uniformly random order | worst window KL '
+        '| mean window KL (random) | max \\|count − share\\| in a file |',
+        '|---|---|---|---|---|---|',
+    ]
+    for level, m in levels.items():
+        lines.append(
+            f'| {level} | {_number(m["mean_distinct_labels_per_batch"])} '
+            f'| {_number(m["ideal_distinct_labels_per_batch"])} '
+            f'| {_number(m["max_window_label_kl"])} '
+            f'| {_number(m["mean_window_label_kl"])} ({_number(m["random_window_label_kl"])}) '
+            f'| {_number(m["shard_class_spread"])} |'
+        )
+    return lines
 
 
 def _number(value):

@@ -4,8 +4,9 @@ For every shard that dataset.json lists: the TFRecord framing and CRCs, the reco
 and sha256. For every record: the contract's keys and kinds, `image/key/sha256` against the
 image bytes (for a `paths` build, the bytes of the file at `image/path`), that the image decodes
 with `tf.io.decode_image(channels=3, expand_animations=False)` to the stored height and width,
-the label id against its text and dataset.json's `labels`, and that no id occurs twice in the
-build. Then each shard's class counts and the accounting of dataset.json.
+the label id against its text and dataset.json's `labels` (and each label level's id against its
+text and `label_levels`; -1 with empty text where a value is missing), and that no id occurs
+twice in the build. Then each shard's class and level counts and the accounting of dataset.json.
 
 Every problem is printed on its own line as it is found, naming the file (and the record's byte
 offset); a damaged shard does not stop the others from being read. Exit status 1 if there was
@@ -73,7 +74,8 @@ class _RecordChecker:
     """Checks each record's keys, label and id; keeps what the image and count checks need."""
 
     def __init__(self, dataset, problems):
-        self._schema = features.record_schema(dataset['format'])
+        self._levels = dataset.get('label_levels') or {}
+        self._schema = features.record_schema(dataset['format'], self._levels)
         self._payload_key = features.ENCODED if features.ENCODED in self._schema else features.PATH
         self._labels = dataset['labels']
         self._problems = problems
@@ -82,12 +84,13 @@ class _RecordChecker:
         self._seen = bytearray((self._num_ids + 7) // 8)
 
     def check(self, where, offset, record):
-        """Returns (label name or None, _ImageJob or None) for one record."""
+        """Returns (label name or None, _ImageJob or None, {level: name, '' if missing}) for one
+        record."""
         try:
             example = records.parse_example(record)
         except records.NotAnExampleError as e:
             self._problems.add(where, str(e), offset)
-            return None, None
+            return None, None, {}
         values = self._scalars(where, offset, records.example_values(example))
         if features.ID in values:
             self._check_id(where, offset, values[features.ID])
@@ -102,7 +105,30 @@ class _RecordChecker:
                 values[features.WIDTH],
                 values[features.SHA256].decode('ascii', 'replace'),
             )
-        return self._label_name(where, offset, values), job
+        levels = {
+            level: self._level_name(where, offset, values, level, names)
+            for level, names in self._levels.items()
+        }
+        return self._label_name(where, offset, values), job, levels
+
+    def _level_name(self, where, offset, values, level, names):
+        """The record's name in `level` ('' where missing), or None if it cannot be told."""
+        level_id = values.get(features.level_label(level))
+        text = values.get(features.level_text(level))
+        if level_id is None or text is None:
+            return None
+        text = text.decode('utf-8', 'replace')
+        if level_id == features.MISSING_LEVEL and not text:
+            return ''
+        if not 0 <= level_id < len(names) or names[level_id] != text:
+            self._problems.add(
+                where,
+                f'{features.level_label(level)} {level_id} with text {text!r} does not match '
+                f'dataset.json label_levels.{level}',
+                offset,
+            )
+            return None
+        return text
 
     def _scalars(self, where, offset, values):
         """{key: value} of the schema's keys that hold exactly one value of the right kind."""
@@ -239,6 +265,7 @@ class _ShardTally:
     def __init__(self):
         self.records = 0
         self.classes = collections.Counter()
+        self.levels = collections.defaultdict(collections.Counter)  # level -> name -> records
         self.intact = True
 
 
@@ -277,9 +304,12 @@ class _ShardReader:
         try:
             for offset, record in records.framed_records(reader, path):
                 tally.records += 1
-                label, job = self._checker.check(path, offset, record)
+                label, job, levels = self._checker.check(path, offset, record)
                 if label is not None:
                     tally.classes[label] += 1
+                for level, name in levels.items():
+                    if name is not None:
+                        tally.levels[level][name] += 1
                 if job is None:
                     continue
                 batch.append(job)
@@ -299,6 +329,14 @@ class _ShardReader:
         # Past a framing error the records are unread: their counts would only repeat it.
         if tally.intact:
             found.update(num_records=tally.records, class_counts=dict(tally.classes))
+            if 'level_counts' in entry:
+                found['level_counts'] = {
+                    level: {name: n for name, n in tally.levels[level].items() if name}
+                    for level in entry['level_counts']
+                }
+                found['level_missing'] = {
+                    level: tally.levels[level][''] for level in entry['level_missing']
+                }
         for key, value in found.items():
             if entry[key] != value:
                 self._problems.add(path, f'{key} is {value}, but dataset.json says {entry[key]}')

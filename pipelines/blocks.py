@@ -37,6 +37,7 @@ class ImageMeta(typing.NamedTuple):
     source_sha256: bytes  # digest of the source file when re-encoded, else b''
     source_crc32c: int  # lets the writer check cheaply that the file has not changed since
     reencoded: bool
+    levels: tuple = ()  # label level ids, in the build's level order (-1: missing)
 
     @property
     def content_digest(self):
@@ -45,8 +46,10 @@ class ImageMeta(typing.NamedTuple):
 
 
 # id, label, height, width, channels, num_bytes, source_crc32c, reencoded, then the byte
-# lengths of key, split, format, sha256 and source_sha256, which follow in that order.
-_FIXED = struct.Struct('<qIIIHQI?IHBBB')
+# lengths of key, split, format, sha256 and source_sha256, which follow in that order, and the
+# number of label level ids, which follow them as int32s.
+_FIXED = struct.Struct('<qIIIHQI?IHBBBB')
+_LEVEL_ID = struct.Struct('<i')
 
 
 def pack(metas):
@@ -69,9 +72,11 @@ def pack(metas):
                 len(fmt),
                 len(meta.sha256),
                 len(meta.source_sha256),
+                len(meta.levels),
             )
         )
         parts += (key, split, fmt, meta.sha256, meta.source_sha256)
+        parts += (_LEVEL_ID.pack(level_id) for level_id in meta.levels)
     return b''.join(parts)
 
 
@@ -93,6 +98,7 @@ def unpack(block):
             format_len,
             sha_len,
             source_len,
+            num_levels,
         ) = _FIXED.unpack_from(block, position)
         position += _FIXED.size
         key = block[position : position + key_len].decode()
@@ -105,6 +111,8 @@ def unpack(block):
         position += sha_len
         source_sha256 = block[position : position + source_len]
         position += source_len
+        levels = tuple(_LEVEL_ID.unpack_from(block, position + 4 * i)[0] for i in range(num_levels))
+        position += _LEVEL_ID.size * num_levels
         metas.append(
             ImageMeta(
                 image_id,
@@ -120,6 +128,7 @@ def unpack(block):
                 source_sha256,
                 crc,
                 reencoded,
+                levels,
             )
         )
     return metas

@@ -54,6 +54,10 @@ def build_pipeline(pipeline, config, listing, listing_path, output_dir, store=No
     """
     store = store or blocks.BlockStore()
     label_ids = {name: i for i, name in enumerate(listing.labels)}
+    level_ids = [
+        (level, {name: i for i, name in enumerate(names)})
+        for level, names in listing.label_levels.items()
+    ]
     temp_dir = finalize.join(output_dir, finalize.TEMP_DIR)
     items = (
         pipeline
@@ -70,6 +74,8 @@ def build_pipeline(pipeline, config, listing, listing_path, output_dir, store=No
         total=listing.num_inputs,
         store=store,
         reencode_dir=output_dir if config.format == features.PATHS else None,
+        levels=level_ids,
+        allow_missing_levels=config.allow_missing_levels,
     )
     chunks = validated.valid
     # block of ImageMeta
@@ -99,6 +105,7 @@ def build_pipeline(pipeline, config, listing, listing_path, output_dir, store=No
         listing.labels,
         config.threads,
         store,
+        listing.label_levels,
     )
     # dataset.json entry of each shard
     context = {
@@ -110,6 +117,8 @@ def build_pipeline(pipeline, config, listing, listing_path, output_dir, store=No
         'inputs': listing.num_inputs,
         'skipped': dict(listing.skipped),
         'dedup': config.dedup,
+        'label_levels': listing.label_levels,
+        'allow_missing_levels': config.allow_missing_levels,
     }
     return pipeline | 'Finalize' >> finalize.Finalize(
         shards, validated.rejected, duplicates, assigned['plan'], context
@@ -179,7 +188,7 @@ def run(argv=None, test_pipeline=None):
     dry_run = on_dataflow and pipeline.options.view_as(TestOptions).dry_run
     output_dir = _absolute(config.output).rstrip('/')
     scan = listing_lib.scan_inputs(
-        _listable(config.input), config.allow_roots, config.follow_symlinks
+        _listable(config.input), config.allow_roots, config.follow_symlinks, config.label_levels
     )
     if not inputs.is_manifest(config.input) and output_dir.startswith(scan.base + '/'):
         raise ValueError(
@@ -223,6 +232,8 @@ def _write_listing(scan, config, output_dir, listing_path, dry_run):
             summary.num_skipped,
             summary.skipped,
         )
+        for level, names in summary.label_levels.items():
+            _LOG.info('label level %s: %d names', level, len(names))
         finalize.prepare_output(output_dir, config.overwrite, dry_run=dry_run)
         listing_lib.copy_listing(local, listing_path)
     return summary

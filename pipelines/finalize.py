@@ -149,6 +149,10 @@ def dataset_summary(context, shards, rejections, duplicates, plan):
     by_split = collections.defaultdict(list)
     for shard in shards:
         by_split[shard['split']].append(shard)
+    levels = context.get('label_levels') or {}
+    shard_keys = ('path', 'num_records', 'num_bytes', 'sha256', 'class_counts')
+    if levels:
+        shard_keys += ('level_counts', 'level_missing')
     splits = {}
     for split in plan.splits:
         entries = sorted(by_split[split], key=lambda shard: shard['index'])
@@ -161,13 +165,8 @@ def dataset_summary(context, shards, rejections, duplicates, plan):
             'class_counts': {
                 label: class_counts[label] for label in context['labels'] if class_counts[label]
             },
-            'shards': [
-                {
-                    key: shard[key]
-                    for key in ('path', 'num_records', 'num_bytes', 'sha256', 'class_counts')
-                }
-                for shard in entries
-            ],
+            **(_summed_level_counts(entries, levels) if levels else {}),
+            'shards': [{key: shard[key] for key in shard_keys} for shard in entries],
         }
     written = sum(split['num_records'] for split in splits.values())
     counts = {
@@ -187,17 +186,36 @@ def dataset_summary(context, shards, rejections, duplicates, plan):
             f'{counts["inputs"]} inputs but {written} written + {counts["rejected"]} rejected + '
             f'{counts["duplicates"]} duplicates; refusing to mark the build complete'
         )
-    return {
+    summary = {
         'format': context['format'],
         'seed': context['seed'],
         'input': context['input'],
         'labels': context['labels'],
+    }
+    if levels:  # only then: a build without levels writes the dataset.json it always did
+        summary['label_levels'] = levels
+        summary['allow_missing_levels'] = context['allow_missing_levels']
+    return {
+        **summary,
         'counts': counts,
         'splits': splits,
-        'features': features.record_schema(context['format']),
+        'features': features.record_schema(context['format'], levels),
         'imageshards_version': imageshards.__version__,
         'created': datetime.datetime.now(datetime.UTC).isoformat(timespec='seconds'),
     }
+
+
+def _summed_level_counts(shards, levels):
+    """A split's `level_counts` ({level: {name: records}}, names in vocabulary order) and
+    `level_missing` ({level: records without a value}), summed over its shards."""
+    level_counts, missing = {}, {}
+    for level, names in levels.items():
+        summed = collections.Counter()
+        for shard in shards:
+            summed.update(shard['level_counts'][level])
+        level_counts[level] = {name: summed[name] for name in names if summed[name]}
+        missing[level] = sum(shard['level_missing'][level] for shard in shards)
+    return {'level_counts': level_counts, 'level_missing': missing}
 
 
 def staged_path(output_dir, relative):

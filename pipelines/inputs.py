@@ -33,6 +33,7 @@ class InputEntry(typing.NamedTuple):
     split: str = ''  # set only by a manifest's split column
     reject: str = ''
     detail: str = ''
+    levels: dict = {}  # label level -> value ('' or absent: missing); never mutated
 
 
 @dataclasses.dataclass
@@ -46,6 +47,7 @@ class Listing:
     base: (
         str  # what relative keys are relative to: the root, the glob's base, the manifest's folder
     )
+    label_levels: dict = dataclasses.field(default_factory=dict)  # level -> sorted names
 
     @property
     def num_skipped(self):
@@ -63,6 +65,8 @@ class InputScan:
     entries: typing.Iterator  # of InputEntry
     skipped: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     skipped_examples: list = dataclasses.field(default_factory=list)
+    # Label levels in order: declared, or (a JSONL manifest) added as rows name them.
+    levels: list = dataclasses.field(default_factory=list)
 
     def skip(self, reason, path):
         self.skipped[reason] += 1
@@ -78,6 +82,7 @@ class ListingCounts:
         self.rejected = collections.Counter()  # reason -> inputs rejected by listing
         self._labels = set()
         self._groups = collections.Counter()  # (manifest split, label) -> images
+        self._level_values = collections.defaultdict(set)  # level -> values seen
 
     def add(self, entry):
         self.num_inputs += 1
@@ -86,11 +91,18 @@ class ListingCounts:
         else:
             self._labels.add(entry.label)
             self._groups[(entry.split, entry.label)] += 1
+            for level, value in entry.levels.items():
+                if value:
+                    self._level_values[level].add(value)
         return entry
 
     @property
     def labels(self):
         return sorted(self._labels)
+
+    def label_levels(self, levels):
+        """{level: sorted names} for `levels` in order (a level may have no names)."""
+        return {level: sorted(self._level_values[level]) for level in levels}
 
     def summary(self, scan):
         return ListingSummary(
@@ -99,6 +111,7 @@ class ListingCounts:
             dict(scan.skipped),
             scan.base,
             max(self._groups.values(), default=0),
+            self.label_levels(scan.levels),
         )
 
 
@@ -108,6 +121,7 @@ class ListingSummary(typing.NamedTuple):
     skipped: dict
     base: str
     largest_group: int  # images of the most common (manifest split, label)
+    label_levels: dict = {}  # level -> sorted names (ids are positions), in level order
 
     @property
     def num_skipped(self):

@@ -51,7 +51,7 @@ _GLOB_CHARS = re.compile(r'[*?\[]')
 _UNCOMPRESSED = CompressionTypes.UNCOMPRESSED
 
 
-def scan_inputs(spec, allow_roots=(), follow_symlinks=False):
+def scan_inputs(spec, allow_roots=(), follow_symlinks=False, label_levels=()):
     """Starts listing a tree, glob, .csv or .jsonl manifest; returns an InputScan.
 
     Problems with `spec` itself (credentials, a missing tree or manifest) raise ValueError here;
@@ -61,31 +61,41 @@ def scan_inputs(spec, allow_roots=(), follow_symlinks=False):
         spec: the --input value.
         allow_roots: folders (local or URIs) that manifest rows may name besides the manifest's.
         follow_symlinks: accept symlinks wherever they lead, and descend symlinked folders.
+        label_levels: a tree's label levels, one per folder below the root, coarse to fine; for a
+            manifest, the `label/<level>` columns it must have (default: those it has).
     """
     if USERINFO.match(spec):
         raise ValueError(f'--input {redact(spec)} carries credentials in its URL; remove them')
     roots = [manifests.normalize_root(root) for root in allow_roots]
+    levels = tuple(label_levels)
     if is_manifest(spec):
-        return manifests.scan_manifest(spec, roots, follow_symlinks)
+        return manifests.scan_manifest(spec, roots, follow_symlinks, levels)
     if _GLOB_CHARS.search(spec):
-        return _scan_files(_glob_base(spec), absolute(spec), spec, follow_symlinks)
+        return _scan_files(_glob_base(spec), absolute(spec), spec, follow_symlinks, levels)
     root = absolute(spec).rstrip('/')
     if not FileSystems.exists(root):
         raise ValueError(f'--input does not exist: {spec}')
-    return _scan_files(root, FileSystems.join(root, '**'), spec, follow_symlinks)
+    return _scan_files(root, FileSystems.join(root, '**'), spec, follow_symlinks, levels)
 
 
-def list_inputs(spec, allow_roots=(), follow_symlinks=False):
+def list_inputs(spec, allow_roots=(), follow_symlinks=False, label_levels=()):
     """Every input of `spec` in memory, as a Listing; raises ValueError when nothing matches.
 
     For tests and small inputs: a build streams the same entries into its listing file
     (`write_listing_file`) without holding them.
     """
-    scan = scan_inputs(spec, allow_roots, follow_symlinks)
+    scan = scan_inputs(spec, allow_roots, follow_symlinks, label_levels)
     counts = ListingCounts()
     entries = [counts.add(entry) for entry in scan.entries]
     _check(spec, scan, counts)
-    return Listing(entries, counts.labels, dict(scan.skipped), scan.skipped_examples, scan.base)
+    return Listing(
+        entries,
+        counts.labels,
+        dict(scan.skipped),
+        scan.skipped_examples,
+        scan.base,
+        counts.label_levels(scan.levels),
+    )
 
 
 def write_listing_file(scan, path, chunk_size, spec):
@@ -118,11 +128,27 @@ def _glob_base(pattern):
     return absolute(base).rstrip('/')
 
 
-def _scan_files(root, pattern, spec, follow_symlinks):
-    """Lists a tree or glob under `root`; the class is the first folder below `root`."""
-    scan = InputScan(root, iter(()))
+def _scan_files(root, pattern, spec, follow_symlinks, levels=()):
+    """Lists a tree or glob under `root`; the class is the first folder below `root` (with
+    label levels, the folders of every level: see `tree_labels`)."""
+    scan = InputScan(root, iter(()), levels=list(levels))
     scan.entries = _file_entries(root, pattern, spec, follow_symlinks, scan)
     return scan
+
+
+def tree_labels(relative, levels):
+    """(label, {level: value}) of a file at `relative` below a tree's root.
+
+    Without levels, the label is the first folder. With levels, folder i is the value of level
+    i (first folder = first level) and the label is the folders of the levels joined by '/'
+    (`birds/sparrow`): the finest class, which stays distinct where two families hold a
+    species of the same name. A file with fewer folders than levels misses the deeper ones.
+    """
+    folders = relative.split('/')[:-1]
+    if not levels:
+        return (folders[0] if folders else ''), {}
+    values = folders[: len(levels)]
+    return '/'.join(values), dict(zip(levels, values))
 
 
 def _file_entries(root, pattern, spec, follow_symlinks, scan):
@@ -130,8 +156,8 @@ def _file_entries(root, pattern, spec, follow_symlinks, scan):
     for entry_id, (relative, path, problem, detail) in enumerate(
         _candidates(root, pattern, follow_symlinks, scan)
     ):
-        label = relative.split('/', 1)[0] if '/' in relative else ''
-        entry = InputEntry(id=entry_id, path=path, key=relative, label=label)
+        label, levels = tree_labels(relative, scan.levels)
+        entry = InputEntry(id=entry_id, path=path, key=relative, label=label, levels=levels)
         if problem:
             entry = entry._replace(reject=problem, detail=detail)
         elif not label:

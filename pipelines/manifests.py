@@ -1,5 +1,9 @@
 """Listing a CSV or JSONL manifest (`path,label[,split]`), in row order, as untrusted input.
 
+Columns (CSV) or keys (JSONL) named `label/<level>` carry label levels beside `label`; their
+values may be empty here (the pipeline rejects or keeps an image missing one, see
+`--allow-missing-levels`).
+
 Relative paths resolve against the manifest's folder. A row may only name a file below that
 folder or below a root given with `--allow-root`: `..` escapes, absolute paths and URIs
 elsewhere, URL schemes Beam cannot read, NUL bytes and URLs carrying credentials are rejected
@@ -28,13 +32,21 @@ from pipelines.inputs import is_uri
 from pipelines.inputs import is_utf8
 from pipelines.inputs import printable
 from pipelines.inputs import redact
+from pipelines.options import LEVEL_NAME
 from pipelines.options import SPLIT_NAME
+from pipelines.options import check_level_name
+
+LEVEL_COLUMN = 'label/'  # prefix of a label level's column: label/<level>
 
 
-def scan_manifest(spec, roots, follow_symlinks):
+def scan_manifest(spec, roots, follow_symlinks, levels=()):
     """Starts listing a .csv or .jsonl manifest; `roots` are the normalized --allow-root folders.
 
     Returns an InputScan whose entries are read from the manifest row by row.
+
+    Args:
+        levels: the label levels the manifest must have (--label-levels); by default those of
+            its `label/<level>` columns (CSV) or keys (JSONL, in order of first appearance).
     """
     read_rows = _read_csv_rows if spec.lower().endswith('.csv') else _read_jsonl_rows
     manifest = absolute(spec)
@@ -42,14 +54,65 @@ def scan_manifest(spec, roots, follow_symlinks):
         raise ValueError(f'--input manifest does not exist: {manifest}')
     folder = manifest.rsplit('/', 1)[0]
     confinement = _Confinement(folder, roots, follow_symlinks)
-    return InputScan(folder, _manifest_entries(manifest, read_rows, confinement))
+    scan = InputScan(folder, iter(()), levels=list(levels))
+    columns = _LevelColumns(levels, scan.levels)
+    scan.entries = _manifest_entries(manifest, read_rows, confinement, columns)
+    return scan
 
 
-def _read_csv_rows(f, manifest):
+class _LevelColumns:
+    """The label levels of a manifest: those declared, or those its columns or keys name."""
+
+    def __init__(self, declared, levels):
+        self._declared = tuple(declared)
+        self.levels = levels  # the scan's list, which undeclared JSONL levels are added to
+
+    def check_header(self, header, manifest):
+        """Raises ValueError for unusable, repeated, missing or undeclared level columns."""
+        found = [column[len(LEVEL_COLUMN) :] for column in header if self.is_level(column)]
+        for level in found:
+            check_level_name(level, f'{manifest}: column {LEVEL_COLUMN}{level}')
+        repeated = sorted({column for column in header if header.count(column) > 1})
+        if repeated:
+            raise ValueError(f'{manifest}: columns {repeated} appear more than once')
+        if self._declared:
+            missing = [level for level in self._declared if level not in found]
+            extra = [level for level in found if level not in self._declared]
+            if missing or extra:
+                raise ValueError(
+                    f'{manifest}: --label-levels {",".join(self._declared)} does not match its '
+                    f'columns: missing {[LEVEL_COLUMN + m for m in missing]}, not declared '
+                    f'{[LEVEL_COLUMN + e for e in extra]}'
+                )
+        else:
+            self.levels.extend(found)
+
+    @staticmethod
+    def is_level(key):
+        return key.startswith(LEVEL_COLUMN)
+
+    def key_problem(self, key):
+        """Why a JSONL key `label/<level>` cannot be used ('' if it can); learns new levels."""
+        level = key[len(LEVEL_COLUMN) :]
+        if not LEVEL_NAME.match(level):
+            return f'{key!r} does not name a usable label level'
+        if level not in self.levels:
+            if self._declared:
+                return f'{key!r} is not one of --label-levels {",".join(self._declared)}'
+            self.levels.append(level)
+        return ''
+
+    def values(self, row):
+        """{level: value} of a row ('' where it has none)."""
+        return {level: (row.get(LEVEL_COLUMN + level) or '').strip() for level in self.levels}
+
+
+def _read_csv_rows(f, manifest, columns):
     text = io.TextIOWrapper(f, encoding='utf-8-sig', errors='surrogateescape', newline='')
     reader = csv.DictReader(text)
     header = reader.fieldnames or []
     _check_columns(header, manifest)
+    columns.check_header(header, manifest)
     while True:
         try:
             row = next(reader)
@@ -68,7 +131,7 @@ def _read_csv_rows(f, manifest):
             yield row, ''
 
 
-def _read_jsonl_rows(f, manifest):
+def _read_jsonl_rows(f, manifest, columns):
     del manifest
     for raw in f:
         try:
@@ -86,35 +149,47 @@ def _read_jsonl_rows(f, manifest):
         if not isinstance(row, dict):
             yield None, f'expected a JSON object, got {type(row).__name__}'
             continue
-        unknown = sorted(set(row) - set(MANIFEST_COLUMNS))
+        unknown = sorted(
+            key for key in row if key not in MANIFEST_COLUMNS and not columns.is_level(key)
+        )
         if unknown:
-            yield None, f'unknown keys {unknown}; expected {list(MANIFEST_COLUMNS)}'
+            yield None, f'unknown keys {unknown}; expected {list(MANIFEST_COLUMNS)}, label/<level>'
             continue
         nested = sorted(key for key, value in row.items() if isinstance(value, (dict, list)))
         if nested:
             yield None, f'{nested} must be strings, not JSON objects or arrays'
+            continue
+        level_problems = [columns.key_problem(key) for key in row if columns.is_level(key)]
+        if any(level_problems):
+            yield None, '; '.join(problem for problem in level_problems if problem)
             continue
         yield {key: '' if value is None else str(value) for key, value in row.items()}, ''
 
 
 def _check_columns(header, manifest):
     missing = [column for column in ('path', 'label') if column not in header]
-    unknown = [column for column in header if column not in MANIFEST_COLUMNS]
+    unknown = [
+        column
+        for column in header
+        if column not in MANIFEST_COLUMNS and not _LevelColumns.is_level(column)
+    ]
     if missing or unknown:
         raise ValueError(
-            f'{manifest}: header must be path,label[,split]; missing {missing}, unknown {unknown}'
+            f'{manifest}: header must be path,label[,split][,label/<level>...]; missing '
+            f'{missing}, unknown {unknown}'
         )
 
 
-def _manifest_entries(manifest, read_rows, confinement):
+def _manifest_entries(manifest, read_rows, confinement, columns):
     """The manifest's rows as InputEntry, in row order.
 
     Finding duplicate rows keeps each row's path until the end (about 0.1 KB per row).
     """
     first_row_of = {}
     with FileSystems.open(manifest) as f:
-        for entry_id, (row, problem) in enumerate(read_rows(f, manifest)):
-            yield _manifest_entry(entry_id, row, problem, manifest, confinement, first_row_of)
+        for entry_id, (row, problem) in enumerate(read_rows(f, manifest, columns)):
+            entry = _manifest_entry(entry_id, row, problem, manifest, confinement, first_row_of)
+            yield entry._replace(levels=columns.values(row)) if row and columns.levels else entry
 
 
 def _manifest_entry(entry_id, row, problem, manifest, confinement, first_row_of):

@@ -14,6 +14,8 @@ from imageshards import configfile
 from imageshards import features
 
 SPLIT_NAME = re.compile(r'^[A-Za-z0-9][A-Za-z0-9_.-]*$')
+# A label level names features (image/label/<level>), dataset.json keys and the trainer's heads.
+LEVEL_NAME = re.compile(r'^[A-Za-z0-9_][A-Za-z0-9_.-]*$')
 DEFAULT_SHARD_SIZE_MB = 128.0
 
 
@@ -35,6 +37,8 @@ class BuildConfig:
     chunk_size: int = 256
     allow_roots: tuple = ()  # folders manifest rows may name besides the manifest's own
     follow_symlinks: bool = False
+    label_levels: tuple = ()  # a tree's levels, one per nested folder; a manifest's, to check
+    allow_missing_levels: bool = False  # a missing level value gets id -1 instead of a rejection
 
     @property
     def split_names(self):
@@ -75,6 +79,27 @@ def parse_splits(text):
     return tuple(splits)
 
 
+def check_level_name(name, where):
+    """Raises ValueError unless `name` can name a label level."""
+    if not LEVEL_NAME.match(name):
+        raise ValueError(
+            f'{where}: label level {name!r} must be non-empty letters, digits, _ . - '
+            f'(no /, not starting with . or -)'
+        )
+
+
+def parse_label_levels(text):
+    """`family,species` (or a YAML list) -> ('family', 'species'): valid, unique names."""
+    names = text if isinstance(text, (list, tuple)) else str(text).split(',')
+    levels = tuple(str(name).strip() for name in names)
+    for name in levels:
+        check_level_name(name, '--label-levels')
+    repeated = sorted({name for name in levels if levels.count(name) > 1})
+    if repeated:
+        raise ValueError(f'--label-levels: {repeated} named more than once in {text!r}')
+    return levels
+
+
 def _positive_int(text):
     value = int(text)
     if value < 1:
@@ -87,6 +112,18 @@ def _positive_float(text):
     if value <= 0:
         raise argparse.ArgumentTypeError(f'expected a positive number, got {text}')
     return value
+
+
+def _argument(parse):
+    """`parse` as an argparse type: its ValueError becomes a usage error with the message."""
+
+    def convert(text):
+        try:
+            return parse(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    return convert
 
 
 def build_arg_parser():
@@ -163,6 +200,18 @@ def build_arg_parser():
         'descend symlinked folders; without it they are rejected and skipped',
     )
     parser.add_argument(
+        '--label-levels',
+        type=_argument(parse_label_levels),
+        default=(),
+        help='label levels, coarse to fine, e.g. family,species: a tree takes them from nested '
+        'folders (<root>/<family>/<species>/...); a manifest has label/<level> columns',
+    )
+    parser.add_argument(
+        '--allow-missing-levels',
+        action='store_true',
+        help='keep images missing a label level value (id -1) instead of rejecting them',
+    )
+    parser.add_argument(
         '--chunk-size',
         type=_positive_int,
         default=BuildConfig.chunk_size,
@@ -179,6 +228,8 @@ def _yaml_defaults(path):
         if isinstance(splits, dict):
             splits = ','.join(f'{k}={v}' for k, v in splits.items())
         defaults['splits'] = parse_splits(splits)
+    if 'label_levels' in defaults:
+        defaults['label_levels'] = parse_label_levels(defaults['label_levels'])
     if isinstance(defaults.get('allow_roots'), str):
         defaults['allow_roots'] = [defaults['allow_roots']]
     beam_args = [f'--{key}={value}' for key, value in beam.items()]

@@ -23,6 +23,7 @@ from google.auth import exceptions as auth_exceptions
 from google.cloud import storage
 from PIL import Image
 
+from imageshards import features
 from pipelines import blocks
 from pipelines import images
 from pipelines.blocks import ImageMeta
@@ -32,6 +33,7 @@ _LOG = logging.getLogger(__name__)
 
 NAMESPACE = 'imageshards'
 REJECTED = 'rejected'
+MISSING_LEVEL_REASON = 'missing_label_level'
 
 
 def rejection(entry, reason, detail):
@@ -114,12 +116,48 @@ class _Progress:
             )
 
 
+def level_ids(entry, levels, allow_missing):
+    """The label level ids of an entry, in level order; raises MissingLevel where one has no
+    value, unless `allow_missing` (then its id is -1).
+
+    Args:
+        levels: [(level, {name: id})] in the build's level order.
+    """
+    names = [level for level, _ in levels]
+    missing = [level for level in names if not entry.levels.get(level)]
+    if missing and not allow_missing:
+        raise MissingLevel(
+            f'no value for label level {", ".join(missing)} (of {", ".join(names)}); '
+            f'pass --allow-missing-levels to keep such images with id -1'
+        )
+    return tuple(
+        ids.get(entry.levels.get(level, ''), features.MISSING_LEVEL) for level, ids in levels
+    )
+
+
+class MissingLevel(ValueError):
+    """An input without a value for a label level."""
+
+
 class _ValidateChunk(beam.DoFn):
     """Work item -> a block of its valid images' ImageMeta; rejections to the REJECTED output."""
 
-    def __init__(self, listing_path, label_ids, max_pixels, io_threads, total, store, reencode_dir):
+    def __init__(
+        self,
+        listing_path,
+        label_ids,
+        max_pixels,
+        io_threads,
+        total,
+        store,
+        reencode_dir,
+        levels=(),
+        allow_missing_levels=False,
+    ):
         self._listing_path = listing_path
         self._label_ids = label_ids
+        self._levels = levels  # [(level, {name: id})]
+        self._allow_missing_levels = allow_missing_levels
         self._max_pixels = max_pixels
         self._io_threads = io_threads
         self._total = total
@@ -159,6 +197,10 @@ class _ValidateChunk(beam.DoFn):
     def _validate(self, entry):
         if entry.reject:
             return rejection(entry, entry.reject, entry.detail)
+        try:  # before reading: a rejected row costs no read
+            levels = level_ids(entry, self._levels, self._allow_missing_levels)
+        except MissingLevel as e:
+            return rejection(entry, MISSING_LEVEL_REASON, str(e))
         try:
             data = read_file(entry.path)
         except Exception as e:  # every failure to read becomes a rejection with its cause
@@ -188,6 +230,7 @@ class _ValidateChunk(beam.DoFn):
             source_sha256,
             google_crc32c.value(data),
             info.reencoded,
+            levels,
         )
 
 
@@ -216,14 +259,34 @@ class ValidateImages(beam.PTransform):
         label_ids: label name -> id.
         store: the BlockStore that keeps the blocks.
         reencode_dir: for `paths` builds, the output folder of lossless copies.
+        levels: [(level, {name: id})] of a build with label levels, in level order.
+        allow_missing_levels: an input missing a level value gets id -1 instead of being
+            rejected as `missing_label_level`.
     """
 
     def __init__(
-        self, listing_path, label_ids, max_pixels, io_threads, total, store, reencode_dir=None
+        self,
+        listing_path,
+        label_ids,
+        max_pixels,
+        io_threads,
+        total,
+        store,
+        reencode_dir=None,
+        levels=(),
+        allow_missing_levels=False,
     ):
         super().__init__()
         self._fn = _ValidateChunk(
-            listing_path, label_ids, max_pixels, io_threads, total, store, reencode_dir
+            listing_path,
+            label_ids,
+            max_pixels,
+            io_threads,
+            total,
+            store,
+            reencode_dir,
+            levels,
+            allow_missing_levels,
         )
 
     def expand(self, items):

@@ -56,7 +56,18 @@ def bounded_map(pool, fn, items, window):
 class _WriteShard(beam.DoFn):
     """((split, shard), [block]) -> the shard's entry for dataset.json."""
 
-    def __init__(self, input_base, output_dir, temp_dir, fmt, seed, label_names, io_threads, store):
+    def __init__(
+        self,
+        input_base,
+        output_dir,
+        temp_dir,
+        fmt,
+        seed,
+        label_names,
+        io_threads,
+        store,
+        label_levels=None,
+    ):
         self._input_base = input_base
         self._output_dir = output_dir
         self._temp_dir = temp_dir
@@ -65,6 +76,7 @@ class _WriteShard(beam.DoFn):
         self._label_names = label_names
         self._io_threads = io_threads
         self._store = store
+        self._label_levels = list((label_levels or {}).items())  # [(level, [names])]
         self._pool = None
         self._records = beam.metrics.Metrics.counter(NAMESPACE, 'written')
         self._bytes = beam.metrics.Metrics.counter(NAMESPACE, 'bytes_written')
@@ -88,6 +100,7 @@ class _WriteShard(beam.DoFn):
         temporary = FileSystems.join(self._temp_dir, f'{uuid.uuid4().hex}.tfrecord')
         digest, num_bytes = hashlib.sha256(), 0
         class_counts = collections.Counter()
+        level_counts = collections.Counter()  # (level index, id) -> records
         with FileSystems.create(temporary) as f:
             for meta, framed in zip(
                 metas, bounded_map(self._pool, self._framed_record, metas, 4 * self._io_threads)
@@ -96,13 +109,14 @@ class _WriteShard(beam.DoFn):
                 digest.update(framed)
                 num_bytes += len(framed)
                 class_counts[meta.label] += 1
+                level_counts.update(enumerate(meta.levels))
         staged = finalize.staged_path(self._output_dir, relative)
         finalize.make_parent(staged)
         FileSystems.rename([temporary], [staged])
         self._records.inc(len(metas))
         self._bytes.inc(num_bytes)
         self._shards.inc()
-        yield {
+        entry = {
             'split': split,
             'index': index,
             'path': relative,
@@ -114,6 +128,19 @@ class _WriteShard(beam.DoFn):
             },
             'reencoded': sum(meta.reencoded for meta in metas),
         }
+        if self._label_levels:
+            entry.update(self._level_counts(level_counts))
+        yield entry
+
+    def _level_counts(self, counts):
+        """A shard entry's `level_counts` ({level: {name: records}}) and `level_missing`."""
+        level_counts, missing = {}, {}
+        for index, (level, names) in enumerate(self._label_levels):
+            level_counts[level] = {
+                names[i]: counts[(index, i)] for i in range(len(names)) if counts[(index, i)]
+            }
+            missing[level] = counts[(index, features.MISSING_LEVEL)]
+        return {'level_counts': level_counts, 'level_missing': missing}
 
     def _framed_record(self, meta):
         source = source_path(self._input_base, meta.key)
@@ -128,13 +155,17 @@ class _WriteShard(beam.DoFn):
             features.SHA256: meta.sha256.hex(),
             features.ID: meta.id,
         }
+        for (level, names), level_id in zip(self._label_levels, meta.levels):
+            values[features.level_label(level)] = level_id
+            values[features.level_text(level)] = names[level_id] if level_id >= 0 else ''
         if self._format == features.EXAMPLES:
             values[features.ENCODED] = _stored_bytes(source, meta)
         else:
             values[features.PATH] = (
                 reencoded_path(self._output_dir, meta.sha256.hex()) if meta.reencoded else source
             )
-        return tfrecord.frame(features.encode_example(self._format, values))
+        levels = [level for level, _ in self._label_levels]
+        return tfrecord.frame(features.encode_example(self._format, values, levels))
 
 
 def _stored_bytes(source, meta):
@@ -158,7 +189,8 @@ def _stored_bytes(source, meta):
 class WriteShards(beam.PTransform):
     """((split, shard), block) pieces -> one dataset.json shard entry per shard.
 
-    Every shard of the plan is written, also one that received no records.
+    Every shard of the plan is written, also one that received no records. `label_levels`
+    ({level: [names]}) adds each level's features to the records and its counts to the entries.
     """
 
     def __init__(
@@ -172,6 +204,7 @@ class WriteShards(beam.PTransform):
         label_names,
         io_threads,
         store=None,
+        label_levels=None,
     ):
         super().__init__()
         self._plan = plan
@@ -184,6 +217,7 @@ class WriteShards(beam.PTransform):
             label_names,
             io_threads,
             store or blocks.BlockStore(),
+            label_levels,
         )
 
     def expand(self, placed):

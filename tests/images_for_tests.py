@@ -234,3 +234,38 @@ def jpeg_cut_before_end_marker(n):
             return data
         found += 1
     raise AssertionError('Pillow rejects every JPEG without an end marker: make another kind')
+
+
+# Two label levels that a small model learns from colour alone: species -> (family, colour).
+SPECIES = {
+    'sparrow': ('birds', 0),
+    'finch': ('birds', 3),
+    'trout': ('fish', 2),
+    'carp': ('fish', 1),
+}
+
+
+def write_level_manifest(root, per_species, name='levels.csv', missing=()):
+    """Writes `<root>/img/<species>_NNNN.(jpg|png)` and a CSV manifest of them with the columns
+    path,label,label/family,label/species (label = species); returns the manifest's path.
+
+    `missing`: (row, level) pairs whose value is left empty.
+    """
+    folder = root / 'img'
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = ['path,label,label/family,label/species']
+    for species_index, (species, (family, colour)) in enumerate(sorted(SPECIES.items())):
+        for i in range(per_species):
+            index = 50_000 + species_index * 1_000 + i
+            ext, data = ('png', png(index, colour)) if i % 3 == 2 else ('jpg', jpeg(index, colour))
+            relative = f'img/{species}_{i:04d}.{ext}'
+            (root / relative).write_bytes(data)
+            row = len(lines) - 1
+            values = {'family': family, 'species': species}
+            for level in values:
+                if (row, level) in missing:
+                    values[level] = ''
+            lines.append(f'{relative},{species},{values["family"]},{values["species"]}')
+    path = root / name
+    path.write_text('\n'.join(lines) + '\n', encoding='utf-8')
+    return path

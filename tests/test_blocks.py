@@ -34,6 +34,8 @@ def test_pack_round_trips_every_field():
         _meta(2, source_sha256=bytes(range(32)), reencoded=True, format='png'),
         _meta(3, key='ünïcode/名前 with spaces.jpg', id=2**62, num_bytes=5 * 2**32),
         _meta(4, key='gs://bucket/x/' + 'y' * 2000 + '.jpg', sha256=b'short'),
+        _meta(5, levels=(3, -1, 2**31 - 1)),  # label level ids, -1 where missing
+        _meta(6, levels=()),
     ]
     block = blocks.pack(metas)
     assert blocks.unpack(block) == metas

@@ -1,5 +1,7 @@
 """The record spec: our serialization is TensorFlow's, byte for byte."""
 
+import hashlib
+
 import pytest
 
 from imageshards import features
@@ -17,9 +19,9 @@ VALUES = {
 }
 
 
-def _tensorflow_bytes(tf, fmt, values):
+def _tensorflow_bytes(tf, fmt, values, levels=()):
     example = tf.train.Example()
-    for key, kind in features.record_schema(fmt).items():
+    for key, kind in features.record_schema(fmt, levels).items():
         value = values[key]
         if kind == 'int64':
             example.features.feature[key].int64_list.value.append(value)
@@ -52,3 +54,42 @@ def test_encoding_refuses_records_that_do_not_match_the_schema():
         features.encode_example(features.EXAMPLES, VALUES)  # no image/encoded
     with pytest.raises(ValueError, match='unknown format'):
         features.record_schema('pixels')
+
+
+# sha256 of encode_example(fmt, VALUES + payload) as written before label levels existed: a
+# build without levels must keep writing exactly these bytes.
+GOLDEN = {
+    features.EXAMPLES: 'c9288cf9d6e6d0d4d8b59fe83fb7adaa0a1af58d9d1a6e410958d17bed531265',
+    features.PATHS: '1fba8afcd9e8ee733297941725248e96789f2c241f1d95569bc584aa7b25aafc',
+}
+PAYLOADS = {
+    features.EXAMPLES: {features.ENCODED: bytes(range(256)) * 40},
+    features.PATHS: {features.PATH: '/data/cat/ü.png'},
+}
+
+
+@pytest.mark.parametrize('fmt', features.FORMATS)
+def test_records_without_levels_keep_their_golden_bytes(fmt):
+    values = {**VALUES, **PAYLOADS[fmt]}
+    assert hashlib.sha256(features.encode_example(fmt, values)).hexdigest() == GOLDEN[fmt]
+    assert not any(key.startswith(features.LEVEL_PREFIX) for key in features.record_schema(fmt))
+
+
+def test_label_levels_add_an_id_and_a_text_feature_per_level(tf):
+    levels = ('family', 'species')
+    values = {
+        **VALUES,
+        **PAYLOADS[features.EXAMPLES],
+        'image/label/family': 1,
+        'image/label/family/text': 'fish',
+        'image/label/species': features.MISSING_LEVEL,
+        'image/label/species/text': '',
+    }
+    ours = features.encode_example(features.EXAMPLES, values, levels)
+    assert ours == _tensorflow_bytes(tf, features.EXAMPLES, values, levels)
+    parsed = tf.io.parse_single_example(ours, features.feature_spec(features.EXAMPLES, levels))
+    assert parsed['image/label/family'].numpy() == 1
+    assert parsed['image/label/family/text'].numpy() == b'fish'
+    assert parsed['image/label/species'].numpy() == -1
+    with pytest.raises(ValueError, match='do not match'):  # a level's features are required
+        features.encode_example(features.EXAMPLES, values, ('family', 'species', 'genus'))

@@ -53,7 +53,7 @@ def _free_ports(count):
     return ports
 
 
-def _start(role, cluster, data, tmp_path):
+def _start(role, cluster, data, tmp_path, extra_flags=()):
     scratch = tmp_path / f'{role}-tmp'
     scratch.mkdir()
     env = dict(
@@ -67,7 +67,7 @@ def _start(role, cluster, data, tmp_path):
     log = open(tmp_path / f'{role}.log', 'w')  # closed by _wait
     command = [sys.executable, '-m', 'trainer.task', '--data', str(data)]
     process = subprocess.Popen(
-        [*command, '--job-dir', str(tmp_path / 'job'), *FLAGS],
+        [*command, '--job-dir', str(tmp_path / 'job'), *FLAGS, *extra_flags],
         env=env,
         cwd=tmp_path,
         stdout=log,
@@ -192,3 +192,31 @@ def test_the_workers_checkpoints_and_export_are_thrown_away(two_workers):
     assert saved == [f'{scratch}/checkpoints/ckpt-{step}' for step in (3, 4, 6, 8)]
     assert not os.path.exists(scratch)
     assert 'checkpoints and the export go to' not in logs['chief']
+
+
+@pytest.mark.slow
+def test_two_workers_train_one_head_per_label_level(tmp_path):
+    """Label dicts through MultiWorkerMirroredStrategy: both workers finish and agree."""
+    from pipelines import build  # pylint: disable=import-outside-toplevel
+
+    import images_for_tests  # pylint: disable=import-outside-toplevel
+
+    manifest = images_for_tests.write_level_manifest(tmp_path / 'images', 12)
+    data = tmp_path / 'levels'
+    build.run(['--input', str(manifest), '--output', str(data), '--splits', 'train=0.75,val=0.25',
+               '--num-shards', '2', '--direct_running_mode=in_memory'])  # fmt: skip
+    chief_port, worker_port = _free_ports(2)
+    cluster = {'chief': [f'127.0.0.1:{chief_port}'], 'worker': [f'127.0.0.1:{worker_port}']}
+    flags = ['--label-levels', 'family,species']
+    processes = {role: _start(role, cluster, data, tmp_path, flags) for role in UMASKS}
+    codes = _wait(processes, timeout=300)
+    logs = {role: (tmp_path / f'{role}.log').read_text() for role in UMASKS}
+    assert codes == {'chief': 0, 'worker': 0}, logs
+    final = {
+        role: ast.literal_eval(re.search(r'final metrics: (\{.*\})', logs[role]).group(1))
+        for role in logs
+    }
+    assert final['chief']['steps'] == final['worker']['steps'] == 2 * 4
+    for key in ('family_loss', 'species_accuracy', 'val_family_accuracy'):
+        assert final['chief'][key] == pytest.approx(final['worker'][key])
+    assert set(final['chief']['label_levels']) == {'family', 'species'}

@@ -40,6 +40,7 @@ class TrainConfig:
     mixed_precision: str = 'auto'  # auto: mixed_float16 when a GPU is present
     xla: bool = False
     require_gpu: bool = False  # fail at the start when TensorFlow sees no GPU
+    label_levels: tuple = ()  # one softmax head per label level instead of the primary label
     model_dir: str = ''
     checkpoint_dir: str = ''
     log_dir: str = ''
@@ -79,6 +80,15 @@ def parse_image_size(text):
     if len(sizes) != 2 or min(sizes) < 1:
         raise argparse.ArgumentTypeError(f'--image-size: expected H,W or one number, got {text}')
     return sizes
+
+
+def parse_label_levels(text):
+    """`family,species` (or a YAML list) -> ('family', 'species'), unique and non-empty."""
+    names = text if isinstance(text, (list, tuple)) else str(text).split(',')
+    levels = tuple(str(name).strip() for name in names if str(name).strip())
+    if len(set(levels)) != len(levels) or any('/' in level for level in levels):
+        raise argparse.ArgumentTypeError(f'--label-levels: expected unique level names, got {text}')
+    return levels
 
 
 def parse_range(text):
@@ -144,6 +154,13 @@ def build_arg_parser():
         help='stop with an error when TensorFlow sees no GPU (set by submit-training for jobs '
         'with accelerators, which would otherwise train on the CPU)',
     )
+    add(
+        '--label-levels',
+        type=parse_label_levels,
+        default=(),
+        help='e.g. family,species: one softmax head per label level of the build (its '
+        'dataset.json label_levels) on a shared backbone, instead of the primary label',
+    )
     add('--model-dir', default='', help='default: $AIP_MODEL_DIR or JOB_DIR/model')
     add('--checkpoint-dir', default='', help='default: $AIP_CHECKPOINT_DIR or JOB_DIR/checkpoints')
     add('--log-dir', default='', help='default: $AIP_TENSORBOARD_LOG_DIR or JOB_DIR/logs')
@@ -154,7 +171,13 @@ def parse_train_args(argv):
     """A TrainConfig from a command line (and the YAML file it names)."""
     parser = build_arg_parser()
     configfile.apply_defaults(
-        parser, argv, convert={'image_size': parse_image_size, 'crop_area': parse_range}
+        parser,
+        argv,
+        convert={
+            'image_size': parse_image_size,
+            'crop_area': parse_range,
+            'label_levels': parse_label_levels,
+        },
     )
     args = parser.parse_args(argv)
     for flag in ('data', 'job_dir'):

@@ -46,6 +46,21 @@ class DatasetInfo:
     def num_classes(self):
         return len(self.labels)
 
+    @property
+    def label_levels(self):
+        """{level: names} of a build with label levels (ids are positions); else {}."""
+        return {level: tuple(names) for level, names in self.raw.get('label_levels', {}).items()}
+
+    def check_levels(self, levels):
+        """Raises ValueError unless the build has every label level of `levels`."""
+        unknown = [level for level in levels if level not in self.label_levels]
+        if unknown:
+            have = ', '.join(self.label_levels) or 'none'
+            raise ValueError(
+                f'--label-levels {",".join(unknown)}: not label levels of {self.data_dir} '
+                f'(it has: {have}); build with label/<level> manifest columns or --label-levels'
+            )
+
     def split(self, name):
         if name not in self.splits:
             raise ValueError(

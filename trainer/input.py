@@ -82,9 +82,13 @@ def make_dataset(
     input_context=None,
     info=None,
     skipped=None,
+    label_levels=None,
     **options,
 ):
     """Batches of (uint8 images, int64 labels) from a build's split.
+
+    With `label_levels`, labels are a dict {level: int64 ids} (-1 where a value is missing)
+    of those label levels of the build instead of the primary label.
 
     With `decode_images=False` (an option), batches are (labels, ids) in the same order and
     nothing is decoded; undecodable images then cannot be skipped, so with `skip_bad_images`
@@ -103,15 +107,18 @@ def make_dataset(
         input_context: a tf.distribute.InputContext: read a disjoint subset of shards.
         info: the DatasetInfo, if already loaded.
         skipped: a SkippedImages to count undecodable images in (with skip_bad_images).
+        label_levels: label level names of the build to yield instead of the primary label.
         **options: fields of InputOptions.
     """
     opts = InputOptions(**options)
     info = info or DatasetInfo.load(data_dir)
+    levels = tuple(label_levels or ())
+    info.check_levels(levels)
     files, num_records = _files_for(info, split, input_context)
     if input_context:
         batch_size = input_context.get_per_replica_batch_size(batch_size)
     image_size = tuple(image_size)
-    parse = _parser(info.format, opts.parse_batch, with_source=opts.decode_images)
+    parse = _parser(info.format, opts.parse_batch, with_source=opts.decode_images, levels=levels)
     if not training:
         records = _read(tf.data.Dataset.from_tensor_slices(files), opts, deterministic=True)
         images = _decode(
@@ -211,18 +218,24 @@ def _augment(batch, config, seed):
     return (augment_lib.augment_batch(images, config, seed), *rest)
 
 
-def _parser(fmt, parse_batch, with_source=True):
+def _parser(fmt, parse_batch, with_source=True, levels=()):
     """Records (or (record, position) pairs) -> dicts of encoded image, label, id, position.
 
-    Without `with_source`, the image (or its path) is neither parsed nor read.
+    Without `with_source`, the image (or its path) is neither parsed nor read. With `levels`,
+    the label is a dict of those label levels' ids.
     """
-    spec = features.feature_spec(fmt)
+    spec = features.feature_spec(fmt, levels)
     source = features.PATH if fmt == features.PATHS else features.ENCODED
-    wanted = [features.LABEL, features.ID] + ([source] if with_source else [])
+    label_keys = [features.level_label(level) for level in levels] or [features.LABEL]
+    wanted = label_keys + [features.ID] + ([source] if with_source else [])
 
     def parse_some(serialized, positions=None):
         parsed = tf.io.parse_example(serialized, {key: spec[key] for key in wanted})
-        out = {'label': parsed[features.LABEL], 'id': parsed[features.ID]}
+        if levels:
+            label = {level: parsed[key] for level, key in zip(levels, label_keys)}
+        else:
+            label = parsed[features.LABEL]
+        out = {'label': label, 'id': parsed[features.ID]}
         if with_source:
             out['source'] = parsed[source]
         if positions is not None:
@@ -289,10 +302,10 @@ def _patches(parsed, opts, crop_seed, skipped, epoch, seed):
         return preprocess.random_patches(encoded, k, size, crop_seed(position))
 
     def repeat(*values):
-        # One element per image -> K patches, each with its image's label and id.
+        # One element per image -> K patches, each with its image's label(s) and id.
         pixels = values[:1] if opts.decode_images else ()
         per_image = values[len(pixels) :]
-        return (*pixels, *(tf.repeat(value[None], k) for value in per_image))
+        return (*pixels, *tf.nest.map_structure(lambda v: tf.repeat(v[None], k), per_image))
 
     decoded = _decode(parsed, cut, opts, skipped).map(
         repeat, num_parallel_calls=AUTOTUNE, deterministic=opts.deterministic

@@ -11,8 +11,13 @@ import keras
 MODELS = ('small_cnn', 'resnet50', 'efficientnet_b0')
 
 
-def build_model(name, num_classes, image_size, dropout=0.2):
-    """A Keras model `name` for images of `image_size` (height, width) and `num_classes`."""
+def build_model(name, num_classes, image_size, dropout=0.2, heads=None):
+    """A Keras model `name` for images of `image_size` (height, width) and `num_classes`.
+
+    With `heads` ({level: number of classes}), the model has one softmax head per label level
+    on the shared backbone, and its output is a dict {level: probabilities}; `num_classes` is
+    then unused.
+    """
     inputs = keras.Input((*image_size, 3), dtype='uint8', name='image')
     scaled = keras.layers.Rescaling(1 / 255, name='scale')(inputs)  # uint8 -> [0, 1] floats
     if name == 'small_cnn':
@@ -32,11 +37,17 @@ def build_model(name, num_classes, image_size, dropout=0.2):
         raise ValueError(f'--model {name!r}: expected one of {", ".join(MODELS)}')
     if dropout:
         features = keras.layers.Dropout(dropout)(features)
-    logits = keras.layers.Dense(num_classes, name='logits')(features)
-    probabilities = keras.layers.Activation('softmax', dtype='float32', name='probabilities')(
-        logits
-    )
-    return keras.Model(inputs, probabilities, name=name)
+    if heads:
+        outputs = {
+            level: _head(features, n, f'{level}_logits', level) for level, n in heads.items()
+        }
+        return keras.Model(inputs, outputs, name=name)
+    return keras.Model(inputs, _head(features, num_classes, 'logits', 'probabilities'), name=name)
+
+
+def _head(features, num_classes, logits_name, name):
+    logits = keras.layers.Dense(num_classes, name=logits_name)(features)
+    return keras.layers.Activation('softmax', dtype='float32', name=name)(logits)
 
 
 def _small_cnn(inputs):

@@ -25,6 +25,7 @@ import keras
 import tensorflow as tf
 
 from trainer import export
+from trainer import heads as heads_lib
 from trainer import input as input_lib
 from trainer.dataset_info import DatasetInfo
 from trainer.model import build_model
@@ -208,13 +209,13 @@ def _train(config, checkpoint_dir, model_dir):
     # The same initial weights (and dropout) for a seed. Never a global seed of 0 (mod 2**31-1):
     # tf.data would then compare the per-epoch shuffle seed tensors with 0 in Python and fail.
     keras.utils.set_random_seed(config.seed % (2**31 - 2) + 1)
+    heads = heads_lib.level_heads(info, config.label_levels)  # {} without --label-levels
     with strategy.scope():
-        model = build_model(config.model, info.num_classes, config.image_size)
+        model = build_model(config.model, info.num_classes, config.image_size, heads=heads)
         model.compile(
             optimizer=keras.optimizers.Adam(config.learning_rate),
-            loss='sparse_categorical_crossentropy',
-            metrics=['accuracy'],
             jit_compile=config.xla,
+            **heads_lib.compile_args(heads),
         )
         # Dropout's random state is not in a model's checkpoint by default; with it, a resumed
         # run draws the masks an uninterrupted one would.
@@ -274,7 +275,10 @@ def _train(config, checkpoint_dir, model_dir):
     metrics = _final_metrics(model, history, steps, config, time.monotonic() - started, done)
     if skipped:
         metrics['skipped_images'] = skipped.skipped
-    export.export_saved_model(model, info.labels, config.image_size, model_dir)
+    if heads:
+        metrics['label_levels'] = heads_lib.level_metrics(history, heads)
+    levels = {level: info.label_levels[level] for level in heads}
+    export.export_saved_model(model, info.labels, config.image_size, model_dir, levels)
     if is_chief():
         _LOG.info('exported the model to %s', model_dir)
         _write_json(os.path.join(config.job_dir, 'metrics.json'), metrics)
@@ -343,6 +347,7 @@ def _training_data(config, info, strategy, phase, skipped, steps):
             shuffle_buffer=config.shuffle_buffer,
             cycle_length=config.cycle_length,
             area_range=config.crop_area,
+            label_levels=config.label_levels,
         )
 
     return strategy.distribute_datasets_from_function(dataset)
@@ -368,6 +373,7 @@ def _validation(config, info, strategy):
             training=False,
             image_size=config.image_size,
             info=info,
+            label_levels=config.label_levels,
         )
     )
 
