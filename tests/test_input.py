@@ -223,3 +223,55 @@ def test_epochs_can_be_cut_to_a_number_of_batches_and_resumed_inside_one(color_b
         skip_batches=3,
     )
     assert [b[2].tolist() for b in resumed] == [b[2].tolist() for b in cut[3:]]
+
+
+def _stored_ids(tf, build, split):
+    """{shard path: image ids in the shard's stored order}."""
+    info = DatasetInfo.load(str(build))
+    spec = {features.ID: tf.io.FixedLenFeature([], tf.int64)}
+    return {
+        path: [
+            int(tf.io.parse_single_example(record, spec)[features.ID])
+            for record in tf.data.TFRecordDataset(path)
+        ]
+        for path in info.shard_paths(split)
+    }
+
+
+def _epoch_ids(build, **options):
+    dataset = input_lib.make_dataset(
+        str(build), 'train', 4, training=True, with_ids=True, decode_images=False, **options
+    )
+    per_epoch = input_lib.steps_per_epoch(DatasetInfo.load(str(build)), 'train', 4)
+    ids = [int(i) for _, batch_ids in dataset for i in batch_ids.numpy()]
+    return [ids[e * per_epoch * 4 : (e + 1) * per_epoch * 4] for e in range(options['epochs'])]
+
+
+def _starts(stored, epoch_ids):
+    """Per shard, where in its stored order the epoch began reading it; asserts a rotation."""
+    starts = []
+    for ids in stored.values():
+        mine = set(ids)
+        seen = [i for i in epoch_ids if i in mine]
+        start = ids.index(seen[0])
+        assert seen == (ids[start:] + ids[:start])[: len(seen)]
+        starts.append(start)
+    return starts
+
+
+def test_few_shards_are_read_from_a_start_that_changes_each_epoch(tf, color_builds):
+    stored = _stored_ids(tf, color_builds['examples'], 'train')
+    assert len(stored) < input_lib.ROTATE_BELOW * input_lib.InputOptions().cycle_length
+    # A one-record shuffle buffer leaves the order the shards are read in.
+    epochs = _epoch_ids(color_builds['examples'], epochs=3, seed=7, shuffle_buffer=1)
+    starts = [_starts(stored, ids) for ids in epochs]
+    assert len({tuple(s) for s in starts}) == 3  # every epoch starts the shards elsewhere
+    assert any(start for start in starts[0])
+    for ids in epochs:
+        assert len(set(ids)) == len(ids)
+    again = _epoch_ids(color_builds['examples'], epochs=3, seed=7, shuffle_buffer=1)
+    assert again == epochs  # the starts are a function of (seed, epoch, shard)
+    unrotated = _epoch_ids(
+        color_builds['examples'], epochs=2, seed=7, shuffle_buffer=1, rotate_shards=False
+    )
+    assert [_starts(stored, ids) for ids in unrotated] == [[0] * len(stored)] * 2

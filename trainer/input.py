@@ -2,7 +2,8 @@
 
 Training, per epoch:
     shard list, shuffled with a seed of (seed, epoch)
-    -> interleave TFRecordDatasets over several shards at once
+    -> interleave TFRecordDatasets over several shards at once; with few shards, each shard
+       starts at a record fixed by (seed, epoch, shard) and wraps around (see `rotate_shards`)
     -> record shuffle buffer, seeded by (seed, epoch)
     -> batch -> vectorized tf.io.parse_example -> unbatch
     -> [paths builds: tf.io.read_file of image/path, in parallel, after the shuffle]
@@ -56,6 +57,15 @@ class InputOptions:
     skip_batches: int = 0  # batches of this dataset in start_epoch already trained on (resume)
     batches_per_epoch: int = 0  # cut each epoch to this many batches (0: every full batch)
     area_range: tuple = (0.08, 1.0)  # random-resized crop area
+    # Start each shard at a record fixed by (seed, epoch, shard) and wrap around, so that the
+    # epochs' orders differ even when every shard is read at once. It costs reading that part
+    # of each shard twice (half a shard on average). None: only when a split has fewer than
+    # ROTATE_BELOW shards per `cycle_length`, where the shard shuffle alone leaves successive
+    # epochs in nearly the same order (bench/RESULTS.md, shuffle quality).
+    rotate_shards: bool | None = None
+
+
+ROTATE_BELOW = 8  # shards per cycle_length below which rotate_shards=None rotates
 
 
 class SkippedImages:
@@ -114,7 +124,8 @@ def make_dataset(
     info = info or DatasetInfo.load(data_dir)
     levels = tuple(label_levels or ())
     info.check_levels(levels)
-    files, num_records = _files_for(info, split, input_context)
+    files, counts = _files_for(info, split, input_context)
+    num_records = sum(counts)
     if input_context:
         batch_size = input_context.get_per_replica_batch_size(batch_size)
     image_size = tuple(image_size)
@@ -135,18 +146,22 @@ def make_dataset(
         return _finish(batches, opts)
     config = augment_lib.parse_augment(augment)
     epochs = tf.data.Dataset.range(opts.start_epoch, opts.epochs or 2**62)
+    rotate = opts.rotate_shards
+    if rotate is None:
+        rotate = len(files) < ROTATE_BELOW * opts.cycle_length
+    shards = (files, counts, list(range(len(files)))) if rotate else (files,)
     per_epoch = lambda epoch: _training_epoch(
-        files, epoch, batch_size, seed, image_size, config, parse, opts, skipped
+        shards, epoch, batch_size, seed, image_size, config, parse, opts, skipped
     )
     return _finish(epochs.flat_map(per_epoch), opts)
 
 
 def _files_for(info, split, input_context):
-    """(shard paths, their record count) that this input pipeline reads."""
+    """(shard paths, their record counts) that this input pipeline reads."""
     files = info.shard_paths(split)
     counts = [shard['num_records'] for shard in info.split(split)['shards']]
     if not input_context or input_context.num_input_pipelines == 1:
-        return files, sum(counts)
+        return files, counts
     pipelines = input_context.num_input_pipelines
     if len(files) < pipelines:
         raise ValueError(
@@ -155,7 +170,7 @@ def _files_for(info, split, input_context):
             f'--num-shards {pipelines} or more'
         )
     mine = slice(input_context.input_pipeline_id, None, pipelines)
-    return files[mine], sum(counts[mine])
+    return files[mine], counts[mine]
 
 
 def _epoch_seed(seed, epoch, salt):
@@ -163,21 +178,46 @@ def _epoch_seed(seed, epoch, salt):
     return (tf.cast(seed, tf.int64) * 1_000_003 + tf.cast(epoch, tf.int64)) * 31 + salt
 
 
-def _read(files, opts, deterministic):
+def _read(files, opts, deterministic, open_shard=None):
     return files.interleave(
-        lambda path: tf.data.TFRecordDataset(path, buffer_size=1 << 20),
+        open_shard or _open_shard,
         cycle_length=opts.cycle_length,
         num_parallel_calls=AUTOTUNE,
         deterministic=deterministic,
     )
 
 
+def _open_shard(path):
+    return tf.data.TFRecordDataset(path, buffer_size=1 << 20)
+
+
+def _rotated(seed, epoch):
+    """(path, records, shard index) -> the shard's records from a start fixed by (seed, epoch,
+    shard index) to its end, then from its beginning to that start."""
+
+    def open_rotated(path, count, index):
+        start = tf.random.stateless_uniform(
+            [],
+            seed=tf.stack([_epoch_seed(seed, epoch, 3), tf.cast(index, tf.int64)]),
+            maxval=tf.maximum(tf.cast(count, tf.int64), 1),
+            dtype=tf.int64,
+        )
+        return _open_shard(path).skip(start).concatenate(_open_shard(path).take(start))
+
+    return open_rotated
+
+
 def _training_epoch(files, epoch, batch_size, seed, image_size, config, parse, opts, skipped):
-    """One epoch's batches, rebuilt identically from (seed, epoch)."""
+    """One epoch's batches, rebuilt identically from (seed, epoch).
+
+    Args:
+        files: (paths,), or (paths, record counts, shard indices) to rotate each shard's start.
+    """
     shards = tf.data.Dataset.from_tensor_slices(files).shuffle(
-        len(files), seed=_epoch_seed(seed, epoch, 1)
+        len(files[0]), seed=_epoch_seed(seed, epoch, 1)
     )
-    records = _read(shards, opts, opts.deterministic).shuffle(
+    open_shard = _rotated(seed, epoch) if len(files) == 3 else None
+    records = _read(shards, opts, opts.deterministic, open_shard).shuffle(
         opts.shuffle_buffer, seed=_epoch_seed(seed, epoch, 2)
     )
     # Each record's random crop is fixed by (seed, epoch, its position in the epoch), each
