@@ -37,6 +37,9 @@ class ImageMeta(typing.NamedTuple):
     source_sha256: bytes  # digest of the source file when re-encoded, else b''
     source_crc32c: int  # lets the writer check cheaply that the file has not changed since
     reencoded: bool
+    # With the build's analysis: mean R, G, B and variance R, G, B of the pixels at the analysis
+    # size (pipelines/images.py `pixel_moments`); else ().
+    pixel_stats: tuple = ()
 
     @property
     def content_digest(self):
@@ -45,8 +48,10 @@ class ImageMeta(typing.NamedTuple):
 
 
 # id, label, height, width, channels, num_bytes, source_crc32c, reencoded, then the byte
-# lengths of key, split, format, sha256 and source_sha256, which follow in that order.
-_FIXED = struct.Struct('<qIIIHQI?IHBBB')
+# lengths of key, split, format, sha256 and source_sha256, and the number of pixel statistics,
+# which follow in that order (the statistics as float32).
+_FIXED = struct.Struct('<qIIIHQI?IHBBBB')
+_STAT = struct.Struct('<f')
 
 
 def pack(metas):
@@ -69,9 +74,12 @@ def pack(metas):
                 len(fmt),
                 len(meta.sha256),
                 len(meta.source_sha256),
+                len(meta.pixel_stats),
             )
         )
         parts += (key, split, fmt, meta.sha256, meta.source_sha256)
+        if meta.pixel_stats:
+            parts.append(struct.pack(f'<{len(meta.pixel_stats)}f', *meta.pixel_stats))
     return b''.join(parts)
 
 
@@ -93,6 +101,7 @@ def unpack(block):
             format_len,
             sha_len,
             source_len,
+            stats_len,
         ) = _FIXED.unpack_from(block, position)
         position += _FIXED.size
         key = block[position : position + key_len].decode()
@@ -105,6 +114,8 @@ def unpack(block):
         position += sha_len
         source_sha256 = block[position : position + source_len]
         position += source_len
+        pixel_stats = struct.unpack_from(f'<{stats_len}f', block, position) if stats_len else ()
+        position += stats_len * _STAT.size
         metas.append(
             ImageMeta(
                 image_id,
@@ -120,6 +131,7 @@ def unpack(block):
                 source_sha256,
                 crc,
                 reencoded,
+                pixel_stats,
             )
         )
     return metas

@@ -36,6 +36,9 @@ class BuildConfig:
     chunk_size: int = 256
     allow_roots: tuple = ()  # folders manifest rows may name besides the manifest's own
     follow_symlinks: bool = False
+    analyze: bool = True  # the tf.Transform analysis of the train split (pipelines/analyze.py)
+    analysis_size: int = 32  # images are measured resized to this square size
+    analysis_split: str = 'train'
 
     @property
     def split_names(self):
@@ -162,6 +165,25 @@ def build_arg_parser():
         action='store_true',
         help='read symlinks that lead outside the input root (or the allowed roots) and '
         'descend symlinked folders; without it they are rejected and skipped',
+    )
+    parser.add_argument(
+        '--no-analyze',
+        dest='analyze',
+        action='store_false',
+        help='skip the tf.Transform analysis (transform_fn/, dataset.json "analysis"); the '
+        'trainer then scales pixels to [0, 1] instead of normalizing them',
+    )
+    parser.add_argument(
+        '--analysis-size',
+        type=_positive_int,
+        default=BuildConfig.analysis_size,
+        help='side of the square every image is resized to for the pixel mean and standard '
+        'deviation (default %(default)s)',
+    )
+    parser.add_argument(
+        '--analysis-split',
+        default=BuildConfig.analysis_split,
+        help='the split the analysis reads (default %(default)s)',
     )
     parser.add_argument(
         '--chunk-size',

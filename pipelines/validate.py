@@ -117,7 +117,9 @@ class _Progress:
 class _ValidateChunk(beam.DoFn):
     """Work item -> a block of its valid images' ImageMeta; rejections to the REJECTED output."""
 
-    def __init__(self, listing_path, label_ids, max_pixels, io_threads, total, store, reencode_dir):
+    def __init__(
+        self, listing_path, label_ids, max_pixels, io_threads, total, store, reencode_dir, analysis
+    ):
         self._listing_path = listing_path
         self._label_ids = label_ids
         self._max_pixels = max_pixels
@@ -125,6 +127,7 @@ class _ValidateChunk(beam.DoFn):
         self._total = total
         self._store = store
         self._reencode_dir = reencode_dir  # set for `paths` builds
+        self._analysis_size = analysis  # > 0: measure pixels for the build's analysis
         self._pool = None
         self._progress = None
         self._listed = beam.metrics.Metrics.counter(NAMESPACE, 'listed')
@@ -165,7 +168,7 @@ class _ValidateChunk(beam.DoFn):
             reason = 'missing_file' if not _exists(entry.path) else 'read_error'
             return rejection(entry, reason, f'{type(e).__name__}: {e}')
         try:
-            info, stored = images.inspect_image(data, self._max_pixels)
+            info, stored = images.inspect_image(data, self._max_pixels, self._analysis_size)
         except images.Rejected as e:
             return rejection(entry, e.reason, e.detail)
         source_sha256 = b''
@@ -188,6 +191,7 @@ class _ValidateChunk(beam.DoFn):
             source_sha256,
             google_crc32c.value(data),
             info.reencoded,
+            info.pixel_stats,
         )
 
 
@@ -216,14 +220,31 @@ class ValidateImages(beam.PTransform):
         label_ids: label name -> id.
         store: the BlockStore that keeps the blocks.
         reencode_dir: for `paths` builds, the output folder of lossless copies.
+        analysis_size: > 0: keep each image's pixel statistics at this size (ImageMeta
+            `pixel_stats`) for the build's analysis.
     """
 
     def __init__(
-        self, listing_path, label_ids, max_pixels, io_threads, total, store, reencode_dir=None
+        self,
+        listing_path,
+        label_ids,
+        max_pixels,
+        io_threads,
+        total,
+        store,
+        reencode_dir=None,
+        analysis_size=0,
     ):
         super().__init__()
         self._fn = _ValidateChunk(
-            listing_path, label_ids, max_pixels, io_threads, total, store, reencode_dir
+            listing_path,
+            label_ids,
+            max_pixels,
+            io_threads,
+            total,
+            store,
+            reencode_dir,
+            analysis_size,
         )
 
     def expand(self, items):

@@ -34,6 +34,8 @@ def test_pack_round_trips_every_field():
         _meta(2, source_sha256=bytes(range(32)), reencoded=True, format='png'),
         _meta(3, key='ünïcode/名前 with spaces.jpg', id=2**62, num_bytes=5 * 2**32),
         _meta(4, key='gs://bucket/x/' + 'y' * 2000 + '.jpg', sha256=b'short'),
+        # The analysis' per-image pixel statistics travel as float32.
+        _meta(5, pixel_stats=(0.5, 128.25, 255.0, 0.0, 1024.125, 16256.5)),
     ]
     block = blocks.pack(metas)
     assert blocks.unpack(block) == metas

@@ -26,6 +26,7 @@ import tensorflow as tf
 
 from trainer import export
 from trainer import input as input_lib
+from trainer import transform
 from trainer.dataset_info import DatasetInfo
 from trainer.model import build_model
 
@@ -208,8 +209,11 @@ def _train(config, checkpoint_dir, model_dir):
     # The same initial weights (and dropout) for a seed. Never a global seed of 0 (mod 2**31-1):
     # tf.data would then compare the per-epoch shuffle seed tensors with 0 in Python and fail.
     keras.utils.set_random_seed(config.seed % (2**31 - 2) + 1)
+    transform_output = transform.load(info)
     with strategy.scope():
-        model = build_model(config.model, info.num_classes, config.image_size)
+        model = build_model(
+            config.model, info.num_classes, config.image_size, transform_output=transform_output
+        )
         model.compile(
             optimizer=keras.optimizers.Adam(config.learning_rate),
             loss='sparse_categorical_crossentropy',
@@ -274,7 +278,8 @@ def _train(config, checkpoint_dir, model_dir):
     metrics = _final_metrics(model, history, steps, config, time.monotonic() - started, done)
     if skipped:
         metrics['skipped_images'] = skipped.skipped
-    export.export_saved_model(model, info.labels, config.image_size, model_dir)
+    labels = transform.class_names(transform_output) if transform_output else info.labels
+    export.export_saved_model(model, labels, config.image_size, model_dir)
     if is_chief():
         _LOG.info('exported the model to %s', model_dir)
         _write_json(os.path.join(config.job_dir, 'metrics.json'), metrics)
