@@ -9,6 +9,10 @@ each image, the validation imageshards does, in its one process.
 
     python -m bench.build_throughput --count 20000
     python -m bench.build_throughput --count 200000 --size 64x64 --no-baseline  # memory
+    python -m bench.build_throughput --count 20000 --no-baseline --compare-analysis --repeat 3
+
+Builds analyse the train split (tf.Transform) unless `--extra=--no-analyze`; with
+`--compare-analysis`, each mode runs both ways, and the overhead of the analysis is printed.
 """
 
 import argparse
@@ -44,6 +48,11 @@ def main(argv=None):
     parser.add_argument(
         '--repeat', type=int, default=1, help='runs per contender; the median counts'
     )
+    parser.add_argument(
+        '--compare-analysis',
+        action='store_true',
+        help='run every mode with and without --no-analyze, and print the difference',
+    )
     args = parser.parse_args(argv)
     size = tuple(int(side) for side in args.size.split('x'))
     data = os.path.join(args.work_dir, f'photos-{args.count}-{args.size}')
@@ -60,22 +69,27 @@ def main(argv=None):
         contenders['baseline + Pillow validation'] = lambda out: _module(
             'bench.baseline_writer', data, out, '--validate'
         )
+    variants = {'': []}
+    if args.compare_analysis:
+        variants = {' --no-analyze': ['--no-analyze'], ' + analysis': []}
     for mode in args.modes.split(','):
-        contenders[mode] = lambda out, mode=mode: _module(
-            'pipelines.build',
-            '--input',
-            data,
-            '--output',
-            out,
-            '--overwrite',
-            *MODES[mode],
-            *args.extra.split(),
-        )
+        for suffix, flags in variants.items():
+            contenders[mode + suffix] = lambda out, mode=mode, flags=flags: _module(
+                'pipelines.build',
+                '--input',
+                data,
+                '--output',
+                out,
+                '--overwrite',
+                *MODES[mode],
+                *flags,
+                *args.extra.split(),
+            )
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2')
     runs = {name: [] for name in contenders}
     for _ in range(args.repeat):  # interleaved, so that drift in the machine hits all alike
         for name, command in contenders.items():
-            out = os.path.join(args.work_dir, f'out-{name}')
+            out = os.path.join(args.work_dir, 'out-' + name.replace(' ', '_').replace('+', 'plus'))
             shutil.rmtree(out, ignore_errors=True)
             datasets.warm_page_cache(data)
             runs[name].append(run_measured(command(out), env=env)[:2])
@@ -91,6 +105,11 @@ def main(argv=None):
         rate = args.count / seconds
         ratio = f'{rate / base_rate:>12.2f}x' if base_rate else f'{"-":>13}'
         print(f'{name:<28}{seconds:>9.1f}{rate:>10.0f}{ratio}{peak / 2**20:>8.0f} MiB')
+    if args.compare_analysis:
+        for mode in args.modes.split(','):
+            without = results[f'{mode} --no-analyze'][0]
+            extra = results[f'{mode} + analysis'][0] / without - 1
+            print(f'{mode}: the analysis adds {extra:.1%} to the build time')
 
 
 if __name__ == '__main__':

@@ -2,6 +2,7 @@
 
     list inputs (launcher) -> ReadListing -> ValidateImages -> [DropDuplicates] -> AssignShards
         -> WriteShards -> Finalize (rejected.jsonl, dataset.json, _SUCCESS)
+                       -> [AnalyzeSplit: tf.Transform analysis of the train split -> Finalize]
 
 Between validation and writing, image metadata moves in packed blocks (pipelines/blocks.py),
 inline on Dataflow and spilled to OUT/.imageshards-tmp/blocks/ on the local runner, so that the
@@ -17,6 +18,7 @@ On Dataflow, the same command with gs:// paths and `--config configs/dataflow.ya
 
 import logging
 import os
+import shutil
 import sys
 import tempfile
 import uuid
@@ -45,12 +47,16 @@ from pipelines.write import WriteShards
 _LOG = logging.getLogger(__name__)
 
 
-def build_pipeline(pipeline, config, listing, listing_path, output_dir, store=None):
+def build_pipeline(
+    pipeline, config, listing, listing_path, output_dir, store=None, transform_dir=None
+):
     """Adds the build's steps to `pipeline`; returns the PCollection of final counts.
 
     Args:
         listing: the ListingSummary of the inputs, whose entries are in `listing_path`.
         store: the BlockStore that keeps metadata between steps (default: inline).
+        transform_dir: where the analysis writes its temporary files and output (default: the
+            build's temporary folder).
     """
     store = store or blocks.BlockStore()
     label_ids = {name: i for i, name in enumerate(listing.labels)}
@@ -76,6 +82,7 @@ def build_pipeline(pipeline, config, listing, listing_path, output_dir, store=No
         reencode_dir=output_dir if config.format == features.PATHS else None,
         levels=level_ids,
         allow_missing_levels=config.allow_missing_levels,
+        analysis_size=config.analysis_size if config.analyze else 0,
     )
     chunks = validated.valid
     # block of ImageMeta
@@ -108,6 +115,20 @@ def build_pipeline(pipeline, config, listing, listing_path, output_dir, store=No
         listing.label_levels,
     )
     # dataset.json entry of each shard
+    transform_dir = transform_dir or temp_dir
+    if config.analyze:
+        from pipelines import analyze  # pylint: disable=import-outside-toplevel
+
+        analysis, analyzed = assigned['placed'] | 'AnalyzeSplit' >> analyze.AnalyzeSplit(
+            config.analysis_split,
+            listing.labels,
+            store,
+            finalize.join(transform_dir, 'tft'),
+            finalize.join(transform_dir, finalize.TRANSFORM_STAGING),
+            config.analysis_size,
+        )
+    else:
+        analysis = analyzed = pipeline | 'NoAnalysis' >> beam.Create([])
     context = {
         'output': output_dir,
         'input': config.input,
@@ -119,10 +140,26 @@ def build_pipeline(pipeline, config, listing, listing_path, output_dir, store=No
         'dedup': config.dedup,
         'label_levels': listing.label_levels,
         'allow_missing_levels': config.allow_missing_levels,
+        'transform_staging': finalize.join(transform_dir, finalize.TRANSFORM_STAGING),
     }
     return pipeline | 'Finalize' >> finalize.Finalize(
-        shards, validated.rejected, duplicates, assigned['plan'], context
+        shards, validated.rejected, duplicates, assigned['plan'], context, (analysis, analyzed)
     )
+
+
+def _transform_work_dir(pipeline, config, output_dir, dry_run):
+    """Where TFT writes its temporary files and its output before Finalize moves them.
+
+    The build's temporary folder, but for a local run with an object-store output: TensorFlow
+    writes the TFT files, and its file system reaches Cloud Storage itself (not an emulator, nor
+    with the pipeline's credentials), so those go to a local folder, copied up by Finalize. A
+    dry run traces the analysis (TFT saves its graph while the job is built) into a local
+    folder too, removed afterwards: nothing runs that would read it.
+    """
+    local = inputs.is_uri(output_dir) and runner.shuffles_in_memory(pipeline)
+    if config.analyze and (local or dry_run):
+        return tempfile.mkdtemp(prefix='imageshards-transform-')
+    return None
 
 
 def _absolute(path):
@@ -205,8 +242,11 @@ def run(argv=None, test_pipeline=None):
         # The local runner holds every shuffled element in this process: metadata goes to
         # files, and its shuffles move byte ranges of them (pipelines/blocks.py).
         store = blocks.BlockStore(finalize.join(output_dir, finalize.TEMP_DIR, 'blocks'))
-    build_pipeline(pipeline, config, summary, listing_path, output_dir, store)
+    transform_dir = _transform_work_dir(pipeline, config, output_dir, dry_run)
+    build_pipeline(pipeline, config, summary, listing_path, output_dir, store, transform_dir)
     result = _launch(pipeline, listing_path, on_dataflow, dry_run)
+    if dry_run and transform_dir:
+        shutil.rmtree(transform_dir, ignore_errors=True)
     if result is None:
         _LOG.info('--dry_run: built the job without running it; %s is as it was', output_dir)
         return None

@@ -7,6 +7,8 @@ Layout of a build (the contract the trainer and tools read):
     OUT/dataset.json       labels, counts, splits and their shards (path, records, bytes, sha256)
     OUT/_SUCCESS           written last
     OUT/reencoded/         `paths` builds: lossless copies of images TensorFlow cannot decode as is
+    OUT/transform_fn/, OUT/transformed_metadata/   the tf.Transform output (unless --no-analyze),
+                           with the analysis summary also in transform_fn/assets.extra/
 """
 
 import collections
@@ -16,6 +18,7 @@ import logging
 import re
 
 import apache_beam as beam
+from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 import imageshards
@@ -29,6 +32,9 @@ DUPLICATES_JSONL = 'duplicates.jsonl'
 SUCCESS = '_SUCCESS'
 TEMP_DIR = '.imageshards-tmp'
 REENCODED_DIR = 'reencoded'
+TRANSFORM_DIRS = ('transform_fn', 'transformed_metadata')  # TFT's standard layout
+TRANSFORM_STAGING = 'transform'  # under TEMP_DIR, where WriteTransformFn writes them
+ANALYSIS_JSON = 'transform_fn/assets.extra/analysis.json'
 _OWN_FILES = (SUCCESS, DATASET_JSON, REJECTED_JSONL, DUPLICATES_JSONL)
 _SHARD_NAME = re.compile(r'^[^/]+/[^/]+-\d{5}-of-\d{5}\.tfrecord$')
 
@@ -108,6 +114,8 @@ def prepare_output(output_dir, overwrite, dry_run=False):
             for shard in split['shards']
         ]
         doomed += _tree(join(output_dir, REENCODED_DIR))
+        for name in TRANSFORM_DIRS:
+            doomed += _tree(join(output_dir, name))
     doomed += _tree(join(output_dir, TEMP_DIR))
     removed = _delete(doomed)
     _LOG.info('--overwrite: removed %d files of an earlier build in %s', removed, output_dir)
@@ -248,11 +256,50 @@ def _publish_shards(output_dir, shards):
         FileSystems.rename([staged for staged, _ in moves], [final for _, final in moves])
 
 
-def _finalize(unused_element, shards, rejections, duplicates, plan, context):
+def _publish_transform(output_dir, staging, analysis):
+    """Moves the staged TFT output into place, file by file (object stores have no folders),
+    and records the analysis summary beside it; a rerun after a partial move finishes it.
+
+    A local build with a gs:// output stages it on this machine (TensorFlow writes it, and its
+    file system speaks to Cloud Storage only): then the files are copied up and the local
+    folder removed.
+    """
+    moves = []
+    for name in TRANSFORM_DIRS:
+        prefix = join(staging, name) + '/'
+        moves += [
+            (path, join(output_dir, name, path[len(prefix) :]))
+            for path in _list(join(staging, name))
+            if path.startswith(prefix)
+        ]
+    final_model = join(output_dir, TRANSFORM_DIRS[0], 'saved_model.pb')
+    if not moves and not FileSystems.exists(final_model):
+        raise FileNotFoundError(f'the tf.Transform output is neither in {staging} nor in place')
+    for _, final in moves:
+        make_parent(final)
+    if moves and FileSystems.get_scheme(staging) == FileSystems.get_scheme(output_dir):
+        FileSystems.rename([staged for staged, _ in moves], [final for _, final in moves])
+    elif moves:
+        for staged, final in moves:
+            with FileSystems.open(staged, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+                data = f.read()
+            with FileSystems.create(final, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+                f.write(data)
+        _delete(_tree(staging))
+    path = join(output_dir, ANALYSIS_JSON)
+    make_parent(path)
+    _write_atomically(path, json.dumps(analysis, indent=2).encode('utf-8') + b'\n')
+
+
+def _finalize(unused_element, shards, rejections, duplicates, plan, context, analysis, analyzed):
+    del analyzed  # a side input only so that this step waits for the TFT output
     output_dir = context['output']
     rejections = sorted(rejections, key=lambda row: row['id'])
     duplicates = sorted(duplicates, key=lambda row: row['id'])
     summary = dataset_summary(context, shards, rejections, duplicates, plan)
+    if analysis:
+        summary['analysis'] = analysis[0]
+        _publish_transform(output_dir, context['transform_staging'], analysis[0])
     _publish_shards(output_dir, shards)
     _write_atomically(join(output_dir, REJECTED_JSONL), _jsonl(rejections))
     if context['dedup']:
@@ -272,15 +319,18 @@ class Finalize(beam.PTransform):
 
     Runs once, after every shard is written (it reads them all as side inputs). Running it
     again writes the same files.
+
+    With `analysis` (a PCollection of the dataset.json `analysis` entry, and one that is
+    complete once the TFT output is staged), it also moves the TFT output into place.
     """
 
-    def __init__(self, shards, rejections, duplicates, plan, context):
+    def __init__(self, shards, rejections, duplicates, plan, context, analysis):
         super().__init__()
-        self._inputs = (shards, rejections, duplicates, plan)
+        self._inputs = (shards, rejections, duplicates, plan, *analysis)
         self._context = context
 
     def expand(self, root):
-        shards, rejections, duplicates, plan = self._inputs
+        shards, rejections, duplicates, plan, analysis, analyzed = self._inputs
         return (
             root
             | 'Once' >> beam.Create([None])
@@ -292,5 +342,7 @@ class Finalize(beam.PTransform):
                 duplicates=beam.pvalue.AsList(duplicates),
                 plan=beam.pvalue.AsSingleton(plan),
                 context=self._context,
+                analysis=beam.pvalue.AsList(analysis),
+                analyzed=beam.pvalue.AsList(analyzed),
             )
         )

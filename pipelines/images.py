@@ -57,6 +57,9 @@ class ImageInfo(typing.NamedTuple):
     sha256: str
     num_bytes: int
     reencoded: bool
+    # Per-channel mean and variance (R, G, B, then R, G, B; 0..255) of the image resized to the
+    # analysis size, when asked for; else ().
+    pixel_stats: tuple = ()
 
 
 class Rejected(Exception):
@@ -68,8 +71,11 @@ class Rejected(Exception):
         self.detail = detail
 
 
-def inspect_image(data, max_pixels):
+def inspect_image(data, max_pixels, analysis_size=0):
     """Validates encoded image bytes.
+
+    With `analysis_size`, also measures the pixels the decode produced (`pixel_moments`): the
+    analysis of a build needs no second decode.
 
     Returns:
         (ImageInfo, stored): `stored` is None when the original bytes are kept, else the PNG bytes
@@ -85,22 +91,41 @@ def inspect_image(data, max_pixels):
     if _is_jpeg(image):
         _check_jpeg_structure(data)
         if image.mode in _JPEG_KEEP_MODES and _orientation(image) == 1:
-            _decode(image, data, reduced=True)
+            _decode(image, data, reduced=True, min_size=analysis_size)
             info = ImageInfo(
                 'jpeg', height, width, _CHANNELS[image.mode], sha256_hex(data), len(data), False
             )
-            return info, None
+            return _measured(info, image, analysis_size, data), None
     # Other formats are decoded in full before their metadata is read: a PNG may carry its
     # EXIF (and oversized text) after the pixel data.
     _decode(image, data, reduced=False)
     if _png_keeps_original(image, data):
         channels = _CHANNELS[image.mode] + (image.mode == 'P' and 'transparency' in image.info)
         info = ImageInfo('png', height, width, channels, sha256_hex(data), len(data), False)
-        return info, None
+        return _measured(info, image, analysis_size, data), None
     rgb = _pillow_call(data, to_rgb, image)
     stored = encode_png(rgb)
     width, height = rgb.size
-    return ImageInfo('png', height, width, 3, sha256_hex(stored), len(stored), True), stored
+    info = ImageInfo('png', height, width, 3, sha256_hex(stored), len(stored), True)
+    return _measured(info, rgb, analysis_size, data), stored
+
+
+def pixel_moments(image, size):
+    """(mean R, G, B, variance R, G, B) of an image's RGB pixels resized to size x size.
+
+    The image is the one validation decoded: a JPEG at the reduced scale its draft chose (at
+    least `size` on each side where the image is that large), resized with Pillow's bilinear
+    filter (antialiased when shrinking), whatever its aspect ratio. Values are 0..255.
+    """
+    small = to_rgb(image).resize((size, size), Image.Resampling.BILINEAR)
+    pixels = np.asarray(small, dtype=np.float64).reshape(-1, 3)
+    return tuple(pixels.mean(axis=0).tolist() + pixels.var(axis=0).tolist())
+
+
+def _measured(info, image, analysis_size, data):
+    if not analysis_size:
+        return info
+    return info._replace(pixel_stats=_pillow_call(data, pixel_moments, image, analysis_size))
 
 
 def sha256_hex(data):
@@ -206,11 +231,21 @@ def _png_keeps_original(image, data):
     return len(data) > 24 and data[24] <= 8 and _orientation(image) == 1
 
 
-def _decode(image, data, reduced):
-    """Decodes all pixel data (of the first frame); raises Rejected for bad data."""
+def _decode(image, data, reduced, min_size=0):
+    """Decodes all pixel data (of the first frame); raises Rejected for bad data.
+
+    `reduced` decodes a JPEG at 1/8 scale, or at the smallest scale that keeps `min_size` pixels
+    on each side (as far as the image has them).
+    """
     if reduced:
-        image.draft(image.mode, (max(1, image.width // 8), max(1, image.height // 8)))
+        image.draft(
+            image.mode, (_draft_side(image.width, min_size), _draft_side(image.height, min_size))
+        )
     _pillow_call(data, image.load)
+
+
+def _draft_side(side, min_size):
+    return max(1, side // 8, min(side, min_size))
 
 
 def _pillow_call(data, fn, *args):

@@ -39,6 +39,9 @@ class BuildConfig:
     follow_symlinks: bool = False
     label_levels: tuple = ()  # a tree's levels, one per nested folder; a manifest's, to check
     allow_missing_levels: bool = False  # a missing level value gets id -1 instead of a rejection
+    analyze: bool = True  # the tf.Transform analysis of the train split (pipelines/analyze.py)
+    analysis_size: int = 32  # images are measured resized to this square size
+    analysis_split: str = 'train'
 
     @property
     def split_names(self):
@@ -210,6 +213,25 @@ def build_arg_parser():
         '--allow-missing-levels',
         action='store_true',
         help='keep images missing a label level value (id -1) instead of rejecting them',
+    )
+    parser.add_argument(
+        '--no-analyze',
+        dest='analyze',
+        action='store_false',
+        help='skip the tf.Transform analysis (transform_fn/, dataset.json "analysis"); the '
+        'trainer then scales pixels to [0, 1] instead of normalizing them',
+    )
+    parser.add_argument(
+        '--analysis-size',
+        type=_positive_int,
+        default=BuildConfig.analysis_size,
+        help='side of the square every image is resized to for the pixel mean and standard '
+        'deviation (default %(default)s)',
+    )
+    parser.add_argument(
+        '--analysis-split',
+        default=BuildConfig.analysis_split,
+        help='the split the analysis reads (default %(default)s)',
     )
     parser.add_argument(
         '--chunk-size',

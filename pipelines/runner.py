@@ -159,6 +159,9 @@ def configure_logging():
     """INFO for this package, warnings for Beam's own machinery, readable worker lines."""
     logging.basicConfig(level=logging.INFO, format='%(asctime)s %(levelname)s %(message)s')
     logging.getLogger('apache_beam').setLevel(logging.WARNING)
+    # The analysis' libraries log every schema feature and SavedModel asset at INFO.
+    for name in ('absl', 'tensorflow', 'tensorflow_transform'):
+        logging.getLogger(name).setLevel(logging.WARNING)
     # ... but for what local worker processes log (the workers choose their own levels).
     logging.getLogger('apache_beam.runners.portability.local_job_service').setLevel(logging.INFO)
     for handler in logging.getLogger().handlers:

@@ -151,6 +151,7 @@ class _ValidateChunk(beam.DoFn):
         total,
         store,
         reencode_dir,
+        analysis,
         levels=(),
         allow_missing_levels=False,
     ):
@@ -163,6 +164,7 @@ class _ValidateChunk(beam.DoFn):
         self._total = total
         self._store = store
         self._reencode_dir = reencode_dir  # set for `paths` builds
+        self._analysis_size = analysis  # > 0: measure pixels for the build's analysis
         self._pool = None
         self._progress = None
         self._listed = beam.metrics.Metrics.counter(NAMESPACE, 'listed')
@@ -207,7 +209,7 @@ class _ValidateChunk(beam.DoFn):
             reason = 'missing_file' if not _exists(entry.path) else 'read_error'
             return rejection(entry, reason, f'{type(e).__name__}: {e}')
         try:
-            info, stored = images.inspect_image(data, self._max_pixels)
+            info, stored = images.inspect_image(data, self._max_pixels, self._analysis_size)
         except images.Rejected as e:
             return rejection(entry, e.reason, e.detail)
         source_sha256 = b''
@@ -231,6 +233,7 @@ class _ValidateChunk(beam.DoFn):
             google_crc32c.value(data),
             info.reencoded,
             levels,
+            info.pixel_stats,
         )
 
 
@@ -262,6 +265,8 @@ class ValidateImages(beam.PTransform):
         levels: [(level, {name: id})] of a build with label levels, in level order.
         allow_missing_levels: an input missing a level value gets id -1 instead of being
             rejected as `missing_label_level`.
+        analysis_size: > 0: keep each image's pixel statistics at this size (ImageMeta
+            `pixel_stats`) for the build's analysis.
     """
 
     def __init__(
@@ -275,6 +280,7 @@ class ValidateImages(beam.PTransform):
         reencode_dir=None,
         levels=(),
         allow_missing_levels=False,
+        analysis_size=0,
     ):
         super().__init__()
         self._fn = _ValidateChunk(
@@ -285,6 +291,7 @@ class ValidateImages(beam.PTransform):
             total,
             store,
             reencode_dir,
+            analysis_size,
             levels,
             allow_missing_levels,
         )

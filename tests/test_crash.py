@@ -178,8 +178,10 @@ def _finalize_inputs(out, dataset):
         'inputs': dataset['counts']['inputs'],
         'skipped': dataset['counts']['skipped_by_reason'],
         'dedup': False,
+        'transform_staging': finalize.join(str(out), finalize.TEMP_DIR, finalize.TRANSFORM_STAGING),
     }
-    return shards, rejections, [], plan, context
+    # The analysis entry, and the (empty) signal that the TFT output was staged.
+    return shards, rejections, [], plan, context, [dataset['analysis']], [None]
 
 
 def _output_files(out):

@@ -29,6 +29,19 @@ BROKEN = {
 }
 
 
+# The tf.Transform output, written locally by TensorFlow and copied up by Finalize.
+TRANSFORM_FILES = [
+    'transform_fn/saved_model.pb',
+    'transform_fn/fingerprint.pb',
+    'transform_fn/assets/label',
+    'transform_fn/assets.extra/analysis.json',
+    'transform_fn/variables/variables.index',
+    'transform_fn/variables/variables.data-00000-of-00001',
+    'transformed_metadata/schema.pbtxt',
+    'transformed_metadata/asset_map',
+]
+
+
 def _run(*args):
     return build.run(['--direct_running_mode=in_memory', '--no_auth', *args])
 
@@ -151,8 +164,10 @@ def test_a_gs_output_holds_the_build_and_no_temporary_files(gcs, tree_builds):
     shards = [s['path'] for info in dataset['splits'].values() for s in info['shards']]
     prefix = gcs.name(remote_out)
     assert gcs.names(prefix) == sorted(
-        f'{prefix}/{name}' for name in ['_SUCCESS', 'dataset.json', 'rejected.jsonl', *shards]
+        f'{prefix}/{name}'
+        for name in ['_SUCCESS', 'dataset.json', 'rejected.jsonl', *shards, *TRANSFORM_FILES]
     )
+    assert json.loads(gcs.read(f'{remote_out}/dataset.json'))['analysis']['label_counts']
 
 
 def test_a_gs_manifest_with_relative_paths_builds_the_same_path_records(
@@ -198,15 +213,18 @@ def test_overwrite_and_refusal_of_a_non_empty_gs_output(gcs, tmp_path):
         'train/train-00000-of-00002.tfrecord',
         'train/train-00001-of-00002.tfrecord',
     ]
-    assert gcs.names('reused') == [
-        'reused/',
-        'reused/_SUCCESS',
-        'reused/dataset.json',
-        'reused/keep.txt',
-        'reused/rejected.jsonl',
-        'reused/train/train-00000-of-00002.tfrecord',
-        'reused/train/train-00001-of-00002.tfrecord',
-    ]
+    assert gcs.names('reused') == sorted(
+        [
+            'reused/',
+            'reused/_SUCCESS',
+            'reused/dataset.json',
+            'reused/keep.txt',
+            'reused/rejected.jsonl',
+            'reused/train/train-00000-of-00002.tfrecord',
+            'reused/train/train-00001-of-00002.tfrecord',
+            *(f'reused/{name}' for name in TRANSFORM_FILES),
+        ]
+    )
     assert gcs.read(f'{out}/keep.txt') == b'mine'
 
 

@@ -22,6 +22,7 @@ import time
 import pytest
 
 from trainer import input as input_lib
+from trainer import transform
 from trainer.dataset_info import DatasetInfo
 from trainer.model import build_model
 
@@ -153,7 +154,9 @@ def test_each_worker_validates_on_every_record(tf, two_workers):
     """
     info, tmp_path, logs, _ = two_workers
     final = ast.literal_eval(re.search(r'final metrics: (\{.*\})', logs['chief']).group(1))
-    model = build_model('small_cnn', info.num_classes, (16, 16))
+    model = build_model(
+        'small_cnn', info.num_classes, (16, 16), transform_output=transform.load(info)
+    )
     model.compile(loss='sparse_categorical_crossentropy', metrics=['accuracy'])
     latest = tf.train.latest_checkpoint(str(tmp_path / 'job' / 'checkpoints'))
     tf.train.Checkpoint(model=model).restore(latest).expect_partial()

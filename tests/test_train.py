@@ -10,6 +10,7 @@ from imageshards import tfrecord
 from trainer import config as config_lib
 from trainer import input as input_lib
 from trainer import train as train_lib
+from trainer import transform
 from trainer.dataset_info import DatasetInfo
 from trainer.model import build_model
 
@@ -54,7 +55,9 @@ def test_a_small_cnn_learns_a_clearly_learnable_set(trained):
 def _restored_model(config, info):
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
 
-    model = build_model(config.model, info.num_classes, config.image_size)
+    model = build_model(
+        config.model, info.num_classes, config.image_size, transform_output=transform.load(info)
+    )
     checkpoint = tf.train.Checkpoint(model=model)
     checkpoint.restore(tf.train.latest_checkpoint(config.resolved_checkpoint_dir)).expect_partial()
     return model

@@ -1,25 +1,33 @@
 """The models the trainer can build: a small CNN for fast runs, ResNet-50 and EfficientNet-B0.
 
-All take uint8 images (what the input pipeline and the serving signature deliver), scale them
-on the accelerator, and end in a float32 softmax, so that mixed precision (`mixed_float16`)
+All take uint8 images (what the input pipeline and the serving signature deliver), normalize
+them on the accelerator with the build's tf.Transform graph (trainer/transform.py) or, without
+one, scale them to [0, 1], and end in a float32 softmax, so that mixed precision (`mixed_float16`)
 keeps the output and the loss in full precision. The keras.applications models are built
 with `weights=None`: nothing is downloaded.
 """
 
 import keras
 
+from trainer import transform
+
 MODELS = ('small_cnn', 'resnet50', 'efficientnet_b0')
 
 
-def build_model(name, num_classes, image_size, dropout=0.2, heads=None):
+def build_model(name, num_classes, image_size, dropout=0.2, heads=None, transform_output=None):
     """A Keras model `name` for images of `image_size` (height, width) and `num_classes`.
 
     With `heads` ({level: number of classes}), the model has one softmax head per label level
     on the shared backbone, and its output is a dict {level: probabilities}; `num_classes` is
-    then unused.
+    then unused. With `transform_output` (a tft.TFTransformOutput of the build), pixels are
+    normalized by its graph (zero mean, unit variance per channel over the train split);
+    EfficientNet keeps its own normalization of 0..255 input.
     """
     inputs = keras.Input((*image_size, 3), dtype='uint8', name='image')
-    scaled = keras.layers.Rescaling(1 / 255, name='scale')(inputs)  # uint8 -> [0, 1] floats
+    if transform_output is not None:
+        scaled = transform.TransformPixels(transform_output, name='normalize')(inputs)
+    else:
+        scaled = keras.layers.Rescaling(1 / 255, name='scale')(inputs)  # uint8 -> [0, 1] floats
     if name == 'small_cnn':
         features = _small_cnn(scaled)
     elif name == 'resnet50':

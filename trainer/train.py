@@ -27,6 +27,7 @@ import tensorflow as tf
 from trainer import export
 from trainer import heads as heads_lib
 from trainer import input as input_lib
+from trainer import transform
 from trainer.dataset_info import DatasetInfo
 from trainer.model import build_model
 
@@ -210,8 +211,15 @@ def _train(config, checkpoint_dir, model_dir):
     # tf.data would then compare the per-epoch shuffle seed tensors with 0 in Python and fail.
     keras.utils.set_random_seed(config.seed % (2**31 - 2) + 1)
     heads = heads_lib.level_heads(info, config.label_levels)  # {} without --label-levels
+    transform_output = transform.load(info)
     with strategy.scope():
-        model = build_model(config.model, info.num_classes, config.image_size, heads=heads)
+        model = build_model(
+            config.model,
+            info.num_classes,
+            config.image_size,
+            heads=heads,
+            transform_output=transform_output,
+        )
         model.compile(
             optimizer=keras.optimizers.Adam(config.learning_rate),
             jit_compile=config.xla,
@@ -278,7 +286,8 @@ def _train(config, checkpoint_dir, model_dir):
     if heads:
         metrics['label_levels'] = heads_lib.level_metrics(history, heads)
     levels = {level: info.label_levels[level] for level in heads}
-    export.export_saved_model(model, info.labels, config.image_size, model_dir, levels)
+    labels = transform.class_names(transform_output) if transform_output else info.labels
+    export.export_saved_model(model, labels, config.image_size, model_dir, levels)
     if is_chief():
         _LOG.info('exported the model to %s', model_dir)
         _write_json(os.path.join(config.job_dir, 'metrics.json'), metrics)
