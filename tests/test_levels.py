@@ -366,10 +366,13 @@ def _evaluation(out, **options):
 def _restored_model(config, dataset):
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
 
+    from trainer import transform  # pylint: disable=import-outside-toplevel
+    from trainer.dataset_info import DatasetInfo  # pylint: disable=import-outside-toplevel
     from trainer.model import build_model  # pylint: disable=import-outside-toplevel
 
     heads = {level: len(names) for level, names in dataset['label_levels'].items()}
-    model = build_model(config.model, 0, config.image_size, heads=heads)
+    normalize = transform.load(DatasetInfo.load(config.data))  # as training built it
+    model = build_model(config.model, 0, config.image_size, heads=heads, transform_output=normalize)
     checkpoint = tf.train.Checkpoint(model=model)
     checkpoint.restore(tf.train.latest_checkpoint(config.resolved_checkpoint_dir)).expect_partial()
     return model
