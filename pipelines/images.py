@@ -118,8 +118,18 @@ def pixel_moments(image, size):
     filter (antialiased when shrinking), whatever its aspect ratio. Values are 0..255.
     """
     small = to_rgb(image).resize((size, size), Image.Resampling.BILINEAR)
-    pixels = np.asarray(small, dtype=np.float64).reshape(-1, 3)
-    return tuple(pixels.mean(axis=0).tolist() + pixels.var(axis=0).tolist())
+    # From the per-channel histograms (counted in C): sums of values and of squares are exact
+    # integers. Twice as fast as NumPy moments of the pixels, which mostly held the GIL that
+    # validation's decoding threads share.
+    histograms = np.array(small.histogram(), dtype=np.int64).reshape(3, 256)
+    count = size * size
+    sums = histograms @ _VALUES
+    means = sums / count
+    variances = (histograms @ _VALUES**2 - sums * sums / count) / count
+    return tuple(means.tolist() + variances.tolist())
+
+
+_VALUES = np.arange(256, dtype=np.int64)
 
 
 def _measured(info, image, analysis_size, data):
