@@ -35,6 +35,13 @@ def _module(name, *args):
     return [sys.executable, '-m', name, *args]
 
 
+def build_command(data, out, mode, *flags):
+    """`imageshards build` of `data` into `out` in a local running mode (a key of MODES)."""
+    return _module(
+        'pipelines.build', '--input', data, '--output', out, '--overwrite', *MODES[mode], *flags
+    )
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--count', type=int, default=20_000)
@@ -74,16 +81,8 @@ def main(argv=None):
         variants = {' --no-analyze': ['--no-analyze'], ' + analysis': []}
     for mode in args.modes.split(','):
         for suffix, flags in variants.items():
-            contenders[mode + suffix] = lambda out, mode=mode, flags=flags: _module(
-                'pipelines.build',
-                '--input',
-                data,
-                '--output',
-                out,
-                '--overwrite',
-                *MODES[mode],
-                *flags,
-                *args.extra.split(),
+            contenders[mode + suffix] = lambda out, mode=mode, flags=flags: build_command(
+                data, out, mode, *flags, *args.extra.split()
             )
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2')
     runs = {name: [] for name in contenders}

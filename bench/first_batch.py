@@ -17,6 +17,7 @@ import subprocess
 import sys
 
 from bench import datasets
+from bench.build_throughput import build_command
 
 _CHILD = r"""
 import json, sys, time
@@ -48,8 +49,7 @@ def _build(data, out, num_shards):
         with open(os.path.join(out, 'dataset.json'), encoding='utf-8') as f:
             if json.load(f)['splits']['train']['num_shards'] == num_shards:
                 return
-    command = [sys.executable, '-m', 'pipelines.build', '--input', data, '--output', out]
-    command += ['--num-shards', str(num_shards), '--overwrite']
+    command = build_command(data, out, 'multi_processing', '--num-shards', str(num_shards))
     subprocess.run(command, check=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2'))
 
 

@@ -14,30 +14,15 @@ peak RSS at most 3 GB, and at most 1.5x the peak at 100,000.
 import argparse
 import os
 import shutil
-import sys
 
 from bench import datasets
 from bench.build_throughput import MODES
+from bench.build_throughput import build_command
 from bench.measure import measure
 
 TARGET_SECONDS = 15 * 60
 TARGET_PEAK = 3e9
 TARGET_RATIO = 1.5
-
-
-def _build_command(data, out, mode, extra):
-    return [
-        sys.executable,
-        '-m',
-        'pipelines.build',
-        '--input',
-        data,
-        '--output',
-        out,
-        '--overwrite',
-        *MODES[mode],
-        *extra,
-    ]
 
 
 def _describe(measured):
@@ -73,7 +58,7 @@ def main(argv=None):
             shutil.rmtree(out, ignore_errors=True)
             datasets.warm_page_cache(trees[count])
             print(f'building {count:,} images, {mode} ...', flush=True)
-            command = _build_command(trees[count], out, mode, args.extra.split())
+            command = build_command(trees[count], out, mode, *args.extra.split())
             results[(mode, count)] = measured = measure(command, env=env)
             print(f'  {measured.seconds:.1f} s, peak {measured.peak / 2**20:,.0f} MiB', flush=True)
             if not args.keep_output:

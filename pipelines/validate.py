@@ -140,7 +140,10 @@ class MissingLevel(ValueError):
 
 
 class _ValidateChunk(beam.DoFn):
-    """Work item -> a block of its valid images' ImageMeta; rejections to the REJECTED output."""
+    """Work item -> a block of its valid images' ImageMeta; rejections to the REJECTED output.
+
+    Its arguments are those of ValidateImages.
+    """
 
     def __init__(
         self,
@@ -150,10 +153,10 @@ class _ValidateChunk(beam.DoFn):
         io_threads,
         total,
         store,
-        reencode_dir,
-        analysis,
+        reencode_dir=None,
         levels=(),
         allow_missing_levels=False,
+        analysis_size=0,
     ):
         self._listing_path = listing_path
         self._label_ids = label_ids
@@ -164,7 +167,7 @@ class _ValidateChunk(beam.DoFn):
         self._total = total
         self._store = store
         self._reencode_dir = reencode_dir  # set for `paths` builds
-        self._analysis_size = analysis  # > 0: measure pixels for the build's analysis
+        self._analysis_size = analysis_size  # > 0: measure pixels for the build's analysis
         self._pool = None
         self._progress = None
         self._listed = beam.metrics.Metrics.counter(NAMESPACE, 'listed')
@@ -267,34 +270,13 @@ class ValidateImages(beam.PTransform):
             rejected as `missing_label_level`.
         analysis_size: > 0: keep each image's pixel statistics at this size (ImageMeta
             `pixel_stats`) for the build's analysis.
+
+    The arguments go to `_ValidateChunk`, the DoFn that does the work.
     """
 
-    def __init__(
-        self,
-        listing_path,
-        label_ids,
-        max_pixels,
-        io_threads,
-        total,
-        store,
-        reencode_dir=None,
-        levels=(),
-        allow_missing_levels=False,
-        analysis_size=0,
-    ):
+    def __init__(self, *args, **kwargs):
         super().__init__()
-        self._fn = _ValidateChunk(
-            listing_path,
-            label_ids,
-            max_pixels,
-            io_threads,
-            total,
-            store,
-            reencode_dir,
-            analysis_size,
-            levels,
-            allow_missing_levels,
-        )
+        self._fn = _ValidateChunk(*args, **kwargs)
 
     def expand(self, items):
         return items | 'Decode' >> beam.ParDo(self._fn).with_outputs(REJECTED, main='valid')

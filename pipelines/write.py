@@ -54,7 +54,7 @@ def bounded_map(pool, fn, items, window):
 
 
 class _WriteShard(beam.DoFn):
-    """((split, shard), [block]) -> the shard's entry for dataset.json."""
+    """((split, shard), [block]) -> the shard's entry for dataset.json (see WriteShards)."""
 
     def __init__(
         self,
@@ -65,7 +65,7 @@ class _WriteShard(beam.DoFn):
         seed,
         label_names,
         io_threads,
-        store,
+        store=None,
         label_levels=None,
     ):
         self._input_base = input_base
@@ -75,7 +75,7 @@ class _WriteShard(beam.DoFn):
         self._seed = seed
         self._label_names = label_names
         self._io_threads = io_threads
-        self._store = store
+        self._store = store or blocks.BlockStore()
         self._label_levels = list((label_levels or {}).items())  # [(level, [names])]
         self._pool = None
         self._records = beam.metrics.Metrics.counter(NAMESPACE, 'written')
@@ -189,36 +189,16 @@ def _stored_bytes(source, meta):
 class WriteShards(beam.PTransform):
     """((split, shard), block) pieces -> one dataset.json shard entry per shard.
 
-    Every shard of the plan is written, also one that received no records. `label_levels`
-    ({level: [names]}) adds each level's features to the records and its counts to the entries.
+    Every shard of the plan is written, also one that received no records. The arguments after
+    `plan` are those of `_WriteShard`: `store` is the BlockStore of the pieces (default: inline),
+    and `label_levels` ({level: [names]}) adds each level's features to the records and its
+    counts to the entries.
     """
 
-    def __init__(
-        self,
-        plan,
-        input_base,
-        output_dir,
-        temp_dir,
-        fmt,
-        seed,
-        label_names,
-        io_threads,
-        store=None,
-        label_levels=None,
-    ):
+    def __init__(self, plan, *args, **kwargs):
         super().__init__()
         self._plan = plan
-        self._fn = _WriteShard(
-            input_base,
-            output_dir,
-            temp_dir,
-            fmt,
-            seed,
-            label_names,
-            io_threads,
-            store or blocks.BlockStore(),
-            label_levels,
-        )
+        self._fn = _WriteShard(*args, **kwargs)
 
     def expand(self, placed):
         # An empty inline block per shard: a shard nobody placed an image in is written too.
