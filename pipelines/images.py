@@ -1,8 +1,11 @@
 """Validating one encoded image, and deciding which bytes a record stores.
 
-Every input is decoded once with Pillow (JPEGs at 1/8 scale: the decoder still reads the whole
-compressed stream, so truncation is caught, at about half the cost of a full decode). A record
-keeps the original bytes when TensorFlow decodes them to the pixels Pillow shows (EXIF
+A plainly valid JPEG or PNG (pipelines/image_structure.py: every marker or chunk well formed as
+libjpeg and libpng require, the scans or the pixel stream complete) is accepted by its
+structure, without decoding its pixels; every other input is decoded once with Pillow (JPEGs at
+1/8 scale: the decoder still reads the whole compressed stream, so truncation is caught, at
+about half the cost of a full decode), which decides as it always did. A record keeps the
+original bytes when TensorFlow decodes them to the pixels Pillow shows (EXIF
 orientation applied, converted to RGB); otherwise it stores a lossless PNG of those pixels.
 Animated images (GIF, APNG, WebP, MPO) are their first frame, as `tf.io.decode_image(...,
 expand_animations=False)` reads them.
@@ -24,6 +27,8 @@ import numpy as np
 from PIL import Image
 from PIL import UnidentifiedImageError
 
+from pipelines import image_structure
+
 # The Pillow plugins of the extensions a build accepts (the JPEG plugin also opens MPO: a JPEG
 # with more images appended, as phones write).
 SUPPORTED_FORMATS = ('JPEG', 'PNG', 'GIF', 'BMP', 'WEBP', 'TIFF')
@@ -42,6 +47,7 @@ _JPEG_KEEP_MODES = frozenset(['L', 'RGB'])
 _PNG_KEEP_MODES = frozenset(['1', 'L', 'LA', 'P', 'RGB', 'RGBA'])
 _CHANNELS = {'1': 1, 'L': 1, 'LA': 2, 'P': 3, 'RGB': 3, 'RGBA': 4}
 _SIXTEEN_BIT_MODES = frozenset(['I', 'I;16', 'I;16B', 'I;16L', 'I;16N'])
+_JPEG_START = b'\xff\xd8\xff'
 # A progressive JPEG decodes every scan over the whole image: a small file with thousands of
 # scans costs minutes of CPU. Encoders write about 10; libjpeg-turbo's tools stop at 500.
 MAX_JPEG_SCANS = 256
@@ -57,9 +63,6 @@ class ImageInfo(typing.NamedTuple):
     sha256: str
     num_bytes: int
     reencoded: bool
-    # Per-channel mean and variance (R, G, B, then R, G, B; 0..255) of the image resized to the
-    # analysis size, when asked for; else ().
-    pixel_stats: tuple = ()
 
 
 class Rejected(Exception):
@@ -71,11 +74,11 @@ class Rejected(Exception):
         self.detail = detail
 
 
-def inspect_image(data, max_pixels, analysis_size=0):
+def inspect_image(data, max_pixels):
     """Validates encoded image bytes.
 
-    With `analysis_size`, also measures the pixels the decode produced (`pixel_moments`): the
-    analysis of a build needs no second decode.
+    A plainly valid JPEG or PNG that TensorFlow decodes to Pillow's pixels is checked by its
+    structure alone (pipelines/image_structure.py); everything else is decoded with Pillow.
 
     Returns:
         (ImageInfo, stored): `stored` is None when the original bytes are kept, else the PNG bytes
@@ -86,56 +89,83 @@ def inspect_image(data, max_pixels, analysis_size=0):
     """
     if not data:
         raise Rejected('empty_file', 'file has 0 bytes')
+    if data.startswith(_JPEG_START):
+        info = _plain_jpeg(data, max_pixels)
+        if info is not None:
+            return info, None
     image = _open(data, max_pixels)
+    fault = None
+    if image.format == 'PNG' and _png_mode_keeps(image, data):
+        try:
+            image_structure.png_facts(data)
+        except image_structure.Unusual:
+            pass
+        except image_structure.Fault as e:
+            fault = e
+        else:  # no eXIf or EXIF text chunk: orientation 1 without decoding (see _orientation)
+            return _png_info(image, data), None
+    info, stored = _inspect_decoded(image, data)
+    if fault:  # Pillow read it; TensorFlow would not
+        raise Rejected('decode_error', f'{fault}; TensorFlow refuses such a file')
+    return info, stored
+
+
+def _plain_jpeg(data, max_pixels):
+    """The ImageInfo of a plainly valid JPEG kept as it is, or None (then decode it)."""
+    try:
+        facts = image_structure.jpeg_facts(data, MAX_JPEG_SCANS)
+    except image_structure.Unusual:
+        return None
+    _check_size(facts.width, facts.height, max_pixels)
+    return ImageInfo(
+        'jpeg', facts.height, facts.width, facts.components, sha256_hex(data), len(data), False
+    )
+
+
+def _inspect_decoded(image, data):
+    """inspect_image's result for an image Pillow opened, from a decode of it."""
     width, height = image.size
     if _is_jpeg(image):
         _check_jpeg_structure(data)
         if image.mode in _JPEG_KEEP_MODES and _orientation(image) == 1:
-            _decode(image, data, reduced=True, min_size=analysis_size)
+            _decode(image, data, reduced=True)
             info = ImageInfo(
                 'jpeg', height, width, _CHANNELS[image.mode], sha256_hex(data), len(data), False
             )
-            return _measured(info, image, analysis_size, data), None
+            return info, None
     # Other formats are decoded in full before their metadata is read: a PNG may carry its
     # EXIF (and oversized text) after the pixel data.
     _decode(image, data, reduced=False)
     if _png_keeps_original(image, data):
-        channels = _CHANNELS[image.mode] + (image.mode == 'P' and 'transparency' in image.info)
-        info = ImageInfo('png', height, width, channels, sha256_hex(data), len(data), False)
-        return _measured(info, image, analysis_size, data), None
+        return _png_info(image, data), None
     rgb = _pillow_call(data, to_rgb, image)
     stored = encode_png(rgb)
     width, height = rgb.size
-    info = ImageInfo('png', height, width, 3, sha256_hex(stored), len(stored), True)
-    return _measured(info, rgb, analysis_size, data), stored
+    return ImageInfo('png', height, width, 3, sha256_hex(stored), len(stored), True), stored
 
 
-def pixel_moments(image, size):
-    """(mean R, G, B, variance R, G, B) of an image's RGB pixels resized to size x size.
+def _png_info(image, data):
+    width, height = image.size
+    channels = _CHANNELS[image.mode] + (image.mode == 'P' and 'transparency' in image.info)
+    return ImageInfo('png', height, width, channels, sha256_hex(data), len(data), False)
 
-    The image is the one validation decoded: a JPEG at the reduced scale its draft chose (at
-    least `size` on each side where the image is that large), resized with Pillow's bilinear
-    filter (antialiased when shrinking), whatever its aspect ratio. Values are 0..255.
+
+def pixel_sums(data, size):
+    """Integer sums of the RGB values and of their squares, (R, G, B, R², G², B²), of an image
+    resized to size x size: what the build's analysis measures of each image of its sample.
+
+    The image is decoded as a viewer shows it (EXIF orientation, RGB), a JPEG at the smallest
+    scale that keeps `size` pixels on each side (as far as it has them), and resized with
+    Pillow's bilinear filter (antialiased when shrinking), whatever its aspect ratio. The sums
+    are exact, so that statistics combined from them do not depend on the order of the images.
     """
+    image = _load(data, draft_to=size)
     small = to_rgb(image).resize((size, size), Image.Resampling.BILINEAR)
-    # From the per-channel histograms (counted in C): sums of values and of squares are exact
-    # integers. Twice as fast as NumPy moments of the pixels, which mostly held the GIL that
-    # validation's decoding threads share.
     histograms = np.array(small.histogram(), dtype=np.int64).reshape(3, 256)
-    count = size * size
-    sums = histograms @ _VALUES
-    means = sums / count
-    variances = (histograms @ _VALUES**2 - sums * sums / count) / count
-    return tuple(means.tolist() + variances.tolist())
+    return tuple((histograms @ _VALUES).tolist() + (histograms @ _VALUES**2).tolist())
 
 
 _VALUES = np.arange(256, dtype=np.int64)
-
-
-def _measured(info, image, analysis_size, data):
-    if not analysis_size:
-        return info
-    return info._replace(pixel_stats=_pillow_call(data, pixel_moments, image, analysis_size))
 
 
 def sha256_hex(data):
@@ -170,8 +200,10 @@ def decode_rgb(data):
     return np.asarray(to_rgb(_load(data)))
 
 
-def _load(data):
+def _load(data, draft_to=0):
     image = Image.open(io.BytesIO(data), formats=SUPPORTED_FORMATS)
+    if draft_to and _is_jpeg(image):
+        _decode(image, data, reduced=True, min_size=draft_to)
     image.load()
     return image
 
@@ -185,7 +217,11 @@ def _open(data, max_pixels):
         raise
     except Exception as e:  # pylint: disable=broad-except
         raise _rejection(e, data) from None
-    width, height = image.size
+    _check_size(*image.size, max_pixels)
+    return image
+
+
+def _check_size(width, height, max_pixels):
     if width * height > max_pixels:
         raise Rejected(
             'decompression_bomb',
@@ -193,7 +229,6 @@ def _open(data, max_pixels):
         )
     if width < 1 or height < 1:
         raise Rejected('decode_error', f'image declares size {width}x{height}')
-    return image
 
 
 def _is_jpeg(image):
@@ -235,10 +270,15 @@ def _orientation(image):
 
 def _png_keeps_original(image, data):
     """True for a PNG that TensorFlow decodes to exactly `to_rgb` of it."""
+    return _png_mode_keeps(image, data) and _orientation(image) == 1
+
+
+def _png_mode_keeps(image, data):
+    """A PNG whose pixels TensorFlow decodes as Pillow does, unless EXIF rotates them."""
     if image.format != 'PNG' or image.mode not in _PNG_KEEP_MODES:
         return False
     # Byte 24 of a PNG is the IHDR bit depth; TF and Pillow differ on 16-bit samples.
-    return len(data) > 24 and data[24] <= 8 and _orientation(image) == 1
+    return len(data) > 24 and data[24] <= 8
 
 
 def _decode(image, data, reduced, min_size=0):
@@ -249,12 +289,12 @@ def _decode(image, data, reduced, min_size=0):
     """
     if reduced:
         image.draft(
-            image.mode, (_draft_side(image.width, min_size), _draft_side(image.height, min_size))
+            image.mode, (draft_side(image.width, min_size), draft_side(image.height, min_size))
         )
     _pillow_call(data, image.load)
 
 
-def _draft_side(side, min_size):
+def draft_side(side, min_size):
     return max(1, side // 8, min(side, min_size))
 
 

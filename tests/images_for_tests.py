@@ -220,6 +220,53 @@ def jpeg_scan_bomb(scans=400):
     return data[:-2] + data[smallest[0] : smallest[1]] * scans + b'\xff\xd9'
 
 
+def _segment(data, marker):
+    """(start of the segment body, its end) of the first segment with `marker` (0xC4 ...)."""
+    start = data.index(bytes([0xFF, marker])) + 4
+    return start, start + struct.unpack('>H', data[start - 2 : start])[0] - 2
+
+
+def jpeg_bad_huffman_table(index):
+    """A JPEG whose first Huffman table has two codes of length 1 and more of other lengths: no
+    prefix code can have them (libjpeg: "Bogus Huffman table definition")."""
+    data = bytearray(jpeg(index, size=(48, 64)))
+    start, _ = _segment(data, 0xC4)
+    counts = start + 1  # after the table's class and id
+    donor = next(i for i in range(counts + 15, counts, -1) if data[i] >= 2)
+    data[donor] -= 2
+    data[counts] += 2
+    return bytes(data)
+
+
+def jpeg_zero_width(index):
+    """A JPEG whose frame header declares a width of 0."""
+    data = bytearray(jpeg(index))
+    start, _ = _segment(data, 0xC0)
+    data[start + 3 : start + 5] = b'\0\0'
+    return bytes(data)
+
+
+def jpeg_without_scan(index):
+    """A JPEG with its tables and frame header and no scan: its end marker follows the header."""
+    data = jpeg(index)
+    return data[: data.index(b'\xff\xda')] + b'\xff\xd9'
+
+
+def jpeg_with_trailing_bytes(index):
+    """A JPEG followed by bytes after its end marker, as some cameras and tools write."""
+    return jpeg(index) + b'\0\0 trailing data after EOI ' + bytes(range(256))
+
+
+def png_flipped_byte(index, where='IDAT', crc=False):
+    """A PNG with one bit flipped in the data (or, with `crc`, in the CRC) of chunk `where`: the
+    chunk's CRC no longer matches."""
+    data = bytearray(png(index, size=(48, 64)))
+    at = data.index(where.encode()) + 4  # the chunk's data
+    length = struct.unpack('>I', data[at - 8 : at - 4])[0]
+    data[at + (length if crc else length // 2)] ^= 0x10
+    return bytes(data)
+
+
 def jpeg_cut_before_end_marker(n):
     """The n-th `jpeg(i)` that Pillow still decodes without a word when cut just before its end
     marker (TensorFlow refuses all such files)."""

@@ -9,6 +9,7 @@ import collections
 import csv
 import functools
 import hashlib
+import io
 import json
 import os
 import random
@@ -16,6 +17,7 @@ import typing
 
 import numpy as np
 import pytest
+from PIL import Image
 
 from imageshards import features
 from imageshards import tfrecord
@@ -40,6 +42,13 @@ VALID = {
     'jpeg_rgb': ('.jpg', imgs.jpeg, 'jpeg', True),
     'jpeg_grey': ('.jpg', lambda i: imgs.image_bytes(i, 'JPEG', 'L'), 'jpeg', True),
     'jpeg_progressive': ('.jpeg', lambda i: imgs.jpeg(i, progressive=True), 'jpeg', True),
+    'jpeg_bytes_after_end_marker': ('.jpg', imgs.jpeg_with_trailing_bytes, 'jpeg', True),
+    'jpeg_restart_markers': (
+        '.jpg',
+        lambda i: imgs.jpeg(i, size=(48, 64), restart_marker_blocks=3),
+        'jpeg',
+        True,
+    ),
     'jpeg_cmyk': ('.jpg', lambda i: imgs.image_bytes(i, 'JPEG', 'CMYK'), 'png', False),
     'jpeg_exif_rotated': (
         '.jpg',
@@ -111,6 +120,16 @@ BROKEN = {
     ),
     'text_file': ('.png', lambda i: f'notes, version {i}\n'.encode(), 'not_an_image'),
     'png_truncated': ('.png', lambda i: imgs.png(i, size=_BIG)[:-100], 'truncated'),
+    'png_flipped_byte_in_pixels': ('.png', imgs.png_flipped_byte, 'decode_error'),
+    # Pillow skips the CRCs of IDAT and IEND and reads these; TensorFlow (libpng) refuses them.
+    'png_flipped_byte_in_crc': (
+        '.png',
+        lambda i: imgs.png_flipped_byte(i, ('IDAT', 'IEND')[i % 2], crc=True),
+        'decode_error',
+    ),
+    'jpeg_bad_huffman_table': ('.jpg', imgs.jpeg_bad_huffman_table, 'decode_error'),
+    'jpeg_zero_width': ('.jpg', imgs.jpeg_zero_width, 'decode_error'),
+    'jpeg_without_scan': ('.jpg', imgs.jpeg_without_scan, 'decode_error'),
     'png_bad_header_crc': (
         '.png',
         lambda i: imgs.png(i)[:29] + bytes([imgs.png(i)[29] ^ 0xFF]) + imgs.png(i)[30:],
@@ -137,7 +156,7 @@ BROKEN = {
     'bomb_png_pixels': ('.png', _cached(lambda: imgs.decompression_bomb_png(12_000)), 'bomb'),
     'bomb_gif_screen': ('.gif', imgs.gif_screen_bomb, 'bomb'),
     'bomb_gif_frame': ('.gif', imgs.gif_frame_bomb, 'bomb'),
-    'bomb_jpeg_pixels': ('.jpg', imgs.jpeg_size_bomb, 'bomb'),
+    'bomb_jpeg_pixels': ('.jpg', imgs.jpeg_size_bomb, 'bomb'),  # a 60000x60000 frame header
     'bomb_bmp_pixels': ('.bmp', imgs.bmp_size_bomb, 'bomb'),
     'bomb_webp_canvas': ('.webp', imgs.webp_canvas_bomb, 'bomb'),
     'bomb_tiff_pixels': ('.tif', _cached(imgs.tiff_size_bomb), 'bomb'),
@@ -356,3 +375,40 @@ def test_broken_kinds_get_their_reason_without_a_build(kind):
     with pytest.raises(images.Rejected) as caught:
         images.inspect_image(make(7), MAX_PIXELS)
     assert caught.value.reason == reason, caught.value.detail
+
+
+# Kinds that Pillow decodes and a build rejects: TensorFlow refuses them (training would fail),
+# or they exceed a limit of the build's (a progressive JPEG of 400 scans costs seconds each).
+REJECTED_THOUGH_PILLOW_DECODES = {
+    'jpeg_cut_just_before_end_marker',
+    'png_flipped_byte_in_crc',
+    'bomb_jpeg_scans',
+}
+
+
+def _pillow_decodes(data):
+    """Whether Pillow decodes every pixel of `data`, within the build's pixel limit."""
+    try:
+        image = Image.open(io.BytesIO(data), formats=images.SUPPORTED_FORMATS)
+        if image.width * image.height > MAX_PIXELS:
+            return False
+        image.load()
+    except Exception:  # pylint: disable=broad-except
+        return False
+    return True
+
+
+@pytest.mark.parametrize('kind', sorted({**VALID, **BROKEN}))
+def test_validation_agrees_with_a_full_pillow_decode(kind):
+    """Whatever validation reads of a file (its structure, or a decode), it keeps exactly what a
+    full Pillow decode reads, but for what TensorFlow alone refuses."""
+    _, make, *_ = {**VALID, **BROKEN}[kind]
+    for index in range(3):
+        data = make(100 + index)
+        try:
+            images.inspect_image(data, MAX_PIXELS)
+            kept = True
+        except images.Rejected:
+            kept = False
+        expected = _pillow_decodes(data) and kind not in REJECTED_THOUGH_PILLOW_DECODES
+        assert kept == expected, (kind, index)
