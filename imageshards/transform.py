@@ -1,74 +1,98 @@
-"""The tf.Transform preprocessing: one `preprocessing_fn` for the build's analysis, training and
-serving.
+"""The tf.Transform preprocessing of a build: one `preprocessing_fn` over the records' own
+features, for TFX-style code, for the trainer and for serving.
 
-The build analyses the train split without decoding any image a second time: validation has
-already decoded each image (JPEGs at a reduced scale), resized it to the analysis size and kept
-its per-channel pixel mean and variance (pipelines/images.py). An analysis instance is one image:
+Raw features are exactly the records' (`imageshards/features.py`, `raw_feature_spec`), so code
+that does what TFX's Trainer does works unchanged on a build:
 
-    pixel       float32 [3]  the image's mean R, G, B (0..255)
-    pixel_var   float32 [3]  the variance of R, G, B over the image's pixels (0..255 squared)
-    label       string  []   the image's label name
+    output = tft.TFTransformOutput(OUT)
+    raw = tf.io.parse_example(serialized_records, output.raw_feature_spec())
+    transformed = output.transform_features_layer()(raw)
 
-At transform time (training and serving), an instance is one RGB pixel in `pixel` (0..255):
-the trainer reshapes a batch of images [N, H, W, 3] to [N*H*W, 3] pixels, so any image size
-works with the fixed-shape schema. `pixel_var` is an analysis-only input: TFT prunes the
-outputs of inputs that are not fed, so the trainer feeds `pixel` (or `label`) alone.
+and gets, per record:
 
-All analysis images have the same number of pixels, so the global per-channel mean is the mean
-of the images' means, and by the law of total variance the global variance is the mean of the
-images' variances plus the variance of their means; both are numerically stable (a mean of
-squares minus a squared mean is not, in float32).
+    image       float32 [S, S, 3]  the image resized to S x S (bilinear, antialiased; S is the
+                                   build's --transform-image-size, 224 by default), each channel
+                                   minus the split's pixel mean, divided by its pixel std
+    label       int64   []         the label id, by the vocabulary (dataset.json `labels`)
+    label/<level> int64 []         each label level's id, as recorded (-1 where missing)
+    pixel_mean  float32 [3]        the normalization constants, for code that crops and resizes
+    pixel_std   float32 [3]        images its own way (the trainer does, see trainer/transform.py)
 
-Labels: `tft.vocabulary` orders by frequency, but label ids must be those of dataset.json
-(sorted names, as Keras' `image_dataset_from_directory`). A PTransform analyzer writes the
-vocabulary sorted by name, holding every label of the build (a class may have no image in the
-train split and still keeps its id); `label_id` is its line number.
+Analyzers: the pixel statistics and the label vocabulary are PTransform analyzers. The build
+measures the statistics itself, exactly, over a fixed sample of the analysis split
+(pipelines/analyze.py: dataset.json `analysis`); `PixelStatistics` carries them into the graph.
+The vocabulary holds every label of the build sorted by name, so its ids are those of
+dataset.json (a class with no image in the analysed split keeps its id). TFT's analysis
+evaluates only the analyzers' inputs - here `image/class/label` and `image/class/text` - so
+analysing the sample decodes no image; images are decoded when the graph transforms records.
 
-This module imports TensorFlow and tensorflow_transform: the build imports it only when it runs
-the analysis (pipelines/analyze.py), so that a `--no-analyze` build's workers never do.
+A record whose `image/encoded` (or `image/path`) is empty transforms to a zero image: TFT feeds
+empty values for the features a caller leaves out, which is how the trainer reads
+`pixel_mean` and `pixel_std` alone.
+
+This module imports TensorFlow and tensorflow_transform: a build imports it only where the
+tf.Transform output is written (pipelines/transform_output.py), never in its Beam workers on
+the local runner.
 """
 
 import os
 
 import apache_beam as beam
+import numpy as np
 import tensorflow as tf
 import tensorflow_transform as tft
 from apache_beam.io.filesystems import FileSystems
 from tensorflow_transform.beam import experimental as tft_beam_experimental
 
-PIXEL = 'pixel'
-PIXEL_VAR = 'pixel_var'
-LABEL = 'label'
+from imageshards import decode
+from imageshards import features
+
 # Outputs of the transform.
-PIXEL_NORMALIZED = 'pixel_normalized'
-LABEL_ID = 'label_id'
+IMAGE = 'image'
+LABEL = 'label'
+PIXEL_MEAN = 'pixel_mean'
+PIXEL_STD = 'pixel_std'
 LABEL_VOCABULARY = 'label'  # the vocabulary's name: TFTransformOutput.vocabulary_by_name(...)
 CHANNELS = 3
 MIN_STD = 1e-3  # a constant channel (all pixels equal) is centred, not divided by ~0
+DEFAULT_IMAGE_SIZE = 224
 
 
-def raw_feature_spec():
-    """The feature spec of an analysis instance (and of a transform-time pixel)."""
-    return {
-        PIXEL: tf.io.FixedLenFeature([CHANNELS], tf.float32),
-        PIXEL_VAR: tf.io.FixedLenFeature([CHANNELS], tf.float32),
-        LABEL: tf.io.FixedLenFeature([], tf.string),
-    }
+def level_output(level):
+    """The transform output of label level `level`."""
+    return f'label/{level}'
 
 
-def make_preprocessing_fn(labels):
-    """The preprocessing_fn of a build whose labels (dataset.json `labels`) are `labels`."""
-    labels = tuple(labels)
+def raw_feature_spec(fmt=features.EXAMPLES, levels=()):
+    """The feature spec of the build's records: the transform's raw inputs."""
+    return features.feature_spec(fmt, levels)
+
+
+def make_preprocessing_fn(labels, statistics, fmt=features.EXAMPLES, levels=(), image_size=None):
+    """The preprocessing_fn of a build.
+
+    Args:
+        labels: the build's label names, by id (dataset.json `labels`).
+        statistics: a PCollection holding dataset.json's `analysis` entry (its `pixel_mean` and
+            `pixel_std`), in the pipeline that runs the analysis.
+        fmt: the build's format; a `paths` build's images are read from `image/path`.
+        levels: the build's label level names.
+        image_size: S of the `image` output (default 224).
+    """
+    labels, levels = tuple(labels), tuple(levels)
+    size = image_size or DEFAULT_IMAGE_SIZE
 
     def preprocessing_fn(inputs):
-        mean = tft.mean(inputs[PIXEL], reduce_instance_dims=False, name='pixel_mean')
-        variance = tft.mean(
-            inputs[PIXEL_VAR], reduce_instance_dims=False, name='within_image_variance'
-        ) + tft.var(inputs[PIXEL], reduce_instance_dims=False, name='between_image_variance')
-        std = tf.sqrt(tf.maximum(variance, 0.0))
-        normalized = (inputs[PIXEL] - mean) / tf.maximum(std, MIN_STD)
+        mean, std = tft.experimental.ptransform_analyzer(
+            [inputs[features.LABEL]],
+            PixelStatistics(statistics),
+            output_dtypes=[tf.float32, tf.float32],
+            output_shapes=[[CHANNELS], [CHANNELS]],
+            name='pixel_statistics',
+        )
+        std = tf.maximum(std, MIN_STD)
         (vocabulary,) = tft.experimental.ptransform_analyzer(
-            [inputs[LABEL]],
+            [inputs[features.LABEL_TEXT]],
             SortedLabelVocabulary(labels),
             output_dtypes=[tf.string],
             output_shapes=[[]],
@@ -78,15 +102,57 @@ def make_preprocessing_fn(labels):
             name='label_vocabulary',
         )
         tft.annotate_asset(LABEL_VOCABULARY, LABEL_VOCABULARY)
-        label_id = tft.apply_vocabulary(inputs[LABEL], vocabulary, default_value=-1)
-        return {PIXEL_NORMALIZED: normalized, LABEL_ID: label_id}
+        batch = tf.shape(inputs[features.LABEL])[0]
+        source = inputs[features.ENCODED if fmt == features.EXAMPLES else features.PATH]
+        images = tf.map_fn(
+            lambda value: _resized(value, size, fmt == features.PATHS),
+            source,
+            fn_output_signature=tf.TensorSpec([size, size, CHANNELS], tf.float32),
+        )
+        outputs = {
+            IMAGE: (images - mean) / std,
+            LABEL: tft.apply_vocabulary(inputs[features.LABEL_TEXT], vocabulary, default_value=-1),
+            PIXEL_MEAN: tf.broadcast_to(mean, [batch, CHANNELS]),
+            PIXEL_STD: tf.broadcast_to(std, [batch, CHANNELS]),
+        }
+        for level in levels:
+            outputs[level_output(level)] = inputs[features.level_label(level)]
+        return outputs
 
     return preprocessing_fn
 
 
-def sorted_labels(known, seen):
-    """Every label name, sorted: the build's own (`known`) and any the analysis saw."""
-    return sorted(set(known) | set(seen))
+def _resized(value, size, is_path):
+    """One encoded image (or its path) -> float32 RGB pixels at size x size; empty -> zeros."""
+
+    def pixels():
+        encoded = tf.io.read_file(value) if is_path else value
+        image = tf.image.resize(decode.decode(encoded), [size, size], antialias=True)
+        return tf.ensure_shape(image, [size, size, CHANNELS])
+
+    return tf.cond(tf.strings.length(value) > 0, pixels, lambda: tf.zeros([size, size, CHANNELS]))
+
+
+class PixelStatistics(tft_beam_experimental.PTransformAnalyzer):
+    """The pixel mean and standard deviation the build measured (dataset.json `analysis`)."""
+
+    def __init__(self, statistics):
+        super().__init__()
+        self._statistics = statistics
+
+    def expand(self, batches):
+        # The values come from the build's exact measurement of its sample, not from the
+        # batches; waiting for them keeps the analyzer's place in TFT's graph.
+        seen = batches | 'Count' >> beam.combiners.Count.Globally()
+        statistics = beam.pvalue.AsSingleton(self._statistics)
+        return (
+            seen | 'Mean' >> beam.Map(_channel_values, statistics, 'pixel_mean'),
+            seen | 'Std' >> beam.Map(_channel_values, statistics, 'pixel_std'),
+        )
+
+
+def _channel_values(unused_count, statistics, key):
+    return np.array(statistics[key], dtype=np.float32)
 
 
 class SortedLabelVocabulary(tft_beam_experimental.PTransformAnalyzer):
@@ -105,6 +171,11 @@ class SortedLabelVocabulary(tft_beam_experimental.PTransformAnalyzer):
             | 'Collect' >> beam.combiners.ToList()
             | 'WriteSorted' >> beam.Map(_write_vocabulary, self._known, self.base_temp_dir)
         )
+
+
+def sorted_labels(known, seen):
+    """Every label name, sorted: the build's own (`known`) and any the analysis saw."""
+    return sorted(set(known) | set(seen))
 
 
 def _text(name):

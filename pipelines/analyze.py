@@ -1,31 +1,47 @@
-"""AnalyzeSplit: the tf.Transform analysis of one split, from metadata the build already has.
+"""AnalyzeSplit: statistics of one split for dataset.json, from its metadata and a fixed sample.
 
-Validation measured every image it decoded (ImageMeta `pixel_stats`, at the analysis size), so
-the analysis reads no image again: it takes the split's placed blocks, turns each into one
-Arrow RecordBatch of analysis instances (imageshards/transform.py) and runs TFT's
-`AnalyzeDataset` on them, in the same pipeline and on the same runner. Alongside, one Beam
-combine summarises the same images exactly for dataset.json (pixel mean and standard deviation,
-min/median/max height and width, an aspect-ratio histogram, images per label).
+    ((split, shard), block) -> the split's blocks -> SummariseSplit: exact counts of every image
+        (sizes, aspect ratios, labels) and the sample, the N images of smallest sample hash
+    sample, in chunks -> MeasureSample: read each image, check it, sum its pixels at the
+        analysis size (Pillow), encode its record as the shards hold it
+    pixel sums -> SumPixels -> dataset.json "analysis": pixel mean and standard deviation, and
+        the standard error of each
+    sample records -> the tf.Transform output (pipelines/transform_output.py)
 
-    ((split, shard), block) -> [split's blocks] -> RecordBatch -> AnalyzeDataset
-        -> WriteTransformFn(OUT/.imageshards-tmp/transform/)   moved into OUT by Finalize
-    ((split, shard), block) -> [split's blocks] -> SummariseImages -> dataset.json "analysis"
+Why a sample: the normalization a model needs is a per-channel mean and standard deviation,
+which a thousand images estimate to a fraction of a grey level (the standard errors say how
+closely), while measuring every image would cost a decode of each, the most expensive thing a
+build does. The sample is a pure function of (seed, key): the N images of the split whose
+SHA-256 of (seed, 'sample', key) is smallest, whatever the runner. A split with at most N images
+is measured whole, and its statistics are exact.
 
-TensorFlow and tensorflow_transform are imported when the step is built, never by this
-module's import: a `--no-analyze` build does not load them.
+Everything here is integer arithmetic until the last division: the sums of pixel values and of
+their squares are exact, so the statistics are the same for any order of combining.
 """
 
 import bisect
 import collections
+import heapq
+import math
 
 import apache_beam as beam
-import numpy as np
+from PIL import Image
 
+from imageshards import tfrecord
 from pipelines import blocks
+from pipelines import finalize
+from pipelines import images
+from pipelines.assign import shuffle_hash
+from pipelines.inputs import source_path
+from pipelines.write import read_checked
+from pipelines.write import stored_bytes
 
 # Bins of width / height: [0, 0.5), [0.5, 0.75), ..., [2, inf). 3:4 portraits fall in
 # [0.75, 0.95), squares in [0.95, 1.05), 4:3 in [1.05, 1.34), 3:2 in [1.5, 2), 16:9 too.
 ASPECT_EDGES = (0.5, 0.75, 0.95, 1.05, 1.34, 1.5, 2.0)
+SAMPLE_PURPOSE = 'sample'
+_CHUNK = 64  # sample images per work item of MeasureSample
+SAMPLE_RECORDS = 'analysis/sample-{chunk:05d}.tfrecord'  # under the build's temporary folder
 
 
 def aspect_bin(height, width):
@@ -47,115 +63,200 @@ def median(counts):
     return (found[0] + found[1]) / 2
 
 
-class _SummariseImages(beam.CombineFn):
-    """Exact statistics of the images of some blocks; label counts by label id.
+def sample_key(seed, meta):
+    """Sort key of the sample: the smallest are measured."""
+    return shuffle_hash(seed, SAMPLE_PURPOSE, meta.key), meta.key
 
-    Equal-sized analysis images weigh the same: the pixel mean is the mean of image means, and
-    the variance the mean of image variances plus the variance of image means.
-    """
 
-    def __init__(self, store):
-        self._store = store
+class _SummariseSplit(beam.CombineFn):
+    """Blocks of a split -> exact counts of its images, and its sample (a sorted list)."""
+
+    def __init__(self, store, seed, sample_size):
+        self._store, self._seed, self._sample_size = store, seed, sample_size
 
     def create_accumulator(self):
         return {
             'images': 0,
-            'sums': np.zeros(9),  # sum of means [3], of variances [3], of squared means [3]
             'heights': collections.Counter(),
             'widths': collections.Counter(),
             'aspect': [0] * (len(ASPECT_EDGES) + 1),
             'labels': collections.Counter(),
+            'sample': [],  # (sample key, ImageMeta)
         }
 
     def add_input(self, accumulator, ref):
         metas = blocks.unpack(self._store.get(ref))
-        stats = np.array([meta.pixel_stats for meta in metas], dtype=np.float64).reshape(-1, 6)
         accumulator['images'] += len(metas)
-        accumulator['sums'] += np.concatenate([stats.sum(axis=0), (stats[:, :3] ** 2).sum(axis=0)])
         for meta in metas:
             accumulator['heights'][meta.height] += 1
             accumulator['widths'][meta.width] += 1
             accumulator['aspect'][aspect_bin(meta.height, meta.width)] += 1
             accumulator['labels'][meta.label] += 1
+        candidates = accumulator['sample'] + [(sample_key(self._seed, m), m) for m in metas]
+        accumulator['sample'] = heapq.nsmallest(self._sample_size, candidates)
         return accumulator
 
     def merge_accumulators(self, accumulators):
         merged = self.create_accumulator()
         for accumulator in accumulators:
             merged['images'] += accumulator['images']
-            merged['sums'] += accumulator['sums']
             for key in ('heights', 'widths', 'labels'):
                 merged[key].update(accumulator[key])
             merged['aspect'] = [a + b for a, b in zip(merged['aspect'], accumulator['aspect'])]
+            merged['sample'] = heapq.nsmallest(
+                self._sample_size, merged['sample'] + accumulator['sample']
+            )
         return merged
+
+    def extract_output(self, accumulator):
+        return {**accumulator, 'sample': [meta for _, meta in sorted(accumulator['sample'])]}
+
+
+def _chunks(summary):
+    sample = summary['sample']
+    for chunk, start in enumerate(range(0, len(sample), _CHUNK)):
+        yield chunk, sample[start : start + _CHUNK]
+
+
+class _MeasureSample(beam.DoFn):
+    """(chunk, [ImageMeta]) -> each image's pixel sums; its records to the RECORDS output, or,
+    with `records_dir`, to a TFRecord file of the chunk there."""
+
+    RECORDS = 'records'
+
+    def __init__(self, encoder, input_base, analysis_size, records_dir=None):
+        self._encoder = encoder
+        self._input_base = input_base
+        self._analysis_size = analysis_size
+        self._records_dir = records_dir
+
+    def setup(self):
+        Image.MAX_IMAGE_PIXELS = None  # validated images only, checked against --max-pixels
+
+    def process(self, element):
+        chunk, metas = element
+        records = []
+        for meta in metas:
+            source = source_path(self._input_base, meta.key)
+            data = read_checked(source, meta)
+            yield images.pixel_sums(data, self._analysis_size)
+            records.append(self._encoder.encode(meta, stored_bytes(data, meta, source)))
+        if self._records_dir is None:
+            for record in records:
+                yield beam.pvalue.TaggedOutput(self.RECORDS, record)
+        else:
+            path = finalize.join(self._records_dir, SAMPLE_RECORDS.format(chunk=chunk))
+            finalize.make_parent(path)
+            finalize.write_atomically(path, b''.join(map(tfrecord.frame, records)))
+
+
+class _SumPixels(beam.CombineFn):
+    """Pixel sums of images -> exact sums over them: n, and per channel the sums of S1, S2,
+    S1², S2² and S1·S2 (S1, S2: an image's sum of values and of squares)."""
+
+    def create_accumulator(self):
+        return [0] + [0] * 15
+
+    def add_input(self, accumulator, sums):
+        accumulator[0] += 1
+        for c in range(3):
+            s1, s2 = sums[c], sums[3 + c]
+            for i, value in enumerate((s1, s2, s1 * s1, s2 * s2, s1 * s2)):
+                accumulator[1 + 5 * c + i] += value
+        return accumulator
+
+    def merge_accumulators(self, accumulators):
+        return [sum(values) for values in zip(*accumulators)]
 
     def extract_output(self, accumulator):
         return accumulator
 
 
-def summary_json(accumulator, split, analysis_size, labels):
-    """dataset.json's `analysis` entry from the combined statistics."""
-    n = accumulator['images']
-    mean = accumulator['sums'][:3] / max(n, 1)
-    within = accumulator['sums'][3:6] / max(n, 1)
-    between = np.maximum(accumulator['sums'][6:] / max(n, 1) - mean**2, 0)
-    std = np.sqrt(within + between)
+def pixel_statistics(sums, pixels_per_image, population):
+    """Mean and standard deviation per channel over every pixel of the measured images (at the
+    analysis size), and the standard error of each as an estimate for the whole split.
+
+    Args:
+        sums: _SumPixels' output.
+        pixels_per_image: P, the analysis size squared.
+        population: images in the split the sample was drawn from (finite population
+            correction: a sample of the whole split has no error).
+    """
+    n = sums[0]
+    if not n:
+        return None
+    fpc = (population - n) / (population - 1) if population > 1 else 0.0
+    stats = {'pixel_mean': [], 'pixel_std': [], 'pixel_mean_se': [], 'pixel_std_se': []}
+    for c in range(3):
+        s1, s2, s1s1, s2s2, s1s2 = sums[1 + 5 * c : 6 + 5 * c]
+        total = n * pixels_per_image
+        mean = s1 / total
+        variance = max(s2 * total - s1 * s1, 0) / (total * total)  # exact numerator
+        std = math.sqrt(variance)
+        stats['pixel_mean'].append(mean)
+        stats['pixel_std'].append(std)
+        if n < 2:
+            stats['pixel_mean_se'].append(None)
+            stats['pixel_std_se'].append(None)
+            continue
+        # Per-image means m1 = S1 / P and second moments m2 = S2 / P: their sample
+        # (co)variances, the error of mean(m1), and of std = sqrt(mean(m2) - mean(m1)^2) by the
+        # delta method.
+        scale = pixels_per_image * pixels_per_image * n * (n - 1)
+        var_m1 = (s1s1 * n - s1 * s1) / scale
+        var_m2 = (s2s2 * n - s2 * s2) / scale
+        cov = (s1s2 * n - s1 * s2) / scale
+        stats['pixel_mean_se'].append(math.sqrt(max(var_m1, 0) * fpc / n))
+        if std > 0:
+            da, db = -mean / std, 1 / (2 * std)
+            spread = da * da * var_m1 + db * db * var_m2 + 2 * da * db * cov
+            stats['pixel_std_se'].append(math.sqrt(max(spread, 0) * fpc / n))
+        else:
+            stats['pixel_std_se'].append(0.0)
+    return {key: [_rounded(v) for v in values] for key, values in stats.items()}
+
+
+def _rounded(value):
+    return None if value is None else round(value, 6)
+
+
+def summary_json(sums, summary, split, config, labels):
+    """dataset.json's `analysis` entry."""
+    statistics = pixel_statistics(sums, config.analysis_size**2, summary['images'])
+    if statistics is None:
+        raise ValueError(
+            f'--analysis-split {split}: the split has no images to analyse; name another '
+            f'split with --analysis-split, or pass --no-analyze'
+        )
 
     def sizes(counter):
-        if not counter:
-            return None
         return {'min': min(counter), 'median': median(counter), 'max': max(counter)}
 
     return {
         'split': split,
-        'num_images': n,
-        'analysis_size': analysis_size,
-        'pixel_mean': [round(float(v), 6) for v in mean] if n else None,
-        'pixel_std': [round(float(v), 6) for v in std] if n else None,
+        'num_images': summary['images'],
+        'sample': {
+            'size': sums[0],
+            'of': summary['images'],
+            'chosen_by': f'smallest sha256 of (seed, {SAMPLE_PURPOSE!r}, key)',
+        },
+        'analysis_size': config.analysis_size,
+        **statistics,
         'pixel_scale': '0..255 RGB',
-        'height': sizes(accumulator['heights']),
-        'width': sizes(accumulator['widths']),
+        'height': sizes(summary['heights']),
+        'width': sizes(summary['widths']),
         'aspect_ratio_histogram': {
             'edges': list(ASPECT_EDGES),
-            'counts': list(accumulator['aspect']),
+            'counts': list(summary['aspect']),
         },
         'label_counts': {
-            name: accumulator['labels'][i]
-            for i, name in enumerate(labels)
-            if accumulator['labels'][i]
+            name: summary['labels'][i] for i, name in enumerate(labels) if summary['labels'][i]
         },
+        'transform_image_size': config.transform_image_size,
         'transform_fn': 'transform_fn',
         'transformed_metadata': 'transformed_metadata',
+        'raw_metadata': 'metadata',
     }
-
-
-class _ToRecordBatch(beam.DoFn):
-    """Block -> one Arrow RecordBatch of analysis instances (label, pixel, pixel_var)."""
-
-    def __init__(self, store, labels, arrow_schema):
-        self._store = store
-        self._labels = [name.encode('utf-8') for name in labels]
-        self._schema = arrow_schema
-
-    def process(self, ref):
-        import pyarrow as pa  # pylint: disable=import-outside-toplevel
-
-        metas = blocks.unpack(self._store.get(ref))
-        if not metas:
-            return
-        stats = np.array([meta.pixel_stats for meta in metas], dtype=np.float32).reshape(-1, 6)
-        offsets = pa.array(np.arange(0, 3 * len(metas) + 1, 3, dtype=np.int64))
-        names = pa.array([self._labels[meta.label] for meta in metas], type=pa.large_binary())
-        columns = {
-            'label': pa.LargeListArray.from_arrays(
-                pa.array(np.arange(len(metas) + 1, dtype=np.int64)), names
-            ),
-            'pixel': pa.LargeListArray.from_arrays(offsets, pa.array(stats[:, :3].ravel())),
-            'pixel_var': pa.LargeListArray.from_arrays(offsets, pa.array(stats[:, 3:].ravel())),
-        }
-        yield pa.RecordBatch.from_arrays(
-            [columns[field.name] for field in self._schema], schema=self._schema
-        )
 
 
 def _in_split(piece, split):
@@ -164,61 +265,64 @@ def _in_split(piece, split):
 
 
 class AnalyzeSplit(beam.PTransform):
-    """((split, shard), block) pieces -> (summary, written).
+    """((split, shard), block) pieces -> {'analysis', 'records'}.
 
-    `summary` holds one dataset.json `analysis` entry; `written` gets one element once the TFT
-    output is complete under `staging_dir` (transform_fn/ and transformed_metadata/).
+    `analysis` holds the one dataset.json `analysis` entry; `records` the sample's serialized
+    records (empty when they go to files under `records_dir`, for a tf.Transform step outside
+    this pipeline).
 
     Args:
-        split: the split to analyse (the train split).
+        config: the BuildConfig (its seed, analysis_split, analysis_sample, analysis_size).
         labels: every label name, by id (dataset.json `labels`).
+        encoder: the RecordEncoder of the build's records.
+        input_base: the listing's base, against which keys are paths.
         store: the BlockStore of the pieces.
-        temp_dir: TFT's own temporary folder.
-        staging_dir: where the TFT output waits for Finalize.
-        analysis_size: the side images were measured at.
+        records_dir: where the sample's records go as files (the build's temporary folder), or
+            None to emit them.
     """
 
-    def __init__(self, split, labels, store, temp_dir, staging_dir, analysis_size):
+    def __init__(self, config, labels, encoder, input_base, store, records_dir=None):
         super().__init__()
-        self._split = split
+        self._config = config
         self._labels = tuple(labels)
+        self._encoder = encoder
+        self._input_base = input_base
         self._store = store
-        self._temp_dir = temp_dir
-        self._staging_dir = staging_dir
-        self._analysis_size = analysis_size
+        self._records_dir = records_dir
 
     def expand(self, pieces):
-        # pylint: disable=import-outside-toplevel
-        import tensorflow_transform.beam as tft_beam
-        from tensorflow_transform.tf_metadata import schema_utils
-        from tfx_bsl.tfxio import tf_example_record
-
-        from imageshards import transform
-
-        refs = pieces | 'SelectSplit' >> beam.FlatMap(_in_split, self._split)
-        # block of ImageMeta of the split
+        config = self._config
         summary = (
-            refs
-            | 'SummariseImages' >> beam.CombineGlobally(_SummariseImages(self._store))
-            | 'ToJson' >> beam.Map(summary_json, self._split, self._analysis_size, self._labels)
-        )
-        tfxio = tf_example_record.TFExampleBeamRecord(
-            physical_format='inmem',
-            telemetry_descriptors=['imageshards'],
-            schema=schema_utils.schema_from_feature_spec(transform.raw_feature_spec()),
-        )
-        batches = refs | 'ToRecordBatches' >> beam.ParDo(
-            _ToRecordBatch(self._store, self._labels, tfxio.ArrowSchema())
-        )
-        # pyarrow.RecordBatch of analysis instances
-        with tft_beam.Context(temp_dir=self._temp_dir):
-            transform_fn = (
-                batches,
-                tfxio.TensorAdapterConfig(),
-            ) | 'AnalyzeDataset' >> tft_beam.AnalyzeDataset(
-                transform.make_preprocessing_fn(self._labels)
+            pieces
+            | 'SelectSplit' >> beam.FlatMap(_in_split, config.analysis_split)
+            # block of ImageMeta of the split
+            | 'SummariseSplit'
+            >> beam.CombineGlobally(
+                _SummariseSplit(self._store, config.seed, config.analysis_sample)
             )
-            written = transform_fn | 'WriteTransformFn' >> tft_beam.WriteTransformFn(
-                self._staging_dir
+        )
+        measured = (
+            summary
+            | 'ChunkSample' >> beam.FlatMap(_chunks)
+            # (chunk, [ImageMeta]): spread, so that every worker decodes some
+            | 'SpreadSample' >> beam.Reshuffle()
+            | 'MeasureSample'
+            >> beam.ParDo(
+                _MeasureSample(
+                    self._encoder, self._input_base, config.analysis_size, self._records_dir
+                )
+            ).with_outputs(_MeasureSample.RECORDS, main='sums')
+        )
+        analysis = (
+            measured.sums
+            | 'SumPixels' >> beam.CombineGlobally(_SumPixels())
+            | 'ToJson'
+            >> beam.Map(
+                summary_json,
+                beam.pvalue.AsSingleton(summary),
+                config.analysis_split,
+                config,
+                self._labels,
             )
-        return summary, written
+        )
+        return {'analysis': analysis, 'records': measured[_MeasureSample.RECORDS]}

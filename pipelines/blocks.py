@@ -38,9 +38,6 @@ class ImageMeta(typing.NamedTuple):
     source_crc32c: int  # lets the writer check cheaply that the file has not changed since
     reencoded: bool
     levels: tuple = ()  # label level ids, in the build's level order (-1: missing)
-    # With the build's analysis: mean R, G, B and variance R, G, B of the pixels at the analysis
-    # size (pipelines/images.py `pixel_moments`); else ().
-    pixel_stats: tuple = ()
 
     @property
     def content_digest(self):
@@ -49,12 +46,10 @@ class ImageMeta(typing.NamedTuple):
 
 
 # id, label, height, width, channels, num_bytes, source_crc32c, reencoded, then the byte
-# lengths of key, split, format, sha256 and source_sha256, the number of label level ids and
-# the number of pixel statistics; then key, split, format, sha256 and source_sha256, the level
-# ids as int32 and the statistics as float32, in that order.
-_FIXED = struct.Struct('<qIIIHQI?IHBBBBB')
+# lengths of key, split, format, sha256 and source_sha256 and the number of label level ids;
+# then key, split, format, sha256 and source_sha256 and the level ids as int32, in that order.
+_FIXED = struct.Struct('<qIIIHQI?IHBBBB')
 _LEVEL_ID = struct.Struct('<i')
-_STAT = struct.Struct('<f')
 
 
 def pack(metas):
@@ -78,13 +73,11 @@ def pack(metas):
                 len(meta.sha256),
                 len(meta.source_sha256),
                 len(meta.levels),
-                len(meta.pixel_stats),
             )
         )
         parts += (key, split, fmt, meta.sha256, meta.source_sha256)
-        parts += (_LEVEL_ID.pack(level_id) for level_id in meta.levels)
-        if meta.pixel_stats:
-            parts.append(struct.pack(f'<{len(meta.pixel_stats)}f', *meta.pixel_stats))
+        if meta.levels:
+            parts.append(struct.pack(f'<{len(meta.levels)}i', *meta.levels))
     return b''.join(parts)
 
 
@@ -107,7 +100,6 @@ def unpack(block):
             sha_len,
             source_len,
             num_levels,
-            stats_len,
         ) = _FIXED.unpack_from(block, position)
         position += _FIXED.size
         key = block[position : position + key_len].decode()
@@ -120,10 +112,8 @@ def unpack(block):
         position += sha_len
         source_sha256 = block[position : position + source_len]
         position += source_len
-        levels = tuple(_LEVEL_ID.unpack_from(block, position + 4 * i)[0] for i in range(num_levels))
+        levels = struct.unpack_from(f'<{num_levels}i', block, position) if num_levels else ()
         position += _LEVEL_ID.size * num_levels
-        pixel_stats = struct.unpack_from(f'<{stats_len}f', block, position) if stats_len else ()
-        position += stats_len * _STAT.size
         metas.append(
             ImageMeta(
                 image_id,
@@ -140,7 +130,6 @@ def unpack(block):
                 crc,
                 reencoded,
                 levels,
-                pixel_stats,
             )
         )
     return metas

@@ -2,7 +2,9 @@
 
     list inputs (launcher) -> ReadListing -> ValidateImages -> [DropDuplicates] -> AssignShards
         -> WriteShards -> Finalize (rejected.jsonl, dataset.json, _SUCCESS)
-                       -> [AnalyzeSplit: tf.Transform analysis of the train split -> Finalize]
+        -> [AnalyzeSplit: the train split's statistics and sample -> Finalize
+            -> WriteTransformOutput: tf.Transform, as steps on Dataflow, locally by the launcher
+               after the pipeline, before _SUCCESS (pipelines/transform_output.py)]
 
 Between validation and writing, image metadata moves in packed blocks (pipelines/blocks.py),
 inline on Dataflow and spilled to OUT/.imageshards-tmp/blocks/ on the local runner, so that the
@@ -37,11 +39,15 @@ from pipelines import inputs
 from pipelines import listing as listing_lib
 from pipelines import options
 from pipelines import runner
+from pipelines import transform_output
+from pipelines.analyze import AnalyzeSplit
 from pipelines.assign import AssignShards
 from pipelines.assign import bucket_bits_for
 from pipelines.dedup import DropDuplicates
+from pipelines.transform_output import WriteTransformOutput
 from pipelines.validate import NAMESPACE
 from pipelines.validate import ValidateImages
+from pipelines.write import RecordEncoder
 from pipelines.write import WriteShards
 
 _LOG = logging.getLogger(__name__)
@@ -55,8 +61,8 @@ def build_pipeline(
     Args:
         listing: the ListingSummary of the inputs, whose entries are in `listing_path`.
         store: the BlockStore that keeps metadata between steps (default: inline).
-        transform_dir: where the analysis writes its temporary files and output (default: the
-            build's temporary folder).
+        transform_dir: where the tf.Transform output is staged and TFT keeps its temporary files
+            (default: the build's temporary folder).
     """
     store = store or blocks.BlockStore()
     label_ids = {name: i for i, name in enumerate(listing.labels)}
@@ -82,7 +88,6 @@ def build_pipeline(
         reencode_dir=output_dir if config.format == features.PATHS else None,
         levels=level_ids,
         allow_missing_levels=config.allow_missing_levels,
-        analysis_size=config.analysis_size if config.analyze else 0,
     )
     chunks = validated.valid
     # block of ImageMeta
@@ -116,19 +121,10 @@ def build_pipeline(
     )
     # dataset.json entry of each shard
     transform_dir = transform_dir or temp_dir
-    if config.analyze:
-        from pipelines import analyze  # pylint: disable=import-outside-toplevel
-
-        analysis, analyzed = assigned['placed'] | 'AnalyzeSplit' >> analyze.AnalyzeSplit(
-            config.analysis_split,
-            listing.labels,
-            store,
-            finalize.join(transform_dir, 'tft'),
-            finalize.join(transform_dir, finalize.TRANSFORM_STAGING),
-            config.analysis_size,
-        )
-    else:
-        analysis = analyzed = pipeline | 'NoAnalysis' >> beam.Create([])
+    in_pipeline = analysis_in_pipeline(pipeline, config)
+    analysis, transformed = _analysis_steps(
+        pipeline, config, listing, assigned['placed'], store, output_dir, transform_dir, in_pipeline
+    )
     context = {
         'output': output_dir,
         'input': config.input,
@@ -141,10 +137,48 @@ def build_pipeline(
         'label_levels': listing.label_levels,
         'allow_missing_levels': config.allow_missing_levels,
         'transform_staging': finalize.join(transform_dir, finalize.TRANSFORM_STAGING),
+        'analysis_in_pipeline': in_pipeline,
+        # With the analysis outside the pipeline, the launcher completes the build after it.
+        'complete': not config.analyze or in_pipeline,
     }
     return pipeline | 'Finalize' >> finalize.Finalize(
-        shards, validated.rejected, duplicates, assigned['plan'], context, (analysis, analyzed)
+        shards, validated.rejected, duplicates, assigned['plan'], context, (analysis, transformed)
     )
+
+
+def analysis_in_pipeline(pipeline, config):
+    """Whether the tf.Transform output is written by steps of the build's pipeline: on
+    distributed runners, or when asked; on the local runner, the launcher writes it afterwards
+    (pipelines/transform_output.py says why)."""
+    return config.analyze and (
+        config.analysis_in_pipeline or not runner.shuffles_in_memory(pipeline)
+    )
+
+
+def _analysis_steps(pipeline, config, listing, placed, store, output_dir, transform_dir, inline):
+    """(PCollection of dataset.json's `analysis`, PCollection that completes once the TFT
+    output is staged); both empty without the analysis."""
+    if not config.analyze:
+        return (pipeline | 'NoAnalysis' >> beam.Create([]),) * 2
+    encoder = RecordEncoder(
+        listing.base, output_dir, config.format, listing.labels, listing.label_levels
+    )
+    temp_dir = finalize.join(output_dir, finalize.TEMP_DIR)
+    analyzed = placed | 'AnalyzeSplit' >> AnalyzeSplit(
+        config, listing.labels, encoder, listing.base, store, None if inline else temp_dir
+    )
+    if not inline:
+        return analyzed['analysis'], pipeline | 'TransformAfterPipeline' >> beam.Create([])
+    transformed = analyzed['records'] | 'WriteTransformOutput' >> WriteTransformOutput(
+        analyzed['analysis'],
+        listing.labels,
+        config.format,
+        list(listing.label_levels),
+        config.transform_image_size,
+        finalize.join(transform_dir, finalize.TRANSFORM_STAGING),
+        finalize.join(transform_dir, 'tft'),
+    )
+    return analyzed['analysis'], transformed
 
 
 def _transform_work_dir(pipeline, config, output_dir, dry_run):
@@ -244,15 +278,34 @@ def run(argv=None, test_pipeline=None):
         store = blocks.BlockStore(finalize.join(output_dir, finalize.TEMP_DIR, 'blocks'))
     transform_dir = _transform_work_dir(pipeline, config, output_dir, dry_run)
     build_pipeline(pipeline, config, summary, listing_path, output_dir, store, transform_dir)
-    result = _launch(pipeline, listing_path, on_dataflow, dry_run)
-    if dry_run and transform_dir:
-        shutil.rmtree(transform_dir, ignore_errors=True)
-    if result is None:
-        _LOG.info('--dry_run: built the job without running it; %s is as it was', output_dir)
-        return None
-    dataset = finalize.load_dataset_json(output_dir)
+    after = config.analyze and not analysis_in_pipeline(pipeline, config) and not dry_run
+    if after:  # while the workers work, so that the TFT output waits for no import
+        transform_output.import_meanwhile()
+    try:
+        result = _launch(pipeline, listing_path, on_dataflow, dry_run)
+        if result is None:
+            _LOG.info('--dry_run: built the job without running it; %s is as it was', output_dir)
+            return None
+        dataset = finalize.load_dataset_json(output_dir)
+        if after:
+            _write_transform_output(output_dir, dataset, transform_dir, config)
+    finally:
+        if transform_dir:
+            shutil.rmtree(transform_dir, ignore_errors=True)
     _report(result, dataset, output_dir)
     return dataset
+
+
+def _write_transform_output(output_dir, dataset, transform_dir, config):
+    """The local runner's last step: the tf.Transform output, then `_SUCCESS`."""
+    root = transform_dir or finalize.join(output_dir, finalize.TEMP_DIR)
+    transform_output.complete_after_build(
+        output_dir,
+        dataset,
+        finalize.join(root, finalize.TRANSFORM_STAGING),
+        finalize.join(root, 'tft'),
+        config.transform_image_size,
+    )
 
 
 def _write_listing(scan, config, output_dir, listing_path, dry_run):

@@ -7,8 +7,9 @@ Layout of a build (the contract the trainer and tools read):
     OUT/dataset.json       labels, counts, splits and their shards (path, records, bytes, sha256)
     OUT/_SUCCESS           written last
     OUT/reencoded/         `paths` builds: lossless copies of images TensorFlow cannot decode as is
-    OUT/transform_fn/, OUT/transformed_metadata/   the tf.Transform output (unless --no-analyze),
-                           with the analysis summary also in transform_fn/assets.extra/
+    OUT/transform_fn/, OUT/transformed_metadata/, OUT/metadata/   the tf.Transform output
+                           (unless --no-analyze), with the analysis also in
+                           transform_fn/assets.extra/
 """
 
 import collections
@@ -32,8 +33,9 @@ DUPLICATES_JSONL = 'duplicates.jsonl'
 SUCCESS = '_SUCCESS'
 TEMP_DIR = '.imageshards-tmp'
 REENCODED_DIR = 'reencoded'
-TRANSFORM_DIRS = ('transform_fn', 'transformed_metadata')  # TFT's standard layout
-TRANSFORM_STAGING = 'transform'  # under TEMP_DIR, where WriteTransformFn writes them
+# TFT's standard layout: the graph, its output schema and the raw schema of the records.
+TRANSFORM_DIRS = ('transform_fn', 'transformed_metadata', 'metadata')
+TRANSFORM_STAGING = 'transform'  # under TEMP_DIR, where WriteTransformOutput writes them
 ANALYSIS_JSON = 'transform_fn/assets.extra/analysis.json'
 _OWN_FILES = (SUCCESS, DATASET_JSON, REJECTED_JSONL, DUPLICATES_JSONL)
 _SHARD_NAME = re.compile(r'^[^/]+/[^/]+-\d{5}-of-\d{5}\.tfrecord$')
@@ -139,7 +141,7 @@ def load_dataset_json(output_dir, missing_ok=False):
         return json.loads(f.read().decode('utf-8'))
 
 
-def _write_atomically(path, data):
+def write_atomically(path, data):
     temporary = f'{path}.tmp'
     with FileSystems.create(temporary) as f:
         f.write(data)
@@ -256,7 +258,7 @@ def _publish_shards(output_dir, shards):
         FileSystems.rename([staged for staged, _ in moves], [final for _, final in moves])
 
 
-def _publish_transform(output_dir, staging, analysis):
+def publish_transform(output_dir, staging, analysis):
     """Moves the staged TFT output into place, file by file (object stores have no folders),
     and records the analysis summary beside it; a rerun after a partial move finishes it.
 
@@ -288,7 +290,7 @@ def _publish_transform(output_dir, staging, analysis):
         _delete(_tree(staging))
     path = join(output_dir, ANALYSIS_JSON)
     make_parent(path)
-    _write_atomically(path, json.dumps(analysis, indent=2).encode('utf-8') + b'\n')
+    write_atomically(path, json.dumps(analysis, indent=2).encode('utf-8') + b'\n')
 
 
 def _finalize(unused_element, shards, rejections, duplicates, plan, context, analysis, analyzed):
@@ -299,18 +301,25 @@ def _finalize(unused_element, shards, rejections, duplicates, plan, context, ana
     summary = dataset_summary(context, shards, rejections, duplicates, plan)
     if analysis:
         summary['analysis'] = analysis[0]
-        _publish_transform(output_dir, context['transform_staging'], analysis[0])
+        if context['analysis_in_pipeline']:
+            publish_transform(output_dir, context['transform_staging'], analysis[0])
     _publish_shards(output_dir, shards)
-    _write_atomically(join(output_dir, REJECTED_JSONL), _jsonl(rejections))
+    write_atomically(join(output_dir, REJECTED_JSONL), _jsonl(rejections))
     if context['dedup']:
-        _write_atomically(join(output_dir, DUPLICATES_JSONL), _jsonl(duplicates))
-    _write_atomically(
+        write_atomically(join(output_dir, DUPLICATES_JSONL), _jsonl(duplicates))
+    write_atomically(
         join(output_dir, DATASET_JSON),
         json.dumps(summary, indent=2, ensure_ascii=False).encode('utf-8') + b'\n',
     )
-    _delete(_tree(join(output_dir, TEMP_DIR)))
-    _write_atomically(join(output_dir, SUCCESS), b'')
+    if context['complete']:  # else the launcher completes it, after the tf.Transform output
+        complete(output_dir)
     yield summary['counts']
+
+
+def complete(output_dir):
+    """Removes the build's temporary folder and marks the build complete: `_SUCCESS`, last."""
+    _delete(_tree(join(output_dir, TEMP_DIR)))
+    write_atomically(join(output_dir, SUCCESS), b'')
 
 
 class Finalize(beam.PTransform):

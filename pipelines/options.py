@@ -33,15 +33,18 @@ class BuildConfig:
     dedup: bool = False
     overwrite: bool = False
     max_pixels: int = 89_478_485  # Pillow's own decompression-bomb threshold
-    io_threads: int = 0  # 0: 4 for local inputs, 32 for remote ones (see `threads`)
+    io_threads: int = 0  # 0: 1 for local inputs, 32 for remote ones (see `threads`)
     chunk_size: int = 256
     allow_roots: tuple = ()  # folders manifest rows may name besides the manifest's own
     follow_symlinks: bool = False
     label_levels: tuple = ()  # a tree's levels, one per nested folder; a manifest's, to check
     allow_missing_levels: bool = False  # a missing level value gets id -1 instead of a rejection
-    analyze: bool = True  # the tf.Transform analysis of the train split (pipelines/analyze.py)
+    analyze: bool = True  # the analysis of the train split and its tf.Transform output
     analysis_size: int = 32  # images are measured resized to this square size
     analysis_split: str = 'train'
+    analysis_sample: int = 1000  # images measured for the pixel statistics (pipelines/analyze.py)
+    transform_image_size: int = 224  # the side of the tf.Transform graph's `image` output
+    analysis_in_pipeline: bool = False  # write the TFT output in pipeline steps on the local runner
 
     @property
     def split_names(self):
@@ -49,14 +52,16 @@ class BuildConfig:
 
     @property
     def threads(self):
-        """Concurrent reads and decodes per worker.
+        """Concurrent reads and checks per worker.
 
-        Locally, decoding is CPU-bound and more threads only contend; on gs:// every read waits
-        tens of milliseconds for the network, which concurrent reads hide.
+        Locally, checking is CPU-bound Python (the local runner has a worker process per core),
+        and handing files to a thread pool costs more than it saves (~100 us per image in GIL
+        hand-offs); on gs:// every read waits tens of milliseconds for the network, which
+        concurrent reads hide.
         """
         if self.io_threads:
             return self.io_threads
-        return 32 if re.match(r'^[a-z][a-z0-9+.-]*://', self.input) else 4
+        return 32 if re.match(r'^[a-z][a-z0-9+.-]*://', self.input) else 1
 
 
 def parse_splits(text):
@@ -185,7 +190,7 @@ def build_arg_parser():
         '--io-threads',
         type=_positive_int,
         default=BuildConfig.io_threads,
-        help='concurrent reads and decodes per worker (default: 4 for local inputs, 32 for gs://)',
+        help='concurrent reads and checks per worker (default: 1 for local inputs, 32 for gs://)',
     )
     parser.add_argument(
         '--allow-root',
@@ -232,6 +237,26 @@ def build_arg_parser():
         '--analysis-split',
         default=BuildConfig.analysis_split,
         help='the split the analysis reads (default %(default)s)',
+    )
+    parser.add_argument(
+        '--analysis-sample',
+        type=_positive_int,
+        default=BuildConfig.analysis_sample,
+        help='images of the analysis split whose pixels are measured: a fixed sample chosen by '
+        'seed and key; dataset.json states the standard errors (default %(default)s)',
+    )
+    parser.add_argument(
+        '--transform-image-size',
+        type=_positive_int,
+        default=BuildConfig.transform_image_size,
+        help='side of the normalized image the tf.Transform graph makes of a record '
+        '(default %(default)s)',
+    )
+    parser.add_argument(
+        '--analysis-in-pipeline',
+        action='store_true',
+        help='write the tf.Transform output in steps of the pipeline also on the local runner '
+        '(as on Dataflow; every worker then imports TensorFlow)',
     )
     parser.add_argument(
         '--chunk-size',

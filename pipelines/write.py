@@ -77,13 +77,15 @@ class _WriteShard(beam.DoFn):
         self._io_threads = io_threads
         self._store = store or blocks.BlockStore()
         self._label_levels = list((label_levels or {}).items())  # [(level, [names])]
+        self._encoder = RecordEncoder(input_base, output_dir, fmt, label_names, label_levels)
         self._pool = None
         self._records = beam.metrics.Metrics.counter(NAMESPACE, 'written')
         self._bytes = beam.metrics.Metrics.counter(NAMESPACE, 'bytes_written')
         self._shards = beam.metrics.Metrics.counter(NAMESPACE, 'shards_written')
 
     def setup(self):
-        self._pool = concurrent.futures.ThreadPoolExecutor(self._io_threads)
+        if self._io_threads > 1:  # remote inputs: concurrent reads hide latency
+            self._pool = concurrent.futures.ThreadPoolExecutor(self._io_threads)
         # Only validated images reach the writer (their size already checked against
         # --max-pixels, their bytes against a CRC before re-encoding): Pillow's own bomb
         # limit, which --max-pixels may exceed, must not refuse them here.
@@ -102,9 +104,11 @@ class _WriteShard(beam.DoFn):
         class_counts = collections.Counter()
         level_counts = collections.Counter()  # (level index, id) -> records
         with FileSystems.create(temporary) as f:
-            for meta, framed in zip(
-                metas, bounded_map(self._pool, self._framed_record, metas, 4 * self._io_threads)
-            ):
+            if self._pool:
+                records = bounded_map(self._pool, self._framed_record, metas, 4 * self._io_threads)
+            else:
+                records = map(self._framed_record, metas)
+            for meta, framed in zip(metas, records):
                 f.write(framed)
                 digest.update(framed)
                 num_bytes += len(framed)
@@ -144,6 +148,28 @@ class _WriteShard(beam.DoFn):
 
     def _framed_record(self, meta):
         source = source_path(self._input_base, meta.key)
+        stored = None
+        if self._format == features.EXAMPLES:
+            stored = stored_bytes(read_checked(source, meta), meta, source)
+        return tfrecord.frame(self._encoder.encode(meta, stored))
+
+
+class RecordEncoder:
+    """ImageMeta (and the stored bytes) -> the serialized tf.train.Example of a record.
+
+    Configuration only, so that it pickles into the DoFns that write records.
+    """
+
+    def __init__(self, input_base, output_dir, fmt, label_names, label_levels=None):
+        self._input_base = input_base
+        self._output_dir = output_dir
+        self._format = fmt
+        self._label_names = label_names
+        self._label_levels = list((label_levels or {}).items())  # [(level, [names])]
+
+    def encode(self, meta, stored=None):
+        """The record of `meta`; `stored` is the image bytes of an `examples` build."""
+        source = source_path(self._input_base, meta.key)
         values = {
             features.FORMAT: meta.format,
             features.HEIGHT: meta.height,
@@ -159,23 +185,28 @@ class _WriteShard(beam.DoFn):
             values[features.level_label(level)] = level_id
             values[features.level_text(level)] = names[level_id] if level_id >= 0 else ''
         if self._format == features.EXAMPLES:
-            values[features.ENCODED] = _stored_bytes(source, meta)
+            values[features.ENCODED] = stored
         else:
             values[features.PATH] = (
                 reencoded_path(self._output_dir, meta.sha256.hex()) if meta.reencoded else source
             )
         levels = [level for level, _ in self._label_levels]
-        return tfrecord.frame(features.encode_example(self._format, values, levels))
+        return features.encode_example(self._format, values, levels)
 
 
-def _stored_bytes(source, meta):
-    """The bytes a record stores, checked against what validation saw."""
+def read_checked(source, meta):
+    """The source file's bytes, checked against the CRC validation took of them."""
     data = read_file(source)
     if google_crc32c.value(data) != meta.source_crc32c:
         raise InputChangedError(
             f'{source} changed while the build was running (its bytes differ from those '
             f'validated); rerun the build on inputs that are not being modified'
         )
+    return data
+
+
+def stored_bytes(data, meta, source):
+    """The bytes a record stores of source bytes `data`: as they are, or re-encoded."""
     if meta.reencoded:
         data = images.reencode(data)
         if hashlib.sha256(data).digest() != meta.sha256:

@@ -5,6 +5,7 @@ against dataset.json, and the served model against the trainer's own evaluation.
 import bisect
 import json
 import logging
+import pathlib
 
 import numpy as np
 import pytest
@@ -12,7 +13,6 @@ from PIL import Image
 
 from imageshards import features
 from imageshards import tfrecord
-from imageshards import transform as transform_lib
 from pipelines import analyze
 from pipelines import build
 from trainer import export
@@ -89,7 +89,7 @@ def _reference_pixels(path):
     """The specification, written out: Pillow's decode (a JPEG at the reduced scale that keeps
     the analysis size), EXIF orientation, RGB, bilinear resize to the analysis size."""
     image = Image.open(path)
-    if image.format == 'JPEG' and image.getexif().get(0x0112, 1) == 1:
+    if image.format == 'JPEG':
         width, height = image.size
         image.draft(
             image.mode,
@@ -103,20 +103,27 @@ def _reference_pixels(path):
     return np.asarray(small, dtype=np.float64).reshape(-1, 3)
 
 
+def _value(record, key):
+    feature = record[key]
+    return getattr(feature, feature.WhichOneof('kind')).value[0]
+
+
 @pytest.mark.slow
-def test_statistics_equal_numpy_over_the_train_split(analyzed, tf):
+def test_statistics_equal_numpy_over_the_train_split(analyzed):
     out, dataset = analyzed
     train = list(_records(out, dataset, 'train'))
     pixels = np.concatenate(
-        [_reference_pixels(r[features.FILENAME].bytes_list.value[0].decode()) for r in train]
+        [_reference_pixels(_value(r, features.FILENAME).decode()) for r in train]
     )
-    heights = np.array([r[features.HEIGHT].int64_list.value[0] for r in train])
-    widths = np.array([r[features.WIDTH].int64_list.value[0] for r in train])
-    mean, std = pixels.mean(axis=0), pixels.std(axis=0)
+    heights = np.array([_value(r, features.HEIGHT) for r in train])
+    widths = np.array([_value(r, features.WIDTH) for r in train])
     summary = dataset['analysis']
+    # A split smaller than the sample is measured whole: exact, without error.
     assert summary['num_images'] == len(train) == dataset['splits']['train']['num_records']
-    np.testing.assert_allclose(summary['pixel_mean'], mean, atol=1e-3)
-    np.testing.assert_allclose(summary['pixel_std'], std, atol=1e-3)
+    assert summary['sample'] == {**summary['sample'], 'size': len(train), 'of': len(train)}
+    np.testing.assert_allclose(summary['pixel_mean'], pixels.mean(axis=0), atol=1e-5)
+    np.testing.assert_allclose(summary['pixel_std'], pixels.std(axis=0), atol=1e-5)
+    assert summary['pixel_mean_se'] == summary['pixel_std_se'] == [0.0] * 3
     assert summary['height'] == {
         'min': heights.min(),
         'median': np.median(heights),
@@ -134,34 +141,130 @@ def test_statistics_equal_numpy_over_the_train_split(analyzed, tf):
     )
     assert summary['aspect_ratio_histogram']['counts'] == expected_bins.tolist()
     assert summary['label_counts'] == dataset['splits']['train']['class_counts']
-    # The transform graph holds the same statistics: pixel p -> (p - mean) / std.
-    output = transform.load(DatasetInfo.load(str(out)))
-    probe = tf.constant([[0.0, 0.0, 0.0], [1.0, 1.0, 1.0]])
-    normalized = (
-        output.transform_raw_features({transform_lib.PIXEL: probe})[transform_lib.PIXEL_NORMALIZED]
-        .numpy()
-        .astype(np.float64)
-    )
-    graph_std = 1 / (normalized[1] - normalized[0])
-    np.testing.assert_allclose(graph_std, std, atol=1e-3)
-    np.testing.assert_allclose(-normalized[0] * graph_std, mean, atol=1e-3)
-    # ... also recorded with the TFT output.
     recorded = json.loads((out / 'transform_fn' / 'assets.extra' / 'analysis.json').read_text())
     assert recorded == summary
 
 
+def test_a_sample_is_the_smallest_hashes_and_its_errors_cover_the_split(tmp_path):
+    root = tmp_path / 'tree'
+    _write_images(root, 40)  # 160 images
+    out = tmp_path / 'out'
+    dataset = build.run(
+        ['--input', str(root), '--output', str(out), '--analysis-sample', '40', '--seed', '3']
+        + ['--analysis-size', str(ANALYSIS_SIZE), '--direct_running_mode=in_memory']
+    )
+    train = list(_records(out, dataset, 'train'))
+    summary = dataset['analysis']
+    assert summary['sample']['size'] == 40 and summary['sample']['of'] == len(train) == 160
+    keyed = sorted(
+        train,
+        key=lambda r: analyze.sample_key(3, _Key(_value(r, features.FILENAME).decode(), root)),
+    )
+    paths = [_value(r, features.FILENAME).decode() for r in keyed]
+    sample = np.stack([_reference_pixels(path) for path in paths[:40]])  # [images, pixels, 3]
+    np.testing.assert_allclose(summary['pixel_mean'], sample.reshape(-1, 3).mean(axis=0), atol=1e-5)
+    np.testing.assert_allclose(summary['pixel_std'], sample.reshape(-1, 3).std(axis=0), atol=1e-5)
+    # The standard error of the mean, from the images' means, with the finite population
+    # correction; and the whole split lies within a few of them.
+    image_means = sample.mean(axis=1)
+    fpc = (160 - 40) / (160 - 1)
+    expected_se = image_means.std(axis=0, ddof=1) * np.sqrt(fpc / 40)
+    np.testing.assert_allclose(summary['pixel_mean_se'], expected_se, rtol=1e-4)
+    everything = np.concatenate([_reference_pixels(path) for path in paths])
+    assert np.all(np.abs(everything.mean(axis=0) - summary['pixel_mean']) < 4 * expected_se)
+    assert np.all(
+        np.abs(everything.std(axis=0) - summary['pixel_std'])
+        < 4 * np.array(summary['pixel_std_se'])
+    )
+    assert all(se > 0 for se in summary['pixel_std_se'])
+
+
+class _Key:
+    """What analyze.sample_key reads of an ImageMeta: the input's key (relative path)."""
+
+    def __init__(self, path, root):
+        self.key = str(pathlib.Path(path).relative_to(root))
+
+
+def _serialized(out, dataset, split):
+    for shard in dataset['splits'][split]['shards']:
+        with open(out / shard['path'], 'rb') as f:
+            yield from tfrecord.read_records(f, shard['path'])
+
+
 @pytest.mark.slow
-def test_label_ids_are_those_of_dataset_json(analyzed, tf):
+def test_tfx_style_code_parses_records_and_transforms_them(analyzed, tf):
+    """What TFX's Trainer does with a Transform output, from outside this package."""
+    import tensorflow_transform as tft  # pylint: disable=import-outside-toplevel
+
     out, dataset = analyzed
-    assert dataset['labels'] == list(CLASSES)
-    output = transform.load(DatasetInfo.load(str(out)))
+    output = tft.TFTransformOutput(str(out))
+    serialized = list(_serialized(out, dataset, 'val'))
+    raw = tf.io.parse_example(tf.constant(serialized), output.raw_feature_spec())
+    transformed = output.transform_features_layer()(raw)
+    size = dataset['analysis']['transform_image_size']
+    assert transformed['image'].shape == (len(serialized), size, size, 3)
+    assert transformed['label'].numpy().tolist() == raw[features.LABEL].numpy().tolist()
+    mean = np.array(dataset['analysis']['pixel_mean'], np.float32)
+    std = np.array(dataset['analysis']['pixel_std'], np.float32)
+    np.testing.assert_allclose(
+        transformed['pixel_mean'].numpy(), np.tile(mean, (len(serialized), 1))
+    )
+    np.testing.assert_allclose(transformed['pixel_std'].numpy(), np.tile(std, (len(serialized), 1)))
+    # The image: the record's pixels resized to size x size, normalized by those constants.
+    for i in (0, len(serialized) - 1):
+        encoded = raw[features.ENCODED][i]
+        pixels = tf.image.resize(
+            tf.io.decode_jpeg(encoded, channels=3, dct_method='INTEGER_ACCURATE')
+            if tf.io.is_jpeg(encoded)
+            else tf.io.decode_image(encoded, channels=3, expand_animations=False),
+            [size, size],
+            antialias=True,
+        )
+        np.testing.assert_allclose(
+            transformed['image'][i].numpy(), (pixels.numpy() - mean) / std, atol=1e-4
+        )
+    # Label ids are those of dataset.json, also for names given as text.
     assert transform.class_names(output) == dataset['labels']
     names = tf.constant([*reversed(dataset['labels']), 'unknown'])
-    ids = output.transform_raw_features({transform_lib.LABEL: names})[transform_lib.LABEL_ID]
+    ids = output.transform_raw_features({features.LABEL_TEXT: names})['label']
     assert ids.numpy().tolist() == [3, 2, 1, 0, -1]
-    for record in _records(out, dataset, 'val'):
-        text = record[features.LABEL_TEXT].bytes_list.value[0].decode()
-        assert dataset['labels'].index(text) == record[features.LABEL].int64_list.value[0]
+
+
+@pytest.mark.slow
+def test_steps_in_the_pipeline_write_the_same_analysis(analyzed, tmp_path, tf):
+    """As on Dataflow: the tf.Transform output written by pipeline steps on the workers."""
+    import tensorflow_transform as tft  # pylint: disable=import-outside-toplevel
+
+    out, dataset = analyzed
+    again = tmp_path / 'in-pipeline'
+    rebuilt = build.run(
+        [
+            '--input',
+            dataset['input'],
+            '--output',
+            str(again),
+            '--splits',
+            'train=0.7,val=0.3',
+            '--num-shards',
+            '3',
+            '--analysis-size',
+            str(ANALYSIS_SIZE),
+            '--analysis-in-pipeline',
+            '--direct_running_mode=multi_processing',
+            '--direct_num_workers=2',
+        ]
+    )
+    assert rebuilt['analysis'] == dataset['analysis']
+    assert rebuilt['splits'] == dataset['splits']
+    serialized = tf.constant(list(_serialized(out, dataset, 'val'))[:6])
+    results = []
+    for build_dir in (out, again):
+        output = tft.TFTransformOutput(str(build_dir))
+        raw = tf.io.parse_example(serialized, output.raw_feature_spec())
+        results.append(output.transform_features_layer()(raw))
+    for key in ('image', 'label', 'pixel_mean', 'pixel_std'):
+        np.testing.assert_array_equal(results[0][key].numpy(), results[1][key].numpy())
 
 
 @pytest.mark.slow
@@ -222,3 +325,21 @@ def test_without_analysis_no_transform_and_the_trainer_scales(tmp_path, caplog, 
     assert [r.message for r in caplog.records if 'no transform_fn' in r.message]
     model = build_model('small_cnn', 2, (8, 8), transform_output=None)
     assert model.get_layer('scale') is not None
+
+
+@pytest.mark.slow
+def test_a_model_with_the_transform_saves_and_loads_in_the_keras_format(analyzed, tf, tmp_path):
+    import keras  # pylint: disable=import-outside-toplevel
+
+    out, _ = analyzed
+    output = transform.load(DatasetInfo.load(str(out)))
+    model = build_model('small_cnn', 4, (16, 16), transform_output=output)
+    assert 'TransformPixels' in model.to_json()  # what TensorBoard's graph needs
+    images = tf.cast(tf.random.stateless_uniform([3, 16, 16, 3], [1, 2], 0, 255), tf.uint8)
+    model.save(tmp_path / 'model.keras')
+    loaded = keras.saving.load_model(tmp_path / 'model.keras')
+    np.testing.assert_allclose(loaded(images).numpy(), model(images).numpy(), atol=1e-6)
+    normalized = model.get_layer('normalize')(images).numpy()
+    analysis = json.loads((out / 'dataset.json').read_text())['analysis']
+    expected = (images.numpy() - np.array(analysis['pixel_mean'])) / np.array(analysis['pixel_std'])
+    np.testing.assert_allclose(normalized, expected, rtol=1e-5, atol=1e-4)

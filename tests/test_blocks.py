@@ -36,8 +36,6 @@ def test_pack_round_trips_every_field():
         _meta(4, key='gs://bucket/x/' + 'y' * 2000 + '.jpg', sha256=b'short'),
         _meta(5, levels=(3, -1, 2**31 - 1)),  # label level ids, -1 where missing
         _meta(6, levels=()),
-        # The analysis' per-image pixel statistics travel as float32.
-        _meta(5, pixel_stats=(0.5, 128.25, 255.0, 0.0, 1024.125, 16256.5)),
     ]
     block = blocks.pack(metas)
     assert blocks.unpack(block) == metas

@@ -179,6 +179,8 @@ def _finalize_inputs(out, dataset):
         'skipped': dataset['counts']['skipped_by_reason'],
         'dedup': False,
         'transform_staging': finalize.join(str(out), finalize.TEMP_DIR, finalize.TRANSFORM_STAGING),
+        'analysis_in_pipeline': True,  # as on Dataflow: Finalize moves the TFT output
+        'complete': True,
     }
     # The analysis entry, and the (empty) signal that the TFT output was staged.
     return shards, rejections, [], plan, context, [dataset['analysis']], [None]

@@ -39,6 +39,7 @@ TRANSFORM_FILES = [
     'transform_fn/variables/variables.data-00000-of-00001',
     'transformed_metadata/schema.pbtxt',
     'transformed_metadata/asset_map',
+    'metadata/schema.pbtxt',  # the records' raw schema, where TFTransformOutput looks for it
 ]
 
 

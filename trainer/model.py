@@ -25,7 +25,9 @@ def build_model(name, num_classes, image_size, dropout=0.2, heads=None, transfor
     """
     inputs = keras.Input((*image_size, 3), dtype='uint8', name='image')
     if transform_output is not None:
-        scaled = transform.TransformPixels(transform_output, name='normalize')(inputs)
+        scaled = transform.TransformPixels(transform.data_dir(transform_output), name='normalize')(
+            inputs
+        )
     else:
         scaled = keras.layers.Rescaling(1 / 255, name='scale')(inputs)  # uint8 -> [0, 1] floats
     if name == 'small_cnn':

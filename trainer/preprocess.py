@@ -11,18 +11,11 @@ kept are decoded.
 
 import tensorflow as tf
 
-DCT_METHOD = 'INTEGER_ACCURATE'  # evaluation and serving: exactly Pillow's pixels
+from imageshards.decode import DCT_METHOD  # evaluation and serving: exactly Pillow's pixels
+from imageshards.decode import decode  # noqa: F401  (all pixels, uint8 RGB)
+
 TRAINING_DCT_METHOD = 'INTEGER_FAST'  # training crops: a few levels off, 6% faster to decode
 EVAL_CROP_FRACTION = 0.875  # the central crop of the Inception/ResNet evaluation recipe
-
-
-def decode(encoded):
-    """All pixels, uint8 RGB."""
-    return tf.cond(
-        tf.io.is_jpeg(encoded),
-        lambda: tf.io.decode_jpeg(encoded, channels=3, dct_method=DCT_METHOD),
-        lambda: tf.io.decode_image(encoded, channels=3, expand_animations=False),
-    )
 
 
 def decode_window(encoded, choose_window, dct_method=DCT_METHOD):

@@ -1,10 +1,10 @@
 """The build's tf.Transform output in the trainer: pixel normalization and the label vocabulary.
 
 `OUT/transform_fn/` holds the graph of `imageshards/transform.py`'s preprocessing_fn with the
-train split's statistics in it. The model applies it to its uint8 input (`TransformPixels`),
-so the exported SavedModel carries the same graph and a served image gets exactly the
-normalization it was trained with. Without it (a `--no-analyze` build), models scale pixels
-to [0, 1], and the trainer says so once.
+train split's statistics in it. The model normalizes its uint8 input with the graph's
+constants (`TransformPixels`), so the exported SavedModel carries the same graph and a served
+image gets exactly the normalization it was trained with. Without it (a `--no-analyze` build),
+models scale pixels to [0, 1], and the trainer says so once.
 """
 
 import logging
@@ -13,6 +13,7 @@ import posixpath
 import keras
 import tensorflow as tf
 
+from imageshards import features
 from imageshards import transform as transform_lib
 
 _LOG = logging.getLogger(__name__)
@@ -44,6 +45,11 @@ def load(info):
     return output
 
 
+def data_dir(output):
+    """The build folder a `tft.TFTransformOutput` was loaded from."""
+    return posixpath.dirname(output.transform_savedmodel_dir.rstrip('/'))
+
+
 def class_names(output):
     """Label names by id, from the transform's vocabulary."""
     return [
@@ -56,20 +62,29 @@ def class_names(output):
 class TransformPixels(keras.layers.Layer):
     """uint8 images [N, H, W, 3] -> float32 pixels normalized by the tf.Transform graph.
 
-    The transform works on one pixel per instance: images are reshaped to [N*H*W, 3] pixels
-    and back. The TFT layer is an attribute, so the model (and its export) tracks the loaded
-    transform graph and its assets.
+    The trainer cuts and resizes its own crops, so it takes the graph's `pixel_mean` and
+    `pixel_std` outputs (asking for them alone: no record is decoded) and applies them to its
+    batch, every step: the TFT layer is an attribute, so the model and its export track the
+    transform graph and its assets. The configuration is the build's folder, from which a
+    model saved in the `.keras` format loads the graph again.
     """
 
-    def __init__(self, transform_output, **kwargs):
-        super().__init__(trainable=False, **kwargs)
-        self._tft_layer = transform_output.transform_features_layer()
+    def __init__(self, data_dir, **kwargs):
+        kwargs['trainable'] = False
+        super().__init__(**kwargs)
+        import tensorflow_transform as tft  # pylint: disable=import-outside-toplevel
+
+        self.data_dir = data_dir
+        self._tft_layer = tft.TFTransformOutput(data_dir).transform_features_layer()
 
     def call(self, images):
-        shape = tf.shape(images)
-        pixels = tf.reshape(tf.cast(images, tf.float32), [-1, transform_lib.CHANNELS])
-        normalized = self._tft_layer({transform_lib.PIXEL: pixels})[transform_lib.PIXEL_NORMALIZED]
-        return tf.reshape(normalized, shape)
+        constants = self._tft_layer({features.LABEL: tf.zeros([1], tf.int64)})
+        mean = tf.reshape(constants[transform_lib.PIXEL_MEAN], [1, 1, 1, transform_lib.CHANNELS])
+        std = tf.reshape(constants[transform_lib.PIXEL_STD], [1, 1, 1, transform_lib.CHANNELS])
+        return (tf.cast(images, tf.float32) - mean) / std
 
     def compute_output_shape(self, input_shape):
         return input_shape
+
+    def get_config(self):
+        return {**super().get_config(), 'data_dir': self.data_dir}
