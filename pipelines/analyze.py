@@ -140,7 +140,7 @@ class _MeasureSample(beam.DoFn):
             source = source_path(self._input_base, meta.key)
             data = read_checked(source, meta)
             yield images.pixel_sums(data, self._analysis_size)
-            records.append(self._encoder.encode(meta, stored_bytes(data, meta, source)))
+            records.append(self._encoder.encode(meta, stored_bytes(data, meta, source), source))
         if self._records_dir is None:
             for record in records:
                 yield beam.pvalue.TaggedOutput(self.RECORDS, record)

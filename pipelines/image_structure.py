@@ -85,10 +85,8 @@ class _Jpeg:
         """Checks the segment of `marker` whose body is data[start:end]."""
         if marker in _SKIPPED:
             self._application(marker, start, end)
-        elif marker == _DQT:
-            self._quantization(start, end)
-        elif marker == _DHT:
-            self._huffman(start, end)
+        elif marker in (_DQT, _DHT):
+            self._tables(marker, start, end)
         elif marker == _DRI:
             if end - start != 2:
                 raise Unusual('restart interval segment of the wrong length')
@@ -114,31 +112,29 @@ class _Jpeg:
         elif marker == 0xE2 and body.startswith(b'MPF\x00'):
             raise Unusual('multi-picture (MPO) file')
 
-    def _quantization(self, start, end):
-        data, position = self.data, start
-        while position < end:
-            precision, table = data[position] >> 4, data[position] & 0x0F
-            size = 128 if precision else 64
-            if precision > 1 or table >= _TABLES or position + 1 + size > end:
-                raise Unusual('malformed quantization table')
-            self.quant.add(table)
-            position += 1 + size
+    def _tables(self, marker, start, end):
+        """Records the tables a DQT or DHT segment defines; raises Unusual for a bad one.
 
-    def _huffman(self, start, end):
-        data, position = self.data, start
-        while position < end:
-            table_class, table = data[position] >> 4, data[position] & 0x0F
-            if table_class > 1 or table >= _TABLES or position + 17 > end:
-                raise Unusual('malformed Huffman table')
-            counts = data[position + 1 : position + 17]
-            total = sum(counts)
-            symbols = data[position + 17 : position + 17 + total]
-            if not 0 < total <= 256 or len(symbols) != total or position + 17 + total > end:
-                raise Unusual('Huffman table with a bad symbol count')
-            if not _huffman_code_fits(counts) or (table_class == 0 and max(symbols) > 15):
-                raise Unusual('Huffman table libjpeg refuses (bogus code lengths or DC symbol)')
-            self.huffman.add((table_class, table))
-            position += 17 + total
+        Encoders write the same tables into most files (libjpeg's standard Huffman tables, a
+        quality setting's quantization tables): a segment seen before is not checked again.
+        """
+        key = (marker, self.data[start:end])
+        tables = _TABLE_SEGMENTS.get(key)
+        if tables is None:
+            parse = _quantization_tables if marker == _DQT else _huffman_tables
+            try:
+                tables = frozenset(parse(self.data, start, end))
+            except Unusual as e:
+                tables = str(e)
+            if len(_TABLE_SEGMENTS) >= _MAX_CACHED_SEGMENTS:
+                _TABLE_SEGMENTS.clear()
+            _TABLE_SEGMENTS[key] = tables
+        if isinstance(tables, str):
+            raise Unusual(tables)
+        if marker == _DQT:
+            self.quant |= tables
+        else:
+            self.huffman |= tables
 
     def _frame(self, progressive, start, end):
         data = self.data
@@ -229,6 +225,40 @@ class _Jpeg:
         if coded != set(components):
             raise Unusual('a component is never coded')
         return JpegFacts(width, height, len(components))
+
+
+_TABLE_SEGMENTS = {}  # (marker, segment body) -> frozenset of the tables defined, or why not
+_MAX_CACHED_SEGMENTS = 4096
+
+
+def _quantization_tables(data, start, end):
+    """The ids of the quantization tables of a DQT segment body."""
+    position = start
+    while position < end:
+        precision, table = data[position] >> 4, data[position] & 0x0F
+        size = 128 if precision else 64
+        if precision > 1 or table >= _TABLES or position + 1 + size > end:
+            raise Unusual('malformed quantization table')
+        yield table
+        position += 1 + size
+
+
+def _huffman_tables(data, start, end):
+    """The (class, id) of the Huffman tables of a DHT segment body, checked as libjpeg does."""
+    position = start
+    while position < end:
+        table_class, table = data[position] >> 4, data[position] & 0x0F
+        if table_class > 1 or table >= _TABLES or position + 17 > end:
+            raise Unusual('malformed Huffman table')
+        counts = data[position + 1 : position + 17]
+        total = sum(counts)
+        symbols = data[position + 17 : position + 17 + total]
+        if not 0 < total <= 256 or len(symbols) != total or position + 17 + total > end:
+            raise Unusual('Huffman table with a bad symbol count')
+        if not _huffman_code_fits(counts) or (table_class == 0 and max(symbols) > 15):
+            raise Unusual('Huffman table libjpeg refuses (bogus code lengths or DC symbol)')
+        yield table_class, table
+        position += 17 + total
 
 
 def _huffman_code_fits(counts):

@@ -183,30 +183,30 @@ def _candidates(root, pattern, follow_symlinks, scan):
         ]
         return iter(sorted(_classify(root, found, scan)))
     if os.path.isdir(root):
-        matches = re.compile(FileSystem.translate_pattern(pattern)).match
-        found = (
-            (path, problem, detail)
-            for path, problem, detail in _walk_sorted(root, follow_symlinks)
-            if problem in _NOT_FILES or matches(path)
-        )
+        found = _walk_sorted(root, follow_symlinks)
+        if pattern != FileSystems.join(root, '**'):  # a glob: only what it matches
+            matches = re.compile(FileSystem.translate_pattern(pattern)).match
+            found = (item for item in found if item[1] in _NOT_FILES or matches(item[0]))
         return _classify(root, found, scan)
     return iter(())  # a glob whose folder does not exist, or a file given as a tree
 
 
 def _classify(root, found, scan):
     """Counts what is not an input in `scan.skipped`; yields the rest, in the order found."""
+    prefix = root + '/'
     for path, problem, detail in found:
-        relative = path[len(root) + 1 :] if path.startswith(root + '/') else path
-        if any(part.startswith('.') for part in relative.split('/')):
-            scan.skip('hidden', printable(path))
+        relative = path[len(prefix) :] if path.startswith(prefix) else path
+        shown = printable(path)
+        if relative.startswith('.') or '/.' in relative:
+            scan.skip('hidden', shown)
         elif problem in _NOT_FILES:
-            scan.skip(problem, printable(path))
+            scan.skip(problem, shown)
         elif posixpath.splitext(relative)[1].lower() not in IMAGE_EXTENSIONS:
-            scan.skip('not_image', printable(path))
+            scan.skip('not_image', shown)
         else:
-            if not problem and printable(path) != path:
+            if not problem and shown != path:
                 problem, detail = 'invalid_file_name', 'the name is not valid UTF-8; rename it'
-            yield printable(relative), printable(path), problem, detail
+            yield (printable(relative) if shown != path else relative), shown, problem, detail
 
 
 # Problems of the walk that are not inputs at all, counted as skipped.

@@ -151,7 +151,7 @@ class _WriteShard(beam.DoFn):
         stored = None
         if self._format == features.EXAMPLES:
             stored = stored_bytes(read_checked(source, meta), meta, source)
-        return tfrecord.frame(self._encoder.encode(meta, stored))
+        return tfrecord.frame(self._encoder.encode(meta, stored, source))
 
 
 class RecordEncoder:
@@ -166,10 +166,12 @@ class RecordEncoder:
         self._format = fmt
         self._label_names = label_names
         self._label_levels = list((label_levels or {}).items())  # [(level, [names])]
+        self._level_names = tuple(level for level, _ in self._label_levels)
 
-    def encode(self, meta, stored=None):
-        """The record of `meta`; `stored` is the image bytes of an `examples` build."""
-        source = source_path(self._input_base, meta.key)
+    def encode(self, meta, stored=None, source=None):
+        """The record of `meta`; `stored` is the image bytes of an `examples` build, `source`
+        the input's path (default: from its key)."""
+        source = source or source_path(self._input_base, meta.key)
         values = {
             features.FORMAT: meta.format,
             features.HEIGHT: meta.height,
@@ -190,8 +192,7 @@ class RecordEncoder:
             values[features.PATH] = (
                 reencoded_path(self._output_dir, meta.sha256.hex()) if meta.reencoded else source
             )
-        levels = [level for level, _ in self._label_levels]
-        return features.encode_example(self._format, values, levels)
+        return features.encode_example(self._format, values, self._level_names)
 
 
 def read_checked(source, meta):

@@ -1,0 +1,112 @@
+"""Reading, for bench/peers.py: images/s at 224x224 from imageshards and from its peers.
+
+Contenders, each delivering batches of 64 images of 224x224 with their labels, on all cores:
+  make_dataset   the trainer's input pipeline on an imageshards build (training=True: per-epoch
+                 shard shuffle, interleave, record shuffle, random-resized crop cut while
+                 decoding, flip and erasing)
+  keras          keras.utils.image_dataset_from_directory on the image tree (shuffled, resized)
+  tfds           TFDS as_dataset(shuffle_files=True) of its own build, resized in parallel
+  tfds on ours   the same reader on the imageshards build, through builder_from_directory (when
+                 the build carries TFDS metadata)
+Rounds alternate the contenders; the median of the rounds counts.
+"""
+
+import os
+import statistics
+import subprocess
+import sys
+
+import tensorflow as tf
+
+from bench import datasets
+from bench.input_throughput import _rate
+
+SIZE = (224, 224)
+BATCH = 64
+AUTOTUNE = tf.data.AUTOTUNE
+
+
+def _built(args, data):
+    """(imageshards build, TFDS build's version folder) of the tree, made once."""
+    ours = os.path.join(args.work_dir, f'read-imageshards-{args.count}')
+    theirs = os.path.join(args.work_dir, f'read-tfds-{args.count}')
+    if not os.path.exists(os.path.join(ours, '_SUCCESS')):
+        subprocess.run(
+            [sys.executable, '-m', 'pipelines.build', '--input', data, '--output', ours]
+            + ['--overwrite', '--num-shards', '16'],
+            check=True,
+        )
+    version = os.path.join(theirs, 'image_tree', '1.0.0')
+    if not os.path.exists(os.path.join(version, 'dataset_info.json')):
+        subprocess.run(
+            [sys.executable, '-m', 'bench.peer_tfds', data, theirs, '--num-shards', '16'],
+            check=True,
+        )
+    return ours, version
+
+
+def _tfds(directory, image_key='image', label_key='label'):
+    import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
+
+    builder = tfds.builder_from_directory(directory)
+
+    def resize(example):
+        image, label = example, example
+        for part in image_key.split('/'):
+            image = image[part]
+        for part in label_key.split('/'):
+            label = label[part]
+        return tf.image.resize(image, SIZE), label
+
+    return (
+        builder.as_dataset(split='train', shuffle_files=True)
+        .map(resize, num_parallel_calls=AUTOTUNE)
+        .shuffle(1000)
+        .batch(BATCH)
+        .repeat()
+        .prefetch(AUTOTUNE)
+    )
+
+
+def contenders(data, ours, theirs):
+    # pylint: disable=import-outside-toplevel
+    import keras
+
+    from trainer import input as input_lib
+
+    found = {
+        'make_dataset': lambda: input_lib.make_dataset(
+            ours, 'train', BATCH, training=True, image_size=SIZE, augment='standard'
+        ),
+        'keras image_dataset_from_directory': lambda: (
+            keras.utils.image_dataset_from_directory(
+                data, image_size=SIZE, batch_size=BATCH, shuffle=True, seed=0, verbose=False
+            )
+            .repeat()
+            .prefetch(AUTOTUNE)
+        ),
+        'tfds as_dataset + resize': lambda: _tfds(theirs),
+    }
+    if os.path.exists(os.path.join(ours, 'dataset_info.json')):
+        found['tfds as_dataset + resize, imageshards build'] = lambda: _tfds(
+            ours, 'image/encoded', 'image/class/label'
+        )
+    return found
+
+
+def main(args):
+    data = os.path.join(args.work_dir, f'photos-{args.count}-500x375')
+    datasets.photo_tree(data, args.count)
+    ours, theirs = _built(args, data)
+    found = contenders(data, ours, theirs)
+    rates = {name: [] for name in found}
+    for round_ in range(args.repeat):
+        for name, make in found.items():
+            datasets.warm_page_cache(data)
+            rates[name].append(_rate(make(), args.batches))
+            print(f'  round {round_ + 1}: {name:<48}{rates[name][-1]:>7.0f} images/s', flush=True)
+    medians = {name: statistics.median(values) for name, values in rates.items()}
+    print(f'\nmedian of {args.repeat} round(s), {os.cpu_count()} cores, batch {BATCH}, 224x224')
+    for name, rate in medians.items():
+        ratio = medians['make_dataset'] / rate
+        print(f'{name:<48}{rate:>7.0f} images/s   make_dataset is {ratio:.2f}x')

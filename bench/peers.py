@@ -1,0 +1,136 @@
+"""imageshards against the tools a user would pick instead, on the same images, in one run.
+
+Building (`build`, the default): one image tree (JPEGs cut from scikit-learn's sample photos,
+stored label-sorted in 10 class folders), page cache warm, 16 shards for everyone, contenders
+alternated round by round so that the machine's drift hits all alike:
+  tfds           TensorFlow Datasets' GeneratorBasedBuilder (bench/peer_tfds.py)
+  hf             Hugging Face datasets: imagefolder -> shuffle -> save_to_disk (bench/peer_hf.py)
+  imageshards    `imageshards build` as a user runs it (analysis on)
+  --no-analyze   `imageshards build --no-analyze`
+  naive          list, random.shuffle, tf.io.TFRecordWriter, no validation (--naive)
+Wall time and peak RSS of each contender's whole process tree (launcher and workers).
+
+Reading (`read`): images/s delivered at 224x224 in batches of 64, in one process, contenders
+alternated: the trainer's `make_dataset(training=True)` on an imageshards build,
+`keras.utils.image_dataset_from_directory` on the tree, and TFDS `as_dataset` + resize on the
+TFDS build (and on the imageshards build, through `tfds.builder_from_directory`, where the build
+carries TFDS metadata).
+
+    python -m bench.peers --count 20000                      # 500x375 photos (47 KB)
+    python -m bench.peers --count 200000 --size 64x64 --no-hf
+    python -m bench.peers read --count 20000
+"""
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+
+from bench import datasets
+from bench.measure import run_measured
+
+SHARDS = 16
+
+
+def _module(name, *args):
+    return [sys.executable, '-m', name, *args]
+
+
+def build_contenders(data, args):
+    """{name: out -> command}."""
+    ours = ['--num-shards', str(SHARDS), '--seed', '0']
+    contenders = {
+        'tfds': lambda out: _module('bench.peer_tfds', data, out, '--num-shards', str(SHARDS)),
+        'hf': lambda out: _module('bench.peer_hf', data, out, '--num-shards', str(SHARDS)),
+        'imageshards': lambda out: _module(
+            'pipelines.build', '--input', data, '--output', out, '--overwrite', *ours
+        ),
+        'imageshards --no-analyze': lambda out: _module(
+            'pipelines.build',
+            '--input',
+            data,
+            '--output',
+            out,
+            '--overwrite',
+            '--no-analyze',
+            *ours,
+        ),
+        'naive': lambda out: _module('bench.baseline_writer', data, out),
+    }
+    if args.no_hf:
+        del contenders['hf']
+    if not args.naive:
+        del contenders['naive']
+    if args.only:
+        contenders = {name: contenders[name] for name in args.only.split(',')}
+    return contenders
+
+
+def run_builds(args):
+    size = tuple(int(side) for side in args.size.split('x'))
+    data = os.path.join(args.work_dir, f'photos-{args.count}-{args.size}')
+    print(f'generating {args.count} JPEGs of {args.size} in {data} ...', flush=True)
+    info = datasets.photo_tree(data, args.count, size=size)
+    print(
+        f'{info["count"]} images, {info["bytes"] / 1e6:.0f} MB '
+        f'({info["bytes"] / info["count"] / 1e3:.1f} KB each), {os.cpu_count()} cores',
+        flush=True,
+    )
+    contenders = build_contenders(data, args)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2')
+    runs = {name: [] for name in contenders}
+    for round_ in range(args.repeat):
+        for name, command in contenders.items():
+            out = os.path.join(args.work_dir, 'peer-' + name.replace(' ', '').replace('-', ''))
+            shutil.rmtree(out, ignore_errors=True)
+            datasets.warm_page_cache(data)
+            seconds, peak = run_measured(command(out), env=env)[:2]
+            runs[name].append((seconds, peak))
+            print(f'  round {round_ + 1}: {name:<26}{seconds:>7.1f} s {peak / 2**20:>7.0f} MiB')
+            if not args.keep:
+                shutil.rmtree(out, ignore_errors=True)
+    _print_builds(runs, args.count)
+
+
+def _print_builds(runs, count):
+    results = {
+        name: (statistics.median(s for s, _ in measured), max(p for _, p in measured))
+        for name, measured in runs.items()
+    }
+    base = results.get('tfds')
+    print(f'\nmedian of {len(next(iter(runs.values())))} round(s); peak RSS is the largest seen')
+    print(f'{"contender":<26}{"seconds":>9}{"images/s":>10}{"vs tfds":>9}{"peak RSS":>11}')
+    for name, (seconds, peak) in results.items():
+        ratio = f'{base[0] / seconds:>8.2f}x' if base else f'{"-":>9}'
+        print(f'{name:<26}{seconds:>9.1f}{count / seconds:>10.0f}{ratio}{peak / 2**20:>7.0f} MiB')
+
+
+def run_reads(args):
+    # pylint: disable=import-outside-toplevel
+    from bench import peer_reads
+
+    peer_reads.main(args)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('what', nargs='?', choices=('build', 'read'), default='build')
+    parser.add_argument('--count', type=int, default=20_000)
+    parser.add_argument('--size', default='500x375', help='image width x height')
+    parser.add_argument('--repeat', type=int, default=3, help='rounds; the median counts')
+    parser.add_argument('--work-dir', default=os.path.join(os.path.dirname(__file__), 'out'))
+    parser.add_argument('--only', default='', help='comma-separated contenders')
+    parser.add_argument('--no-hf', action='store_true', help='leave out Hugging Face datasets')
+    parser.add_argument('--naive', action='store_true', help='add the naive one-process writer')
+    parser.add_argument('--keep', action='store_true', help='keep the outputs (for `read`)')
+    parser.add_argument('--batches', type=int, default=60, help='read: batches per measurement')
+    args = parser.parse_args(argv)
+    if args.what == 'read':
+        run_reads(args)
+    else:
+        run_builds(args)
+
+
+if __name__ == '__main__':
+    main()
