@@ -6,7 +6,9 @@ image bytes (for a `paths` build, the bytes of the file at `image/path`), that t
 with `tf.io.decode_image(channels=3, expand_animations=False)` to the stored height and width,
 the label id against its text and dataset.json's `labels` (and each label level's id against its
 text and `label_levels`; -1 with empty text where a value is missing), and that no id occurs
-twice in the build. Then each shard's class and level counts and the accounting of dataset.json.
+twice in the build. Then each shard's class and level counts and the accounting of dataset.json,
+and that the TensorFlow Datasets metadata (dataset_info.json, features.json) describes the same
+splits, shards, bytes, features and label names.
 
 Every problem is printed on its own line as it is found, naming the file (and the record's byte
 offset); a damaged shard does not stop the others from being read. Exit status 1 if there was
@@ -28,6 +30,7 @@ import typing
 
 from imageshards import features
 from imageshards import records
+from imageshards import tfds_metadata
 from imageshards import tfrecord
 from pipelines import finalize
 from pipelines.write import bounded_map
@@ -361,6 +364,8 @@ def verify(output_dir, max_problems=20, io_threads=8, batch_size=128):
         flush=True,
     )
     for where, problem in records.accounting_problems(output_dir, dataset):
+        problems.add(where, problem)
+    for where, problem in tfds_metadata.problems(output_dir, dataset):
         problems.add(where, problem)
     images = _ImageChecker(io_threads)  # imports TensorFlow: seconds, not counted below
     started = time.perf_counter()

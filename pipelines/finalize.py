@@ -5,6 +5,8 @@ Layout of a build (the contract the trainer and tools read):
     OUT/rejected.jsonl     one object per rejected input: id, path, reason, detail
     OUT/duplicates.jsonl   with --dedup: each dropped input and the one kept instead
     OUT/dataset.json       labels, counts, splits and their shards (path, records, bytes, sha256)
+    OUT/dataset_info.json, OUT/features.json, OUT/image.*.labels.txt   the same build described
+                           for TensorFlow Datasets (imageshards/tfds_metadata.py)
     OUT/_SUCCESS           written last
     OUT/reencoded/         `paths` builds: lossless copies of images TensorFlow cannot decode as is
     OUT/transform_fn/, OUT/transformed_metadata/   the tf.Transform output (unless --no-analyze),
@@ -23,6 +25,7 @@ from apache_beam.io.filesystems import FileSystems
 
 import imageshards
 from imageshards import features
+from imageshards import tfds_metadata
 
 _LOG = logging.getLogger(__name__)
 
@@ -308,14 +311,16 @@ def _finalize(unused_element, shards, rejections, duplicates, plan, context, ana
         join(output_dir, DATASET_JSON),
         json.dumps(summary, indent=2, ensure_ascii=False).encode('utf-8') + b'\n',
     )
+    for name, data in tfds_metadata.files(summary).items():  # tfds.builder_from_directory
+        _write_atomically(join(output_dir, name), data)
     _delete(_tree(join(output_dir, TEMP_DIR)))
     _write_atomically(join(output_dir, SUCCESS), b'')
     yield summary['counts']
 
 
 class Finalize(beam.PTransform):
-    """Moves the shards into place, writes rejected.jsonl, duplicates.jsonl, dataset.json and,
-    last, _SUCCESS.
+    """Moves the shards into place, writes rejected.jsonl, duplicates.jsonl, dataset.json, the
+    TFDS metadata and, last, _SUCCESS.
 
     Runs once, after every shard is written (it reads them all as side inputs). Running it
     again writes the same files.
