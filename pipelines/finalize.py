@@ -17,6 +17,7 @@ import collections
 import datetime
 import json
 import logging
+import os
 import re
 
 import apache_beam as beam
@@ -38,8 +39,13 @@ REENCODED_DIR = 'reencoded'
 TRANSFORM_DIRS = ('transform_fn', 'transformed_metadata')  # TFT's standard layout
 TRANSFORM_STAGING = 'transform'  # under TEMP_DIR, where WriteTransformFn writes them
 ANALYSIS_JSON = 'transform_fn/assets.extra/analysis.json'
-_OWN_FILES = (SUCCESS, DATASET_JSON, REJECTED_JSONL, DUPLICATES_JSONL)
-_SHARD_NAME = re.compile(r'^[^/]+/[^/]+-\d{5}-of-\d{5}\.tfrecord$')
+OWN_FILES = (SUCCESS, DATASET_JSON, REJECTED_JSONL, DUPLICATES_JSONL)
+_SHARD_NAME = re.compile(r'^([^/]+)/\1-\d{5}-of-\d{5}\.tfrecord$')  # split/split-SSSSS-of-NNNNN
+# What the imageshards tools write into a build by default: `preview` its grid, `report` the
+# files of imageshards/report.py (order.csv, metrics.json, report.md and its figures).
+PREVIEW_PNG = 'preview.png'
+REPORT_DIR = 'report'
+_REPORT_FILE = re.compile(r'^(order\.csv|metrics\.json|report\.md|[a-z]+_[A-Za-z0-9_.-]+\.png)$')
 
 
 class AccountingError(RuntimeError):
@@ -86,9 +92,12 @@ def delete_if_present(path):
 def prepare_output(output_dir, overwrite, dry_run=False):
     """Refuses a non-empty output directory unless `overwrite`; then removes the earlier build.
 
-    Only files an earlier imageshards build wrote are removed: those its dataset.json lists,
-    its own top-level files, its temporary folder and its re-encoded copies. Anything else in
-    the directory is left alone. A `dry_run` checks, and removes nothing.
+    Only what an imageshards build or tool writes is removed, known by its name (`is_own_file`):
+    its top-level files (TFDS metadata included), shards, temporary folder, re-encoded copies
+    and tf.Transform output, and the tools' `preview.png` and `report/` files; then the local
+    folders those leave empty. By name, not by the earlier dataset.json, so that what an
+    unfinished or older build left goes too. Anything else is left alone. A `dry_run` checks,
+    and removes nothing.
     """
     existing = _list(output_dir)
     if not existing:
@@ -106,29 +115,60 @@ def prepare_output(output_dir, overwrite, dry_run=False):
     if dry_run:
         _LOG.info('--dry_run: --overwrite would replace the earlier build in %s', output_dir)
         return
-    # _SUCCESS first: from here on, no reader may take the directory for a finished build.
-    _delete([join(output_dir, SUCCESS)])
-    old = load_dataset_json(output_dir, missing_ok=True)
-    doomed = [join(output_dir, name) for name in _OWN_FILES]
-    if old is not None:
-        doomed += [
-            join(output_dir, shard['path'])
-            for split in old.get('splits', {}).values()
-            for shard in split['shards']
-        ]
-        doomed += _tree(join(output_dir, REENCODED_DIR))
-        for name in TRANSFORM_DIRS:
-            doomed += _tree(join(output_dir, name))
-    doomed += _tree(join(output_dir, TEMP_DIR))
-    removed = _delete(doomed)
+    # First: from here on, no reader (ours or TFDS) may take the directory for a finished build.
+    _delete([join(output_dir, SUCCESS), join(output_dir, tfds_metadata.DATASET_INFO_JSON)])
+    ours = [path for path in relative_files(output_dir) if is_own_file(path)]
+    removed = _delete([join(output_dir, path) for path in ours])
+    _remove_empty_folders(output_dir, ours)
     _LOG.info('--overwrite: removed %d files of an earlier build in %s', removed, output_dir)
+
+
+def is_own_file(relative):
+    """Whether a file of an output directory (its path relative to it) is one that an
+    imageshards build or tool writes there, or a temporary file of theirs."""
+    top, _, rest = relative.partition('/')
+    if not rest:
+        name = relative.removesuffix('.tmp')  # _write_atomically's temporary name
+        return name in OWN_FILES or name == PREVIEW_PNG or tfds_metadata.is_metadata_file(name)
+    if top in (TEMP_DIR, REENCODED_DIR, *TRANSFORM_DIRS):
+        return True
+    return is_tool_output(relative) or bool(_SHARD_NAME.match(relative))
+
+
+def is_tool_output(relative):
+    """Whether a file of a build is what `imageshards preview` or `report` writes by default."""
+    top, _, rest = relative.partition('/')
+    return relative == PREVIEW_PNG or (top == REPORT_DIR and bool(_REPORT_FILE.match(rest)))
+
+
+def relative_files(output_dir):
+    """Every file below `output_dir`, as paths relative to it."""
+    prefix = output_dir.rstrip('/') + '/'
+    return [path[len(prefix) :] for path in _list(output_dir) if path.startswith(prefix)]
+
+
+def _remove_empty_folders(output_dir, removed):
+    """Removes the local folders that held the `removed` files, deepest first, where empty now
+    (one that still holds someone else's file stays). Object stores have no folders."""
+    if FileSystems.get_scheme(output_dir) not in (None, 'file'):
+        return
+    folders = set()
+    for path in removed:
+        parent = os.path.dirname(path)
+        while parent:
+            folders.add(parent)
+            parent = os.path.dirname(parent)
+    for folder in sorted(folders, key=lambda name: name.count('/'), reverse=True):
+        try:
+            os.rmdir(join(output_dir, folder))
+        except OSError:  # not empty, or already gone
+            pass
 
 
 def stray_shards(output_dir, dataset):
     """Files named like shards in the output that the new dataset.json does not list."""
     listed = {shard['path'] for split in dataset['splits'].values() for shard in split['shards']}
-    prefix = output_dir.rstrip('/') + '/'
-    relative = [path[len(prefix) :] for path in _list(output_dir) if path.startswith(prefix)]
+    relative = relative_files(output_dir)
     return sorted(path for path in relative if _SHARD_NAME.match(path) and path not in listed)
 
 
