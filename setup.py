@@ -47,9 +47,23 @@ setuptools.setup(
     long_description=open('README.md', encoding='utf-8').read(),
     long_description_content_type='text/markdown',
     python_requires='>=3.10,<3.13',
-    packages=setuptools.find_packages(
-        include=['imageshards', 'imageshards.*', 'pipelines', 'pipelines.*', 'trainer', 'trainer.*']
-    ),
+    packages=[
+        *setuptools.find_packages(
+            include=[
+                'imageshards',
+                'imageshards.*',
+                'pipelines',
+                'pipelines.*',
+                'trainer',
+                'trainer.*',
+            ]
+        ),
+        'imageshards.configs',
+    ],
+    # The default configs travel with the package: configs/ (the folder users read, the one
+    # copy in the repository) is installed as imageshards/configs/ (imageshards/distribution.py).
+    package_dir={'imageshards.configs': 'configs'},
+    package_data={'imageshards.configs': ['*.yaml']},
     install_requires=REQUIRED,
     extras_require=EXTRAS,
     entry_points={'console_scripts': ['imageshards=imageshards.cli:main']},
