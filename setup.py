@@ -15,6 +15,8 @@ REQUIRED = [
     'tensorflow>=2.21,<2.22',
     'tensorboard>=2.19',  # tf.summary (Keras' TensorBoard callback) needs it since TF 2.20
     'tensorflow-transform>=1.21,<1.22',
+    # A build is also a TFDS dataset (imageshards/tfds_metadata.py writes its metadata).
+    'tensorflow-datasets>=4.9.10,<5',
     'pillow>=10.4',
     'google-cloud-storage>=2.18,<4',
     # imageshards submit-training (trainer/submit.py); apache-beam[gcp] brings it too.
@@ -33,6 +35,7 @@ EXTRAS = {
         'gcp-storage-emulator>=2024.8',
         'psutil>=5.9',
         'ruff>=0.6',
+        'jinja2>=3.1',  # tfds.as_dataframe styles its table with pandas, which needs it
     ],
 }
 
@@ -44,9 +47,23 @@ setuptools.setup(
     long_description=open('README.md', encoding='utf-8').read(),
     long_description_content_type='text/markdown',
     python_requires='>=3.10,<3.13',
-    packages=setuptools.find_packages(
-        include=['imageshards', 'imageshards.*', 'pipelines', 'pipelines.*', 'trainer', 'trainer.*']
-    ),
+    packages=[
+        *setuptools.find_packages(
+            include=[
+                'imageshards',
+                'imageshards.*',
+                'pipelines',
+                'pipelines.*',
+                'trainer',
+                'trainer.*',
+            ]
+        ),
+        'imageshards.configs',
+    ],
+    # The default configs travel with the package: configs/ (the folder users read, the one
+    # copy in the repository) is installed as imageshards/configs/ (imageshards/distribution.py).
+    package_dir={'imageshards.configs': 'configs'},
+    package_data={'imageshards.configs': ['*.yaml']},
     install_requires=REQUIRED,
     extras_require=EXTRAS,
     entry_points={'console_scripts': ['imageshards=imageshards.cli:main']},

@@ -14,6 +14,7 @@ from apache_beam.io.filesystems import FileSystems
 from google.protobuf.message import DecodeError
 
 from imageshards import features
+from imageshards import tfds_metadata
 from imageshards import tfrecord
 from pipelines import finalize
 
@@ -192,6 +193,25 @@ def accounting_problems(output_dir, dataset):
     if not FileSystems.exists(finalize.join(output_dir, finalize.SUCCESS)):
         found.append((output_dir, f'{finalize.SUCCESS} is missing: the build did not finish'))
     return found
+
+
+def unknown_files(output_dir, dataset):
+    """Files of a build (paths relative to it) that it does not consist of: neither listed in
+    its dataset.json, nor its own top-level files, TFDS metadata, re-encoded copies (paths
+    builds) or tf.Transform output (analysed builds), nor what `imageshards preview` and
+    `report` write. An earlier or unfinished build left them, or someone else did."""
+    listed = {shard['path'] for info in dataset['splits'].values() for shard in info['shards']}
+    listed.update(finalize.OWN_FILES, tfds_metadata.files(dataset))
+    folders = list(finalize.TRANSFORM_DIRS) if 'analysis' in dataset else []
+    if dataset['format'] == features.PATHS:
+        folders.append(finalize.REENCODED_DIR)
+    return [
+        path
+        for path in finalize.relative_files(output_dir)
+        if path not in listed
+        and path.partition('/')[0] not in folders
+        and not finalize.is_tool_output(path)
+    ]
 
 
 def _split_problems(split, info, labels):

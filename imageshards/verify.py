@@ -6,7 +6,10 @@ image bytes (for a `paths` build, the bytes of the file at `image/path`), that t
 with `tf.io.decode_image(channels=3, expand_animations=False)` to the stored height and width,
 the label id against its text and dataset.json's `labels` (and each label level's id against its
 text and `label_levels`; -1 with empty text where a value is missing), and that no id occurs
-twice in the build. Then each shard's class and level counts and the accounting of dataset.json.
+twice in the build. Then each shard's class and level counts and the accounting of dataset.json,
+that the TensorFlow Datasets metadata (dataset_info.json, features.json) describes the same
+splits, shards, bytes, features and label names, and that the build holds no files but its own
+and those of the imageshards tools (report/, preview.png).
 
 Every problem is printed on its own line as it is found, naming the file (and the record's byte
 offset); a damaged shard does not stop the others from being read. Exit status 1 if there was
@@ -28,6 +31,7 @@ import typing
 
 from imageshards import features
 from imageshards import records
+from imageshards import tfds_metadata
 from imageshards import tfrecord
 from pipelines import finalize
 from pipelines.write import bounded_map
@@ -362,6 +366,13 @@ def verify(output_dir, max_problems=20, io_threads=8, batch_size=128):
     )
     for where, problem in records.accounting_problems(output_dir, dataset):
         problems.add(where, problem)
+    for where, problem in tfds_metadata.problems(output_dir, dataset):
+        problems.add(where, problem)
+    for path in records.unknown_files(output_dir, dataset):
+        problems.add(
+            finalize.join(output_dir, path),
+            'unknown file: not part of this build (an earlier build left it, or not ours)',
+        )
     images = _ImageChecker(io_threads)  # imports TensorFlow: seconds, not counted below
     started = time.perf_counter()
     reader = _ShardReader(

@@ -5,6 +5,8 @@ Layout of a build (the contract the trainer and tools read):
     OUT/rejected.jsonl     one object per rejected input: id, path, reason, detail
     OUT/duplicates.jsonl   with --dedup: each dropped input and the one kept instead
     OUT/dataset.json       labels, counts, splits and their shards (path, records, bytes, sha256)
+    OUT/dataset_info.json, OUT/features.json, OUT/image.*.labels.txt   the same build described
+                           for TensorFlow Datasets (imageshards/tfds_metadata.py)
     OUT/_SUCCESS           written last
     OUT/reencoded/         `paths` builds: lossless copies of images TensorFlow cannot decode as is
     OUT/transform_fn/, OUT/transformed_metadata/, OUT/metadata/   the tf.Transform output
@@ -16,6 +18,7 @@ import collections
 import datetime
 import json
 import logging
+import os
 import re
 
 import apache_beam as beam
@@ -24,6 +27,7 @@ from apache_beam.io.filesystems import FileSystems
 
 import imageshards
 from imageshards import features
+from imageshards import tfds_metadata
 
 _LOG = logging.getLogger(__name__)
 
@@ -37,8 +41,13 @@ REENCODED_DIR = 'reencoded'
 TRANSFORM_DIRS = ('transform_fn', 'transformed_metadata', 'metadata')
 TRANSFORM_STAGING = 'transform'  # under TEMP_DIR, where WriteTransformOutput writes them
 ANALYSIS_JSON = 'transform_fn/assets.extra/analysis.json'
-_OWN_FILES = (SUCCESS, DATASET_JSON, REJECTED_JSONL, DUPLICATES_JSONL)
-_SHARD_NAME = re.compile(r'^[^/]+/[^/]+-\d{5}-of-\d{5}\.tfrecord$')
+OWN_FILES = (SUCCESS, DATASET_JSON, REJECTED_JSONL, DUPLICATES_JSONL)
+_SHARD_NAME = re.compile(r'^([^/]+)/\1-\d{5}-of-\d{5}\.tfrecord$')  # split/split-SSSSS-of-NNNNN
+# What the imageshards tools write into a build by default: `preview` its grid, `report` the
+# files of imageshards/report.py (order.csv, metrics.json, report.md and its figures).
+PREVIEW_PNG = 'preview.png'
+REPORT_DIR = 'report'
+_REPORT_FILE = re.compile(r'^(order\.csv|metrics\.json|report\.md|[a-z]+_[A-Za-z0-9_.-]+\.png)$')
 
 
 class AccountingError(RuntimeError):
@@ -85,9 +94,12 @@ def delete_if_present(path):
 def prepare_output(output_dir, overwrite, dry_run=False):
     """Refuses a non-empty output directory unless `overwrite`; then removes the earlier build.
 
-    Only files an earlier imageshards build wrote are removed: those its dataset.json lists,
-    its own top-level files, its temporary folder and its re-encoded copies. Anything else in
-    the directory is left alone. A `dry_run` checks, and removes nothing.
+    Only what an imageshards build or tool writes is removed, known by its name (`is_own_file`):
+    its top-level files (TFDS metadata included), shards, temporary folder, re-encoded copies
+    and tf.Transform output, and the tools' `preview.png` and `report/` files; then the local
+    folders those leave empty. By name, not by the earlier dataset.json, so that what an
+    unfinished or older build left goes too. Anything else is left alone. A `dry_run` checks,
+    and removes nothing.
     """
     existing = _list(output_dir)
     if not existing:
@@ -105,29 +117,60 @@ def prepare_output(output_dir, overwrite, dry_run=False):
     if dry_run:
         _LOG.info('--dry_run: --overwrite would replace the earlier build in %s', output_dir)
         return
-    # _SUCCESS first: from here on, no reader may take the directory for a finished build.
-    _delete([join(output_dir, SUCCESS)])
-    old = load_dataset_json(output_dir, missing_ok=True)
-    doomed = [join(output_dir, name) for name in _OWN_FILES]
-    if old is not None:
-        doomed += [
-            join(output_dir, shard['path'])
-            for split in old.get('splits', {}).values()
-            for shard in split['shards']
-        ]
-        doomed += _tree(join(output_dir, REENCODED_DIR))
-        for name in TRANSFORM_DIRS:
-            doomed += _tree(join(output_dir, name))
-    doomed += _tree(join(output_dir, TEMP_DIR))
-    removed = _delete(doomed)
+    # First: from here on, no reader (ours or TFDS) may take the directory for a finished build.
+    _delete([join(output_dir, SUCCESS), join(output_dir, tfds_metadata.DATASET_INFO_JSON)])
+    ours = [path for path in relative_files(output_dir) if is_own_file(path)]
+    removed = _delete([join(output_dir, path) for path in ours])
+    _remove_empty_folders(output_dir, ours)
     _LOG.info('--overwrite: removed %d files of an earlier build in %s', removed, output_dir)
+
+
+def is_own_file(relative):
+    """Whether a file of an output directory (its path relative to it) is one that an
+    imageshards build or tool writes there, or a temporary file of theirs."""
+    top, _, rest = relative.partition('/')
+    if not rest:
+        name = relative.removesuffix('.tmp')  # write_atomically's temporary name
+        return name in OWN_FILES or name == PREVIEW_PNG or tfds_metadata.is_metadata_file(name)
+    if top in (TEMP_DIR, REENCODED_DIR, *TRANSFORM_DIRS):
+        return True
+    return is_tool_output(relative) or bool(_SHARD_NAME.match(relative))
+
+
+def is_tool_output(relative):
+    """Whether a file of a build is what `imageshards preview` or `report` writes by default."""
+    top, _, rest = relative.partition('/')
+    return relative == PREVIEW_PNG or (top == REPORT_DIR and bool(_REPORT_FILE.match(rest)))
+
+
+def relative_files(output_dir):
+    """Every file below `output_dir`, as paths relative to it."""
+    prefix = output_dir.rstrip('/') + '/'
+    return [path[len(prefix) :] for path in _list(output_dir) if path.startswith(prefix)]
+
+
+def _remove_empty_folders(output_dir, removed):
+    """Removes the local folders that held the `removed` files, deepest first, where empty now
+    (one that still holds someone else's file stays). Object stores have no folders."""
+    if FileSystems.get_scheme(output_dir) not in (None, 'file'):
+        return
+    folders = set()
+    for path in removed:
+        parent = os.path.dirname(path)
+        while parent:
+            folders.add(parent)
+            parent = os.path.dirname(parent)
+    for folder in sorted(folders, key=lambda name: name.count('/'), reverse=True):
+        try:
+            os.rmdir(join(output_dir, folder))
+        except OSError:  # not empty, or already gone
+            pass
 
 
 def stray_shards(output_dir, dataset):
     """Files named like shards in the output that the new dataset.json does not list."""
     listed = {shard['path'] for split in dataset['splits'].values() for shard in split['shards']}
-    prefix = output_dir.rstrip('/') + '/'
-    relative = [path[len(prefix) :] for path in _list(output_dir) if path.startswith(prefix)]
+    relative = relative_files(output_dir)
     return sorted(path for path in relative if _SHARD_NAME.match(path) and path not in listed)
 
 
@@ -311,6 +354,8 @@ def _finalize(unused_element, shards, rejections, duplicates, plan, context, ana
         join(output_dir, DATASET_JSON),
         json.dumps(summary, indent=2, ensure_ascii=False).encode('utf-8') + b'\n',
     )
+    for name, data in tfds_metadata.files(summary).items():  # tfds.builder_from_directory
+        write_atomically(join(output_dir, name), data)
     if context['complete']:  # else the launcher completes it, after the tf.Transform output
         complete(output_dir)
     yield summary['counts']
@@ -323,8 +368,8 @@ def complete(output_dir):
 
 
 class Finalize(beam.PTransform):
-    """Moves the shards into place, writes rejected.jsonl, duplicates.jsonl, dataset.json and,
-    last, _SUCCESS.
+    """Moves the shards into place, writes rejected.jsonl, duplicates.jsonl, dataset.json, the
+    TFDS metadata and, last, _SUCCESS.
 
     Runs once, after every shard is written (it reads them all as side inputs). Running it
     again writes the same files.

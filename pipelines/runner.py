@@ -1,6 +1,7 @@
 """Choosing and quieting the runner: the local FnApiRunner on every core, or what options name.
 
-On Dataflow, workers install this package from its `setup.py`, which is staged by default.
+On Dataflow, workers install this package: from the checkout's `setup.py`, staged by default,
+or from a built wheel or sdist given as `--extra_package` (imageshards/distribution.py).
 """
 
 import json
@@ -20,12 +21,11 @@ from apache_beam.runners.portability.fn_api_runner import fn_runner
 from apache_beam.runners.portability.portable_runner import JobServiceHandle
 from google.protobuf import text_format
 
+from imageshards import distribution
+
 _LOG = logging.getLogger(__name__)
 
-# The folder holding setup.py in a source checkout (also when installed with `pip install -e`).
-_SOURCE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _DATAFLOW_RUNNERS = ('dataflowrunner', 'testdataflowrunner')
-_OUR_SETUP = re.compile(r"""name=['"]imageshards['"]""")
 
 # Beam's local workers forward every log record as a printed LogEntry proto.
 _FORWARDED = re.compile(r'^(?:Worker: )?(severity: .*)', re.DOTALL)
@@ -57,6 +57,7 @@ def make_pipeline(beam_args):
     if runner not in (None, 'DirectRunner'):
         remote_options = PipelineOptions(beam_args)
         if is_dataflow(runner):
+            check_credentials()
             _stage_this_package(remote_options)
         return beam.Pipeline(options=remote_options)
     direct = pipeline_options.view_as(DirectOptions)
@@ -103,37 +104,39 @@ def is_dataflow(runner):
     return (name if name.endswith('runner') else name + 'runner') in _DATAFLOW_RUNNERS
 
 
-def package_setup_file():
-    """This package's setup.py, which Dataflow builds into an sdist and installs on workers.
+def check_credentials():
+    """Raises ValueError, in one sentence, where there are no Google Cloud credentials.
 
-    It exists in a source checkout, whether run in place or installed with `pip install -e`. An
-    install from a wheel or an sdist copies the packages only, so there is none to find.
-
-    Raises:
-        ValueError: no setup.py of imageshards next to the packages.
+    Without them, Beam's Cloud Storage and Dataflow clients retry for minutes and end in a long
+    traceback; Application Default Credentials are what they would use.
     """
-    candidate = os.path.join(_SOURCE_ROOT, 'setup.py')
+    import google.auth  # pylint: disable=import-outside-toplevel
+    from google.auth import exceptions  # pylint: disable=import-outside-toplevel
+
     try:
-        with open(candidate, encoding='utf-8') as f:
-            ours = bool(_OUR_SETUP.search(f.read()))
-    except OSError:
-        ours = False
-    if not ours:
+        google.auth.default()
+    except exceptions.DefaultCredentialsError:
         raise ValueError(
-            f'Dataflow workers install imageshards from its setup.py, and there is none in '
-            f'{_SOURCE_ROOT} (the package was installed from a wheel or an sdist): pass '
-            f'--setup_file PATH/setup.py of an imageshards source checkout of the same version, '
-            f'or install one with `pip install -e CHECKOUT`'
-        )
-    return candidate
+            'Dataflow needs Google Cloud credentials and none were found: run '
+            '`gcloud auth application-default login`, or set GOOGLE_APPLICATION_CREDENTIALS '
+            'to the key file of a service account'
+        ) from None
 
 
 def _stage_this_package(pipeline_options):
-    """Defaults `--setup_file` to this package's setup.py, so that workers can import it."""
+    """Stages this package for the Dataflow workers: a --setup_file or an imageshards
+    --extra_package the options name, else the checkout's setup.py."""
     setup = pipeline_options.view_as(SetupOptions)
-    if setup.setup_file:
+    given = [
+        distribution.package_file(path, '--extra_package')
+        for path in setup.extra_packages or []
+        if os.path.basename(path).startswith('imageshards-')
+    ]
+    if setup.setup_file or given:
         return
-    setup.setup_file = package_setup_file()
+    setup.setup_file = distribution.checkout_setup_py()
+    if setup.setup_file is None:
+        raise ValueError(distribution.no_source('--extra_package'))
     _LOG.info('staging %s for the Dataflow workers (--setup_file)', setup.setup_file)
 
 

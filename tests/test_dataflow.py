@@ -5,6 +5,8 @@ The inputs and the output live on a local GCS emulator; the package's sdist is r
 
 import json
 import os
+import subprocess
+import sys
 import tarfile
 import tempfile
 
@@ -14,6 +16,8 @@ from apache_beam.options.pipeline_options import StandardOptions
 from apache_beam.options.pipeline_options import WorkerOptions
 from apache_beam.portability.api import beam_runner_api_pb2
 
+import imageshards
+from imageshards import distribution
 from pipelines import build
 from pipelines import options
 from pipelines import runner
@@ -113,12 +117,50 @@ def test_local_paths_are_refused_on_dataflow(gcs, images, tmp_path):
         _dry_run(gcs, '--input', images, '--output', str(tmp_path / 'out'))
 
 
-def test_without_a_setup_py_the_error_says_what_to_pass(tmp_path, monkeypatch):
+DATAFLOW = [
+    '--runner=DataflowRunner',
+    '--project=imageshards-test',
+    '--region=us-central1',
+    '--temp_location=gs://imageshards-test/tmp',
+]
+
+
+@pytest.mark.usefixtures('gcs')  # for the credentials it provides
+def test_an_install_without_its_source_stages_the_package_it_is_given(tmp_path, monkeypatch):
     # As installed from a wheel or an sdist: the packages, and no setup.py beside them.
-    monkeypatch.setattr(runner, '_SOURCE_ROOT', str(tmp_path))
-    dataflow = ['--runner=DataflowRunner', '--project=imageshards-test', '--region=us-central1']
-    dataflow.append('--temp_location=gs://imageshards-test/tmp')
-    with pytest.raises(ValueError, match='--setup_file'):
-        runner.make_pipeline(dataflow)
-    given = runner.make_pipeline([*dataflow, f'--setup_file={CONFIG}'])
+    monkeypatch.setattr(distribution, 'SOURCE_ROOT', str(tmp_path))
+    with pytest.raises(ValueError, match='pass --extra_package PATH of the imageshards'):
+        runner.make_pipeline(DATAFLOW)
+    given = runner.make_pipeline([*DATAFLOW, f'--setup_file={CONFIG}'])
     assert given.options.view_as(SetupOptions).setup_file == CONFIG
+    wheel = tmp_path / f'imageshards-{imageshards.__version__}-py3-none-any.whl'
+    wheel.write_bytes(b'zip')
+    staged = runner.make_pipeline([*DATAFLOW, f'--extra_package={wheel}']).options
+    assert staged.view_as(SetupOptions).setup_file is None
+    assert staged.view_as(SetupOptions).extra_packages == [str(wheel)]
+    older = tmp_path / 'imageshards-0.0.1.tar.gz'
+    older.write_bytes(b'tar')
+    with pytest.raises(ValueError, match='is imageshards 0.0.1, but this is'):
+        runner.make_pipeline([*DATAFLOW, f'--extra_package={older}'])
+
+
+def test_without_credentials_dataflow_stops_at_once_in_one_line(tmp_path):
+    environment = {k: v for k, v in os.environ.items() if not k.startswith(('GOOGLE_', 'GCE_'))}
+    # Nowhere to find credentials: no gcloud configuration, and a metadata server that refuses.
+    environment.update(
+        HOME=str(tmp_path),
+        CLOUDSDK_CONFIG=str(tmp_path / 'gcloud'),
+        GCE_METADATA_HOST='127.0.0.1:9',
+        GCE_METADATA_IP='127.0.0.1:9',
+    )
+    command = [sys.executable, '-m', 'pipelines.build', '--input', 'gs://b/images']
+    command += ['--output', 'gs://b/shards', *DATAFLOW, '--dry_run=True']
+    # Beam's clients would retry for minutes without credentials: the timeout fails the test.
+    done = subprocess.run(
+        command, cwd=REPOSITORY, env=environment, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2
+    lines = [line for line in (done.stdout + done.stderr).splitlines() if 'ERROR' in line]
+    assert len(lines) == 1 and 'Traceback' not in done.stderr
+    assert 'Dataflow needs Google Cloud credentials and none were found' in lines[0]
+    assert 'gcloud auth application-default login' in lines[0]

@@ -29,6 +29,8 @@ BROKEN = {
 }
 
 
+# The TFDS metadata of a build with no label levels (imageshards/tfds_metadata.py).
+TFDS_FILES = ['dataset_info.json', 'features.json', 'image.class.label.labels.txt']
 # The tf.Transform output, written locally by TensorFlow and copied up by Finalize.
 TRANSFORM_FILES = [
     'transform_fn/saved_model.pb',
@@ -166,7 +168,14 @@ def test_a_gs_output_holds_the_build_and_no_temporary_files(gcs, tree_builds):
     prefix = gcs.name(remote_out)
     assert gcs.names(prefix) == sorted(
         f'{prefix}/{name}'
-        for name in ['_SUCCESS', 'dataset.json', 'rejected.jsonl', *shards, *TRANSFORM_FILES]
+        for name in [
+            '_SUCCESS',
+            'dataset.json',
+            'rejected.jsonl',
+            *shards,
+            *TFDS_FILES,
+            *TRANSFORM_FILES,
+        ]
     )
     assert json.loads(gcs.read(f'{remote_out}/dataset.json'))['analysis']['label_counts']
 
@@ -223,7 +232,7 @@ def test_overwrite_and_refusal_of_a_non_empty_gs_output(gcs, tmp_path):
             'reused/rejected.jsonl',
             'reused/train/train-00000-of-00002.tfrecord',
             'reused/train/train-00001-of-00002.tfrecord',
-            *(f'reused/{name}' for name in TRANSFORM_FILES),
+            *(f'reused/{name}' for name in TFDS_FILES + TRANSFORM_FILES),
         ]
     )
     assert gcs.read(f'{out}/keep.txt') == b'mine'

@@ -7,7 +7,9 @@ import socket
 
 import pytest
 
+import imageshards
 from imageshards import cli
+from imageshards import distribution
 from trainer import config as config_lib
 from trainer import submit
 
@@ -146,6 +148,45 @@ def test_a_cpu_job_has_neither_accelerators_nor_cuda_wheels(capsys):
     assert pool['machineSpec'] == {'machineType': 'n2-standard-8'}
     assert len(pool['pythonPackageSpec']['packageUris']) == 1
     assert '--require-gpu' not in pool['pythonPackageSpec']['args']
+
+
+def test_a_built_package_is_what_the_replicas_install(capsys, tmp_path):
+    wheel = _write(tmp_path / f'imageshards-{imageshards.__version__}-py3-none-any.whl', 'zip')
+    job = _dry_run(capsys, '--dry-run', *REQUIRED, '--accelerator-count', '0', '--package', wheel)
+    (pool,) = job['jobSpec']['workerPoolSpecs']
+    (uri,) = pool['pythonPackageSpec']['packageUris']
+    assert uri.startswith('gs://my-staging/staging/') and uri.endswith(
+        '/' + os.path.basename(wheel)
+    )
+
+
+def test_an_install_without_its_source_asks_for_a_package(capsys, caplog, tmp_path, monkeypatch):
+    # As installed from a wheel or an sdist: the packages, and no setup.py beside them.
+    monkeypatch.setattr(distribution, 'SOURCE_ROOT', str(tmp_path))
+    flags = [*REQUIRED, '--dry-run', '--config', os.path.join(CONFIGS, 'vertex_job.yaml')]
+    assert submit.main(flags) == 2
+    assert 'so there is no setup.py to build the package its jobs install: pass --package PATH' in (
+        caplog.text
+    )
+    sdist = _write(tmp_path / f'imageshards-{imageshards.__version__}.tar.gz', 'tar')
+    job = _dry_run(capsys, *flags, '--accelerator-count', '0', '--package', sdist)
+    (pool,) = job['jobSpec']['workerPoolSpecs']
+    assert pool['pythonPackageSpec']['packageUris'][0].endswith('/' + os.path.basename(sdist))
+
+
+@pytest.mark.parametrize(
+    'name, message',
+    [
+        ('other-0.1.0.tar.gz', 'is not an imageshards wheel or sdist'),
+        ('imageshards-0.0.1-py3-none-any.whl', 'is imageshards 0.0.1, but this is'),
+        (f'imageshards-{imageshards.__version__}.tar.gz', 'does not exist'),
+    ],
+)
+def test_a_package_that_is_not_this_imageshards_is_refused(caplog, tmp_path, name, message):
+    if 'does not exist' not in message:
+        _write(tmp_path / name, 'bytes')
+    assert submit.main([*REQUIRED, '--dry-run', '--package', str(tmp_path / name)]) == 2
+    assert message in caplog.text
 
 
 @pytest.mark.parametrize('name', ['train_smoke.yaml', 'train_local.yaml', 'train_vertex.yaml'])

@@ -3,7 +3,8 @@
 Vertex AI runs a "Python training application" on one of its prebuilt training containers: on
 every replica it pip-installs the packages named in `package_uris` (with their requirements)
 and runs `python -m trainer.task ARGS`. This command builds that package, the sdist of this
-checkout's setup.py, uploads it under --staging-bucket and creates the CustomJob with the
+checkout's setup.py (or takes the wheel or sdist given as --package, which an install from a
+wheel or an sdist needs), uploads it under --staging-bucket and creates the CustomJob with the
 google-cloud-aiplatform SDK. With --dry-run it builds the sdist and the job, prints the job as
 JSON and uploads and submits nothing.
 
@@ -27,13 +28,11 @@ import time
 import uuid
 
 from imageshards import configfile
+from imageshards import distribution
 from trainer import config as trainer_config
 
 _LOG = logging.getLogger(__name__)
 
-# The checkout this module runs from: its setup.py is what the job installs.
-_SOURCE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DEFAULT_CONFIG = os.path.join(_SOURCE_ROOT, 'configs', 'vertex_job.yaml')
 # python_package_spec runs on Vertex AI's prebuilt training containers only.
 _PREBUILT = re.compile(
     r'^([a-z0-9-]+-docker\.pkg\.dev/vertex-ai/training|gcr\.io/cloud-aiplatform/training)/'
@@ -49,7 +48,7 @@ def build_arg_parser():
         'after `--`.',
     )
     add = parser.add_argument
-    add('--config', default=DEFAULT_CONFIG, help='YAML with defaults for these flags')
+    add('--config', help='YAML with defaults for these flags (default: configs/vertex_job.yaml)')
     add('--project', required=True, help='Google Cloud project of the job')
     add('--region', required=True, help='Vertex AI region, e.g. us-central1')
     add('--staging-bucket', required=True, help='gs://BUCKET[/PATH] for the uploaded package')
@@ -76,6 +75,11 @@ def build_arg_parser():
         help="with GPUs: also install this TensorFlow's CUDA libraries from PyPI (docs/vertex.md)",
     )
     add('--train-config', default='', help="trainer YAML (relative paths: to --config's folder)")
+    add(
+        '--package',
+        help='a built imageshards wheel or sdist to install on the replicas (default: the sdist '
+        'of the checkout this runs from; an install from a wheel or an sdist needs one)',
+    )
     add('--dry-run', action='store_true', help='print the job as JSON; upload and submit nothing')
     return parser
 
@@ -89,6 +93,9 @@ def parse_args(argv):
         passthrough = []
     parser = build_arg_parser()
     known, _ = parser.parse_known_args(argv)
+    if known.config is None:  # the shipped default, looked up only when no --config is given
+        known.config = distribution.default_config('vertex_job.yaml')
+        parser.set_defaults(config=known.config)
     beside_config = lambda path: os.path.join(os.path.dirname(known.config), path)
     configfile.apply_defaults(parser, argv, convert={'train_config': beside_config})
     return parser.parse_args(argv), passthrough
@@ -198,14 +205,18 @@ def worker_pool_specs(args, package_uris, flags):
     return specs
 
 
-def build_sdist(dist_dir, source_root=_SOURCE_ROOT):
+def job_package(args, dist_dir):
+    """The imageshards package file the replicas install: --package, or this checkout's sdist."""
+    if args.package:
+        return distribution.package_file(args.package, '--package')
+    if distribution.checkout_setup_py() is None:
+        raise ValueError(distribution.no_source('--package'))
+    return build_sdist(dist_dir)
+
+
+def build_sdist(dist_dir, source_root=distribution.SOURCE_ROOT):
     """Builds the sdist of the setup.py in `source_root` into `dist_dir`; returns its path."""
     setup_py = os.path.join(source_root, 'setup.py')
-    if not os.path.exists(setup_py):
-        raise ValueError(
-            f'submit-training uploads the sdist of an imageshards checkout, and {source_root} '
-            f'has no setup.py (installed from a wheel or an sdist?): run it from a checkout'
-        )
     done = subprocess.run(
         [sys.executable, setup_py, '--quiet', 'sdist', '--dist-dir', dist_dir],
         cwd=source_root,
@@ -284,7 +295,7 @@ def submit(args, passthrough, out=None):
         'imageshards-train-%Y%m%d-%H%M%S', time.gmtime()
     )
     with tempfile.TemporaryDirectory(prefix='imageshards-submit-') as dist_dir:
-        packages = [build_sdist(dist_dir)]
+        packages = [job_package(args, dist_dir)]
         if args.accelerator_count and args.install_cuda:
             packages.append(build_cuda_sdist(dist_dir))
         staging = staging_dir(args.staging_bucket)
