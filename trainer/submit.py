@@ -27,6 +27,7 @@ import time
 import uuid
 
 from imageshards import configfile
+from imageshards import console
 from trainer import config as trainer_config
 
 _LOG = logging.getLogger(__name__)
@@ -312,7 +313,7 @@ def submit(args, passthrough, out=None):
 
 
 def main(argv=None):
-    logging.basicConfig(level=logging.INFO, format='%(asctime)s %(levelname)s %(message)s')
+    console.configure_logging()
     try:
         args, passthrough = parse_args(sys.argv[1:] if argv is None else argv)
         submit(args, passthrough)
