@@ -16,6 +16,7 @@ import tensorflow_datasets as tfds
 # TFDS finds a builder through its module's package: the class may not live in __main__.
 from bench import tfds_image_tree
 
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('root')

@@ -10,7 +10,8 @@ this project's own lines only:
   to cuInit`), which no setting reaches, are dropped on their way out: file descriptor 2 of
   this process, and so of every process it starts (Beam's local workers), is a pipe read by a
   thread that forwards every other line;
-- the Python loggers of Beam, TensorFlow, absl, Keras and tf.Transform log warnings only.
+- the Python loggers of Beam, TensorFlow, absl, Keras and tf.Transform log warnings only,
+  and libraries' Python warnings are not shown.
 """
 
 import atexit
@@ -66,11 +67,14 @@ def configure_logging(verbose=False, filters=()):
     for log_filter in filters:
         handler.addFilter(log_filter)
     root.addHandler(handler)
+    logging.captureWarnings(True)
     root.setLevel(logging.INFO if verbose else logging.WARNING)
     for name in OUR_PACKAGES:
         logging.getLogger(name).setLevel(logging.INFO)
     for name in _THIRD_PARTY:
         logging.getLogger(name).setLevel(logging.INFO if verbose else logging.WARNING)
+    # Libraries' Python warnings (Keras' TensorBoard callback warns on every run) are theirs.
+    logging.getLogger('py.warnings').setLevel(logging.WARNING if verbose else logging.ERROR)
     return handler
 
 

@@ -30,7 +30,8 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
         if (
             '%(default)' in text
             or not action.option_strings
-            or default in (None, '', (), [], False, argparse.SUPPRESS)
+            or default is False
+            or default in (None, '', (), [], argparse.SUPPRESS)
             or isinstance(action, argparse._StoreConstAction)  # pylint: disable=protected-access
         ):
             return text
