@@ -281,6 +281,13 @@ def _write_listing(scan, config, output_dir, listing_path, dry_run):
         )
         for level, names in summary.label_levels.items():
             _LOG.info('label level %s: %s', level, console.plural(len(names), 'name'))
+        if summary.manifest_splits:
+            _LOG.info(
+                "the manifest's split column places %s itself (%s), whatever --splits says; "
+                '--splits divides the rest',
+                console.plural(sum(summary.manifest_splits.values()), 'input'),
+                ', '.join(f'{split} {n:,}' for split, n in summary.manifest_splits.items()),
+            )
         if len(summary.labels) == 1:
             _LOG.warning(
                 'every input has the label %r: a classifier cannot learn from one class, and '
