@@ -132,11 +132,7 @@ def build_arg_parser():
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     parser = build_arg_parser()
-    try:
-        config_lib.apply_trainer_yaml(parser, argv)
-    except ValueError as e:
-        parser.error(str(e))
-    args = parser.parse_args(argv)
+    args = config_lib.parse_with_trainer_yaml(parser, argv)
     if args.patches_per_image and args.patch_size < 1:
         parser.error('--patches-per-image needs --patch-size')
     console.configure_logging(args.verbose)

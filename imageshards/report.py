@@ -265,12 +265,7 @@ def build_arg_parser():
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    parser = build_arg_parser()
-    try:
-        config_lib.apply_trainer_yaml(parser, argv)
-    except ValueError as e:
-        parser.error(str(e))
-    args = parser.parse_args(argv)
+    args = config_lib.parse_with_trainer_yaml(build_arg_parser(), argv)
     console.configure_logging(args.verbose)
     try:
         path, metrics = report(

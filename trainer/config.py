@@ -271,3 +271,12 @@ def apply_trainer_yaml(parser, argv):
     parser.set_defaults(
         **{key: trainer.get_default(key) for key in named if key in own and key != 'config'}
     )
+
+
+def parse_with_trainer_yaml(parser, argv):
+    """A tool's flags, defaulting to the trainer YAML's settings (a wrong file: usage error)."""
+    try:
+        apply_trainer_yaml(parser, argv)
+    except ValueError as e:
+        parser.error(str(e))
+    return parser.parse_args(argv)
