@@ -173,3 +173,28 @@ def test_words():
     assert console.duration(4.24) == '4.2 s'
     assert console.duration(187) == '3 min 07 s'
     assert console.duration(7500) == '2 h 05 min'
+
+
+def test_ctrl_c_stops_training_in_one_line_keeping_its_checkpoints(color_builds, tmp_path):
+    job = tmp_path / 'job'
+    process = subprocess.Popen(
+        [sys.executable, '-m', 'trainer.task', '--data', str(color_builds['examples'])]
+        + ['--job-dir', str(job), '--epochs', '1000', '--image-size', '16', '--batch-size', '8'],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPOSITORY,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 120
+    while not (job / 'checkpoints' / 'checkpoint').exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    os.killpg(process.pid, signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err
+    lines = err.strip().splitlines()
+    assert lines[-1] == (
+        f'interrupted: the checkpoints in {job}/checkpoints are kept; rerun the same command to '
+        f'resume from the last one'
+    )
+    assert all(OUR_LOG_LINE.match(line) for line in lines[:-1]), err

@@ -41,6 +41,7 @@ def main(argv=None):
     if metrics.get('preempted'):
         _LOG.warning('stopped at step %d on SIGTERM; rerun to resume', metrics['steps'])
         return train.PREEMPTED_EXIT_CODE
+    _LOG.info('final metrics: %s', metrics)  # every worker's (only the chief writes the file)
     print(summary(metrics, config.job_dir))
     return 0
 
