@@ -24,6 +24,7 @@ REQUIRED = [
     'google-crc32c>=1.5',
     'numpy>=1.26',
     'pyyaml>=6',
+    'rich>=13',  # progress displays (imageshards/progress.py)
     'matplotlib>=3.8,<4',  # imageshards report and preview (figures, Agg backend)
 ]
 

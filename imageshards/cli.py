@@ -1,8 +1,12 @@
 """The `imageshards` command: one subcommand per tool, each a thin hand-off to its module."""
 
+import difflib
 import importlib
 import sys
 
+import imageshards
+
+INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
 # command -> (module whose main(argv) runs it, what it does)
 COMMANDS = {
     'build': ('pipelines.build', 'globally shuffle labeled images into balanced TFRecord shards'),
@@ -34,7 +38,7 @@ COMMANDS = {
 
 
 def usage():
-    lines = ['usage: imageshards <command> [flags]', '', 'commands:']
+    lines = ['usage: imageshards <command> [flags]   (or: imageshards --version)', '', 'commands:']
     lines += [f'  {name:<17}{summary}' for name, (_, summary) in COMMANDS.items()]
     lines += ['', "`imageshards <command> --help` describes a command's flags."]
     return '\n'.join(lines)
@@ -45,12 +49,23 @@ def main(argv=None):
     if not argv or argv[0] in ('-h', '--help'):
         print(usage())
         return 0 if argv else 2
+    if argv[0] in ('--version', '-V'):
+        print(f'imageshards {imageshards.__version__}')
+        return 0
     command, rest = argv[0], argv[1:]
     if command not in COMMANDS:
-        print(f'imageshards: unknown command {command!r}\n\n{usage()}', file=sys.stderr)
+        close = difflib.get_close_matches(command, list(COMMANDS), n=1)
+        hint = f' (did you mean {close[0]}?)' if close else ''
+        print(f'imageshards: unknown command {command!r}{hint}\n\n{usage()}', file=sys.stderr)
         return 2
     # Imported on demand: `imageshards verify` need not load Beam, nor `build` TensorFlow.
-    return importlib.import_module(COMMANDS[command][0]).main(rest)
+    module = importlib.import_module(COMMANDS[command][0])
+    try:
+        # A module's `command` is what a person runs (the build's isolates its workers).
+        return getattr(module, 'command', module.main)(rest)
+    except KeyboardInterrupt:
+        print(f'imageshards {command}: interrupted', file=sys.stderr)
+        return INTERRUPTED_EXIT_CODE
 
 
 if __name__ == '__main__':

@@ -5,7 +5,11 @@ mapping of options handed on to another layer (Beam's pipeline options under `be
 comes back as `--key=value` arguments to put before the command line's own.
 """
 
+import argparse
+
 import yaml
+
+from imageshards import flags
 
 
 def load(path):
@@ -16,33 +20,56 @@ def load(path):
     return {str(key).replace('-', '_'): value for key, value in loaded.items()}
 
 
-def apply_defaults(parser, argv, passthrough_key=None, convert=None):
+def apply_defaults(parser, argv, passthrough_key=None, convert=None, ignore=()):
     """Sets the defaults of `parser` from the file named by `--config` in `argv`, if any.
+
+    Every value is checked as the flag's own value would be (its type and choices), so that a
+    wrong one is refused naming the file and the key, as on the command line.
 
     Args:
         parser: an argparse parser with a `--config` flag.
         argv: the command line.
         passthrough_key: a top-level key whose mapping is returned as `--key=value` arguments.
-        convert: {flag: function} applied to the file's values of those flags.
+        convert: {flag: function} applied to the file's values of those flags (instead of the
+            flag's type).
+        ignore: keys the file may hold that `parser` has no flag for (another command's).
     Returns:
         The pass-through arguments (empty without a file or the key).
     Raises:
-        ValueError: the file names a key that is not a flag of `parser`.
+        ValueError: the file names a key that is not a flag of `parser`, or a wrong value.
     """
     known, _ = parser.parse_known_args(argv)
     if not getattr(known, 'config', None):
         return []
     values = load(known.config)
     passthrough = values.pop(passthrough_key, None) or {} if passthrough_key else {}
-    flags = {action.dest for action in parser._actions}  # pylint: disable=protected-access
-    unknown = sorted(set(values) - flags)
+    actions = {action.dest: action for action in parser._actions}  # pylint: disable=protected-access
+    unknown = sorted(set(values) - set(actions) - set(ignore))
     if unknown:
-        raise ValueError(f'{known.config}: unknown keys {unknown}')
-    for flag, function in (convert or {}).items():
-        if flag in values and values[flag] is not None:
-            values[flag] = function(values[flag])
-    parser.set_defaults(**values)
+        suggestion = flags.closest(unknown[0], [dest for dest in actions if dest != 'help'])
+        hint = f' (did you mean {suggestion}?)' if suggestion else ''
+        raise ValueError(f'{known.config}: unknown keys {unknown}{hint}')
+    checked = {}
+    for key, value in values.items():
+        if key in actions and value is not None:
+            checked[key] = _checked(known.config, actions[key], value, (convert or {}).get(key))
+    parser.set_defaults(**checked)
     return [f'--{key}={value}' for key, value in passthrough.items()]
+
+
+def _checked(path, action, value, convert):
+    """A file's value of a flag, converted and checked like the flag's own; ValueError if bad."""
+    try:
+        if convert:
+            value = convert(value)
+        elif action.type and not isinstance(value, (list, tuple, dict)):
+            value = action.type(value if isinstance(value, str) else str(value))
+    except (ValueError, TypeError, argparse.ArgumentTypeError) as e:
+        raise ValueError(f'{path}: {action.dest}: {flags.without_flag(e)}') from None
+    if action.choices is not None and value not in action.choices:
+        choices = ', '.join(str(choice) for choice in action.choices)
+        raise ValueError(f'{path}: {action.dest}: {value!r} is not one of {choices}')
+    return value
 
 
 def _read_text(path):

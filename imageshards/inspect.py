@@ -14,11 +14,11 @@ import argparse
 import collections
 import hashlib
 import itertools
-import logging
 import sys
 
 from apache_beam.io.filesystem import CompressionTypes
 
+from imageshards import console
 from imageshards import features
 from imageshards import records
 from imageshards import tfrecord
@@ -208,7 +208,7 @@ def main(argv=None):
         '--scan', type=int, default=1000, help='records to read for the schema; 0 reads all'
     )
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format='%(levelname)s %(message)s')
+    console.configure_logging()
     try:
         if records.is_build(args.path):
             paths, display = _build_files(args.path, args.split)

@@ -6,25 +6,29 @@ across images as in training), each captioned with its label text and record id,
 labels, crops that miss the object or too strong augmentation show at a glance. Patches are
 scaled up with nearest-neighbour sampling so that their pixels stay visible.
 
+Its defaults are the trainer's (no augmentation, 224 px, `--crop-area auto` for the split's
+size), and `--config` takes the trainer's YAML, so that the grid shows what that training sees.
+
 Example:
-    imageshards preview out/ --augment standard --out grid.png
+    imageshards preview out/ --config configs/train_smoke.yaml --out grid.png
 """
 
-import argparse
 import dataclasses
 import io
-import logging
 import math
 import posixpath
 import sys
 
 import numpy as np
-import tensorflow as tf
 from matplotlib.figure import Figure
 
+from imageshards import console
+from imageshards import flags
 from trainer import config as config_lib
-from trainer import input as input_lib
-from trainer.dataset_info import DatasetInfo
+
+# TensorFlow (and the trainer's input pipeline) are imported where used, so that `--help` and
+# argument errors come at once.
+# pylint: disable=import-outside-toplevel
 
 GRID = 5  # images per row and column
 _MIN_SHOWN = 96  # pixels: smaller images (patches) are repeated up to at least this size
@@ -48,9 +52,15 @@ def training_images(data_dir, split='train', *, count=GRID * GRID, **dataset_arg
         split: the split to read.
         count: how many; fewer if the split yields fewer.
         **dataset_args: make_dataset's arguments and options (seed, image_size, augment,
-            patches_per_image, patch_size, ...), as the trainer passes them.
+            patches_per_image, patch_size, ...), as the trainer passes them; an `area_range`
+            of 'auto' is resolved for the split's size, as the trainer does.
     """
+    from trainer import input as input_lib
+    from trainer.dataset_info import DatasetInfo
+
     info = DatasetInfo.load(data_dir)
+    if dataset_args.get('area_range') == 'auto':
+        dataset_args['area_range'] = config_lib.resolve_crop_area('auto', info.num_records(split))
     available = info.num_records(split) * max(1, dataset_args.get('patches_per_image', 0))
     count = min(count, available)
     if not count:
@@ -86,26 +96,46 @@ def render(grid):
     return buffer.getvalue()
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(
-        prog='imageshards preview',
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+def build_arg_parser():
+    parser = flags.ArgumentParser(prog='imageshards preview', description=__doc__)
     add = parser.add_argument
+    trainer = config_lib.TrainConfig
     add('build', help='output directory of `imageshards build`')
-    add('--split', default='train', help='the split to read (default train)')
-    add('--augment', default='standard', help="as the trainer's --augment (default standard)")
-    add('--seed', type=int, default=0, help="the trainer's --seed")
-    add('--image-size', type=config_lib.parse_image_size, default=(224, 224), help='H,W or N')
-    add('--crop-area', type=config_lib.parse_range, default=(0.08, 1.0), help='min,max share')
-    add('--patches-per-image', type=int, default=0, help='K patches per image instead of crops')
-    add('--patch-size', type=int, default=0, help='side of a patch, with --patches-per-image')
+    add('--config', help="the trainer's YAML: its augmentation, image size, crops and patches")
+    add('--split', default=trainer.train_split, help='the split to read')
+    add('--augment', default=trainer.augment, help="as the trainer's --augment")
+    add('--seed', type=flags.integer(), default=trainer.seed, help="the trainer's --seed")
+    add(
+        '--image-size',
+        type=flags.words(config_lib.parse_image_size),
+        default=trainer.image_size,
+        help='H,W or N',
+    )
+    add(
+        '--crop-area',
+        type=flags.words(config_lib.parse_crop_area),
+        default=trainer.crop_area,
+        help="as the trainer's --crop-area",
+    )
+    add(
+        '--patches-per-image',
+        type=flags.integer(minimum=0),
+        default=0,
+        help='K patches per image instead of crops',
+    )
+    add('--patch-size', type=flags.integer(minimum=0), default=0, help='side of a patch')
     add('--out', help='PNG file to write (default BUILD/preview.png)')
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format='%(levelname)s %(message)s')
+    add('--verbose', action='store_true', help="also show TensorFlow's own log lines")
+    return parser
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_arg_parser()
+    args = config_lib.parse_with_trainer_yaml(parser, argv)
     if args.patches_per_image and args.patch_size < 1:
         parser.error('--patches-per-image needs --patch-size')
+    console.configure_logging(args.verbose)
     out = args.out or posixpath.join(args.build.rstrip('/'), 'preview.png')
     try:
         grid = training_images(
@@ -121,6 +151,8 @@ def main(argv=None):
     except (ValueError, FileNotFoundError) as e:
         print(f'imageshards preview: {e}', file=sys.stderr)
         return 2
+    import tensorflow as tf
+
     with tf.io.gfile.GFile(out, 'wb') as f:
         f.write(render(grid))
     print(out)

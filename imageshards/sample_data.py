@@ -11,6 +11,8 @@ import os
 import numpy as np
 from PIL import Image
 
+from imageshards import console
+
 _LOG = logging.getLogger(__name__)
 
 CLASS_NAMES = ('zero', 'one', 'two', 'three', 'four', 'five', 'six', 'seven', 'eight', 'nine')
@@ -40,7 +42,7 @@ def main(argv=None):
     parser.add_argument('--size', type=int, default=32, help='image side in pixels')
     parser.add_argument('--limit', type=int, default=None, help='write only the first N digits')
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format='%(asctime)s %(levelname)s %(message)s')
+    console.configure_logging()
     count = write_digits(args.out_dir, args.size, args.limit)
     _LOG.info('wrote %d digit images in 10 class folders under %s', count, args.out_dir)
     return 0

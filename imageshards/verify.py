@@ -25,11 +25,12 @@ import collections
 import concurrent.futures
 import hashlib
 import logging
-import os
 import time
 import typing
 
+from imageshards import console
 from imageshards import features
+from imageshards import progress
 from imageshards import records
 from imageshards import tfds_metadata
 from imageshards import tfrecord
@@ -360,8 +361,10 @@ def verify(output_dir, max_problems=20, io_threads=8, batch_size=128):
     if problems.total:
         return problems.total
     print(
-        f'verifying {output_dir}: {dataset["format"]} build, {len(dataset["labels"])} labels, '
-        f'{dataset["counts"]["written"]:,} records in {len(dataset["splits"])} splits',
+        f'verifying {output_dir}: {dataset["format"]} build, '
+        f'{console.plural(len(dataset["labels"]), "label")}, '
+        f'{console.plural(dataset["counts"]["written"], "record")} in '
+        f'{console.plural(len(dataset["splits"]), "split")}',
         flush=True,
     )
     for where, problem in records.accounting_problems(output_dir, dataset):
@@ -379,30 +382,32 @@ def verify(output_dir, max_problems=20, io_threads=8, batch_size=128):
         output_dir, dataset, _RecordChecker(dataset, problems), problems, batch_size
     )
     try:
-        decoded = _check_images(reader.batches(), images, problems)
+        with progress.Display() as display:
+            total = dataset['counts']['written']
+            decoded = _check_images(reader.batches(), images, problems, display, total)
     finally:
         images.close()
     _print_summary(reader.totals, decoded, time.perf_counter() - started, problems)
     return problems.total
 
 
-def _check_images(batches, images, problems):
+def _check_images(batches, images, problems, display, total):
     """Runs the image checks on the batches, in order; returns how many images were decoded."""
-    decoded, last_log = 0, time.monotonic()
+    decoded = 0
+    display.update('checking', 0, total, unit='images')
     with concurrent.futures.ThreadPoolExecutor(_DECODERS) as pool:
         for found, count in bounded_map(pool, images.check, batches, 2 * _DECODERS):
             for where, offset, message in found:
                 problems.add(where, message, offset)
             decoded += count
-            if time.monotonic() - last_log > 30:
-                _LOG.info('decoded and checked %d images', decoded)
-                last_log = time.monotonic()
+            display.update('checking', decoded, total, unit='images')
     return decoded
 
 
 def _print_summary(totals, decoded, seconds, problems):
     lines = [
-        f'  {split}: {t["shards"]:,} shards, {t["records"]:,} records, {t["bytes"]:,} bytes read'
+        f'  {split}: {console.plural(t["shards"], "shard")}, '
+        f'{console.plural(t["records"], "record")}, {t["bytes"]:,} bytes read'
         for split, t in totals.items()
     ]
     lines.append(
@@ -430,7 +435,5 @@ def main(argv=None):
         '--io-threads', type=int, default=8, help='threads reading the images of a paths build'
     )
     args = parser.parse_args(argv)
-    # TensorFlow's C++ INFO lines (oneDNN, CUDA probing) drown the report.
-    os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '1')
-    logging.basicConfig(level=logging.INFO, format='%(asctime)s %(levelname)s %(message)s')
+    console.configure_logging()
     return 1 if verify(args.output, args.max_problems, args.io_threads) else 0

@@ -23,6 +23,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 import uuid
 
 import apache_beam as beam
@@ -32,12 +33,15 @@ from apache_beam.options.pipeline_options import GoogleCloudOptions
 from apache_beam.options.pipeline_options import StandardOptions
 from apache_beam.options.pipeline_options import TestOptions
 
+from imageshards import console
 from imageshards import features
+from imageshards import supervise
 from pipelines import blocks
 from pipelines import finalize
 from pipelines import inputs
 from pipelines import listing as listing_lib
 from pipelines import options
+from pipelines import progress
 from pipelines import runner
 from pipelines import transform_output
 from pipelines.analyze import AnalyzeSplit
@@ -242,6 +246,7 @@ def run(argv=None, test_pipeline=None):
     With `--dry_run` (DataflowRunner), builds the job without submitting it, leaves the output
     as it was and returns None.
     """
+    started = time.monotonic()
     config, beam_args = options.parse_build_args(argv)
     for flag, path in (('--input', config.input), ('--output', config.output)):
         if inputs.redact(path) != path:  # before any message could repeat the secret
@@ -281,8 +286,10 @@ def run(argv=None, test_pipeline=None):
     after = config.analyze and not analysis_in_pipeline(pipeline, config) and not dry_run
     if after:  # while the workers work, so that the TFT output waits for no import
         transform_output.import_meanwhile()
+    watched = runner.shuffles_in_memory(pipeline) and not dry_run
     try:
-        result = _launch(pipeline, listing_path, on_dataflow, dry_run)
+        with progress.Watch({progress.VALIDATE: summary.num_inputs}, _UNITS, enabled=watched):
+            result = _launch(pipeline, listing_path, on_dataflow, dry_run)
         if result is None:
             _LOG.info('--dry_run: built the job without running it; %s is as it was', output_dir)
             return None
@@ -292,7 +299,7 @@ def run(argv=None, test_pipeline=None):
     finally:
         if transform_dir:
             shutil.rmtree(transform_dir, ignore_errors=True)
-    _report(result, dataset, output_dir)
+    _report(result, dataset, output_dir, time.monotonic() - started)
     return dataset
 
 
@@ -319,14 +326,27 @@ def _write_listing(scan, config, output_dir, listing_path, dry_run):
         local = os.path.join(scratch, 'listing.jsonl')
         summary = listing_lib.write_listing_file(scan, local, config.chunk_size, config.input)
         _LOG.info(
-            'listed %d inputs with %d labels (skipped %d files: %s)',
-            summary.num_inputs,
-            len(summary.labels),
-            summary.num_skipped,
-            summary.skipped,
+            'listed %s with %s (skipped %s%s)',
+            console.plural(summary.num_inputs, 'input'),
+            console.plural(len(summary.labels), 'label'),
+            console.plural(summary.num_skipped, 'file'),
+            f': {summary.skipped}' if summary.num_skipped else '',
         )
         for level, names in summary.label_levels.items():
-            _LOG.info('label level %s: %d names', level, len(names))
+            _LOG.info('label level %s: %s', level, console.plural(len(names), 'name'))
+        if summary.manifest_splits:
+            _LOG.info(
+                "the manifest's split column places %s itself (%s), whatever --splits says; "
+                '--splits divides the rest',
+                console.plural(sum(summary.manifest_splits.values()), 'input'),
+                ', '.join(f'{split} {n:,}' for split, n in summary.manifest_splits.items()),
+            )
+        if len(summary.labels) == 1:
+            _LOG.warning(
+                'every input has the label %r: a classifier cannot learn from one class, and '
+                'the trainer refuses such a build; give images of two or more labels',
+                summary.labels[0],
+            )
         finalize.prepare_output(output_dir, config.overwrite, dry_run=dry_run)
         listing_lib.copy_listing(local, listing_path)
     return summary
@@ -359,7 +379,7 @@ def _delete_listing(listing_path):
         finalize.delete_if_present(path)
 
 
-def _report(result, dataset, output_dir):
+def _report(result, dataset, output_dir, seconds):
     counters = {}
     try:
         for counter in result.metrics().query(MetricsFilter().with_namespace(NAMESPACE))[
@@ -369,7 +389,7 @@ def _report(result, dataset, output_dir):
             counters[counter.key.metric.name] = counters.get(counter.key.metric.name, 0) + value
     except Exception:  # pylint: disable=broad-except
         _LOG.warning('the runner reported no metrics; dataset.json has the counts')
-    lines = [f'imageshards build: {output_dir}']
+    lines = [f'imageshards build: {output_dir} in {console.duration(seconds)}']
     lines += [f'  counter {name:<28} {value:>12,}' for name, value in sorted(counters.items())]
     counts = dataset['counts']
     lines.append(
@@ -377,7 +397,10 @@ def _report(result, dataset, output_dir):
         '{duplicates:,}; skipped {skipped:,} non-image files'.format(**counts)
     )
     for split, info in dataset['splits'].items():
-        lines.append(f'  {split}: {info["num_records"]:,} records in {info["num_shards"]} shards')
+        records, shards = info['num_records'], info['num_shards']
+        lines.append(
+            f'  {split}: {console.plural(records, "record")} in {console.plural(shards, "shard")}'
+        )
     if counts['rejected']:
         lines.append(
             f'  rejected by reason: {counts["rejected_by_reason"]} (see {finalize.REJECTED_JSONL})'
@@ -394,17 +417,60 @@ def _report(result, dataset, output_dir):
         )
 
 
+_UNITS = {progress.VALIDATE: 'images', progress.WRITE: 'records'}
+
+
 def main(argv=None):
-    # TensorFlow's C++ INFO lines (oneDNN, CUDA probing) drown the build's own output.
-    os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '1')
-    runner.configure_logging()
+    """`imageshards build` in this process (see `command` for the one a person runs)."""
+    argv = sys.argv[1:] if argv is None else argv
+    console.configure_logging(verbose='--verbose' in argv, filters=[runner.worker_log_filter()])
     try:
-        run(sys.argv[1:] if argv is None else argv)
+        run(argv)
     except (ValueError, FileExistsError, FileNotFoundError) as e:
         _LOG.error('%s', e)
         return 2
+    except KeyboardInterrupt:
+        print(_interrupted(argv), file=sys.stderr)
+        return supervise.INTERRUPTED_EXIT_CODE
     return 0
 
 
+def command(argv):
+    """The build as a command: in a child process that Ctrl-C ends cleanly, with its workers."""
+    if os.environ.get(supervise.ENV):
+        return main(argv)
+    return supervise.run_supervised('pipelines.build', argv, lambda: _interrupted(argv))
+
+
+def _interrupted(argv):
+    """The line Ctrl-C leaves: what is left where, and how to go on."""
+    try:
+        output = _absolute(options.build_arg_parser().parse_known_args(argv)[0].output or '')
+    except SystemExit:
+        output = ''
+    if not output:
+        return 'imageshards build: interrupted'
+    if not runner.is_local(_flag_value(argv, '--runner')):
+        return (
+            f'imageshards build: interrupted; a job already submitted to a remote runner goes on '
+            f'and finishes {output} itself (cancel it in its console)'
+        )
+    return (
+        f'imageshards build: interrupted; the unfinished build is in '
+        f'{finalize.join(output, finalize.TEMP_DIR)} (no {finalize.SUCCESS}): rerun the same '
+        f'command with --overwrite to build again'
+    )
+
+
+def _flag_value(argv, flag):
+    """The value of `flag` in `argv` (`--flag=value` or `--flag value`), or None."""
+    for i, arg in enumerate(argv):
+        if arg.startswith(flag + '='):
+            return arg.split('=', 1)[1]
+        if arg == flag and i + 1 < len(argv):
+            return argv[i + 1]
+    return None
+
+
 if __name__ == '__main__':
-    sys.exit(main())
+    sys.exit(command(sys.argv[1:]))

@@ -112,7 +112,17 @@ class ListingCounts:
             scan.base,
             max(self._groups.values(), default=0),
             self.label_levels(scan.levels),
+            self.manifest_splits,
         )
+
+    @property
+    def manifest_splits(self):
+        """{split: images} that a manifest's split column places (not by --splits)."""
+        placed = collections.Counter()
+        for (split, _), images in self._groups.items():
+            if split:
+                placed[split] += images
+        return dict(sorted(placed.items()))
 
 
 class ListingSummary(typing.NamedTuple):
@@ -122,6 +132,7 @@ class ListingSummary(typing.NamedTuple):
     base: str
     largest_group: int  # images of the most common (manifest split, label)
     label_levels: dict = {}  # level -> sorted names (ids are positions), in level order
+    manifest_splits: dict = {}  # split -> images a manifest's split column places
 
     @property
     def num_skipped(self):

@@ -119,51 +119,51 @@ def _read_csv_rows(f, manifest, columns):
         except StopIteration:
             return
         except csv.Error as e:  # e.g. a field over the csv module's size limit
-            yield None, f'unreadable CSV row: {e}'
+            yield None, f'unreadable CSV row: {e}', reader.line_num
             continue
+        # The file's line where the row ends: its line, but for quoted line breaks.
+        line = reader.line_num
         if None in row:
-            yield None, f'row has more fields than the header ({len(header)})'
+            yield None, f'row has more fields than the header ({len(header)})', line
         elif None in row.values():
-            yield None, f'row has fewer fields than the header ({len(header)})'
+            yield None, f'row has fewer fields than the header ({len(header)})', line
         elif not all(is_utf8(value) for value in row.values()):
-            yield None, 'row is not valid UTF-8'
+            yield None, 'row is not valid UTF-8', line
         else:
-            yield row, ''
+            yield row, '', line
 
 
 def _read_jsonl_rows(f, manifest, columns):
     del manifest
-    for raw in f:
-        try:
-            line = raw.decode('utf-8-sig')
-        except UnicodeDecodeError as e:
-            yield None, f'line is not valid UTF-8: {e}'
-            continue
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except (ValueError, RecursionError) as e:
-            yield None, f'not valid JSON: {type(e).__name__}: {e}'
-            continue
-        if not isinstance(row, dict):
-            yield None, f'expected a JSON object, got {type(row).__name__}'
-            continue
-        unknown = sorted(
-            key for key in row if key not in MANIFEST_COLUMNS and not columns.is_level(key)
-        )
-        if unknown:
-            yield None, f'unknown keys {unknown}; expected {list(MANIFEST_COLUMNS)}, label/<level>'
-            continue
-        nested = sorted(key for key, value in row.items() if isinstance(value, (dict, list)))
-        if nested:
-            yield None, f'{nested} must be strings, not JSON objects or arrays'
-            continue
-        level_problems = [columns.key_problem(key) for key in row if columns.is_level(key)]
-        if any(level_problems):
-            yield None, '; '.join(problem for problem in level_problems if problem)
-            continue
-        yield {key: '' if value is None else str(value) for key, value in row.items()}, ''
+    for number, raw in enumerate(f, start=1):
+        if raw.strip():  # blank lines are no rows
+            yield *_jsonl_row(raw, columns), number
+
+
+def _jsonl_row(raw, columns):
+    """(row, '') of a usable JSONL line, or (None, what is wrong with it)."""
+    try:
+        line = raw.decode('utf-8-sig')
+    except UnicodeDecodeError as e:
+        return None, f'line is not valid UTF-8: {e}'
+    try:
+        row = json.loads(line)
+    except (ValueError, RecursionError) as e:
+        return None, f'not valid JSON: {type(e).__name__}: {e}'
+    if not isinstance(row, dict):
+        return None, f'expected a JSON object, got {type(row).__name__}'
+    unknown = sorted(
+        key for key in row if key not in MANIFEST_COLUMNS and not columns.is_level(key)
+    )
+    if unknown:
+        return None, f'unknown keys {unknown}; expected {list(MANIFEST_COLUMNS)}, label/<level>'
+    nested = sorted(key for key, value in row.items() if isinstance(value, (dict, list)))
+    if nested:
+        return None, f'{nested} must be strings, not JSON objects or arrays'
+    level_problems = [columns.key_problem(key) for key in row if columns.is_level(key)]
+    if any(level_problems):
+        return None, '; '.join(problem for problem in level_problems if problem)
+    return {key: '' if value is None else str(value) for key, value in row.items()}, ''
 
 
 def _check_columns(header, manifest):
@@ -185,16 +185,24 @@ def _manifest_entries(manifest, read_rows, confinement, columns):
 
     Finding duplicate rows keeps each row's path until the end (about 0.1 KB per row).
     """
-    first_row_of = {}
+    first_line_of = {}
     with FileSystems.open(manifest) as f:
-        for entry_id, (row, problem) in enumerate(read_rows(f, manifest, columns)):
-            entry = _manifest_entry(entry_id, row, problem, manifest, confinement, first_row_of)
+        for entry_id, (row, problem, line) in enumerate(read_rows(f, manifest, columns)):
+            entry = _manifest_entry(
+                (entry_id, line), row, problem, manifest, confinement, first_line_of
+            )
             yield entry._replace(levels=columns.values(row)) if row and columns.levels else entry
 
 
-def _manifest_entry(entry_id, row, problem, manifest, confinement, first_row_of):
-    """One manifest row as an InputEntry; rows that cannot be used carry a reason."""
-    row_ref = f'{manifest}#row={entry_id}'  # rows count from 0, after the header
+def _manifest_entry(position, row, problem, manifest, confinement, first_line_of):
+    """One manifest row as an InputEntry; rows that cannot be used carry a reason.
+
+    Args:
+        position: (the row's id: rows count from 0, after a CSV's header; the file's line
+            number of the row, from 1, which messages name).
+    """
+    entry_id, line = position
+    row_ref = f'{manifest}#line={line}'
     if row is None:
         return InputEntry(entry_id, row_ref, row_ref, '', reject='malformed_row', detail=problem)
     raw_path = (row.get('path') or '').strip()
@@ -212,16 +220,16 @@ def _manifest_entry(entry_id, row, problem, manifest, confinement, first_row_of)
         )
     entry = InputEntry(entry_id, path, key, label, split)
     if not label:
-        return entry._replace(reject='empty_label', detail=f'row {entry_id} has an empty label')
+        return entry._replace(reject='empty_label', detail=f'line {line} has an empty label')
     if split and not SPLIT_NAME.match(split):
         return entry._replace(
             reject='invalid_split', detail=f'split {split!r} is not a usable folder name'
         )
-    if path in first_row_of:
+    if path in first_line_of:
         return entry._replace(
-            reject='duplicate_row', detail=f'same path as row {first_row_of[path]}'
+            reject='duplicate_row', detail=f'same path as line {first_line_of[path]}'
         )
-    first_row_of[path] = entry_id
+    first_line_of[path] = line
     return entry
 
 

@@ -6,12 +6,12 @@ file given with `--config` supplies defaults for both: its top-level keys are th
 (with underscores) and its `beam:` mapping holds pipeline options. The command line wins.
 """
 
-import argparse
 import dataclasses
 import re
 
 from imageshards import configfile
 from imageshards import features
+from imageshards import flags
 
 SPLIT_NAME = re.compile(r'^[A-Za-z0-9][A-Za-z0-9_.-]*$')
 # A label level names features (image/label/<level>), dataset.json keys and the trainer's heads.
@@ -108,37 +108,12 @@ def parse_label_levels(text):
     return levels
 
 
-def _positive_int(text):
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f'expected a positive integer, got {text}')
-    return value
-
-
-def _positive_float(text):
-    value = float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f'expected a positive number, got {text}')
-    return value
-
-
-def _argument(parse):
-    """`parse` as an argparse type: its ValueError becomes a usage error with the message."""
-
-    def convert(text):
-        try:
-            return parse(text)
-        except ValueError as e:
-            raise argparse.ArgumentTypeError(str(e)) from None
-
-    return convert
-
-
 def build_arg_parser():
-    parser = argparse.ArgumentParser(
+    parser = flags.ArgumentParser(
         prog='imageshards build',
         description='Globally shuffle labeled images into balanced TFRecord shards (Apache Beam). '
-        'Unrecognised flags (--runner, --direct_num_workers, --project, ...) go to Beam.',
+        "Beam's pipeline options (--runner, --direct_num_workers, --project, ...) go to Beam; "
+        'any other flag is an error.',
     )
     parser.add_argument(
         '--config', help='YAML file with defaults for these flags and a beam: mapping'
@@ -155,18 +130,20 @@ def build_arg_parser():
         default=features.EXAMPLES,
         help='examples: image bytes in tf.train.Example; paths: shuffled path manifests',
     )
-    parser.add_argument('--seed', type=int, default=0, help='shuffle and split seed')
+    parser.add_argument('--seed', type=flags.integer(), default=0, help='shuffle and split seed')
     parser.add_argument(
         '--splits',
-        type=parse_splits,
+        type=flags.words(parse_splits),
         default=(('train', 1.0),),
         help='e.g. train=0.8,val=0.1,test=0.1 (a manifest split column wins)',
     )
     shards = parser.add_mutually_exclusive_group()
-    shards.add_argument('--num-shards', type=_positive_int, default=0, help='shards per split')
+    shards.add_argument(
+        '--num-shards', type=flags.integer(minimum=1), default=0, help='shards per split'
+    )
     shards.add_argument(
         '--shard-size-mb',
-        type=_positive_float,
+        type=flags.number(above=0),
         default=DEFAULT_SHARD_SIZE_MB,
         help='target shard size in MB of image bytes (default %(default)s)',
     )
@@ -182,13 +159,13 @@ def build_arg_parser():
     )
     parser.add_argument(
         '--max-pixels',
-        type=_positive_int,
+        type=flags.integer(minimum=1),
         default=BuildConfig.max_pixels,
         help='reject images declaring more pixels than this (decompression bombs)',
     )
     parser.add_argument(
         '--io-threads',
-        type=_positive_int,
+        type=flags.integer(minimum=1),
         default=BuildConfig.io_threads,
         help='concurrent reads and checks per worker (default: 1 for local inputs, 32 for gs://)',
     )
@@ -209,7 +186,7 @@ def build_arg_parser():
     )
     parser.add_argument(
         '--label-levels',
-        type=_argument(parse_label_levels),
+        type=flags.words(parse_label_levels),
         default=(),
         help='label levels, coarse to fine, e.g. family,species: a tree takes them from nested '
         'folders (<root>/<family>/<species>/...); a manifest has label/<level> columns',
@@ -228,7 +205,7 @@ def build_arg_parser():
     )
     parser.add_argument(
         '--analysis-size',
-        type=_positive_int,
+        type=flags.integer(minimum=1),
         default=BuildConfig.analysis_size,
         help='side of the square every image is resized to for the pixel mean and standard '
         'deviation (default %(default)s)',
@@ -240,14 +217,14 @@ def build_arg_parser():
     )
     parser.add_argument(
         '--analysis-sample',
-        type=_positive_int,
+        type=flags.integer(minimum=1),
         default=BuildConfig.analysis_sample,
         help='images of the analysis split whose pixels are measured: a fixed sample chosen by '
         'seed and key; dataset.json states the standard errors (default %(default)s)',
     )
     parser.add_argument(
         '--transform-image-size',
-        type=_positive_int,
+        type=flags.integer(minimum=1),
         default=BuildConfig.transform_image_size,
         help='side of the normalized image the tf.Transform graph makes of a record '
         '(default %(default)s)',
@@ -260,47 +237,82 @@ def build_arg_parser():
     )
     parser.add_argument(
         '--chunk-size',
-        type=_positive_int,
+        type=flags.integer(minimum=1),
         default=BuildConfig.chunk_size,
         help='images per work item',
+    )
+    parser.add_argument(
+        '--verbose',
+        action='store_true',
+        help="also show Beam's, TensorFlow's and the workers' own log lines",
     )
     return parser
 
 
-def _yaml_defaults(path):
-    defaults = configfile.load(path)
-    beam = defaults.pop('beam', None) or {}
-    if 'splits' in defaults and not isinstance(defaults['splits'], tuple):
-        splits = defaults['splits']
-        if isinstance(splits, dict):
-            splits = ','.join(f'{k}={v}' for k, v in splits.items())
-        defaults['splits'] = parse_splits(splits)
-    if 'label_levels' in defaults:
-        defaults['label_levels'] = parse_label_levels(defaults['label_levels'])
-    if isinstance(defaults.get('allow_roots'), str):
-        defaults['allow_roots'] = [defaults['allow_roots']]
-    beam_args = [f'--{key}={value}' for key, value in beam.items()]
-    return defaults, beam_args
+def _yaml_splits(value):
+    """A YAML `splits:` value: `train=0.8,val=0.2` or a mapping {train: 0.8, val: 0.2}."""
+    if isinstance(value, dict):
+        value = ','.join(f'{name}={fraction}' for name, fraction in value.items())
+    return parse_splits(value)
+
+
+def beam_option_names():
+    """Every flag of Beam's PipelineOptions classes (`--runner`, `--direct_num_workers`, ...)."""
+    return [name for action in _beam_parser()._actions for name in action.option_strings]  # pylint: disable=protected-access
+
+
+def _beam_parser():
+    """A parser of every pipeline option, as Beam's PipelineOptions.get_all_options builds it."""
+    # pylint: disable=import-outside-toplevel,protected-access
+    from apache_beam.options import pipeline_options
+
+    parser = pipeline_options._BeamArgumentParser(allow_abbrev=False)
+    classes = {str(cls): cls for cls in pipeline_options.PipelineOptions.__subclasses__()}
+    for cls in classes.values():
+        cls._add_argparse_args(parser)
+    return parser
+
+
+def check_beam_args(parser, beam_args):
+    """Exits with a usage error naming the first of `beam_args` that no pipeline option knows.
+
+    Beam itself only warns about a flag it does not know and goes on without it: a misspelt
+    imageshards flag (`--num_shards 4`) would build with the default instead.
+    """
+    _, unknown = _beam_parser().parse_known_args(beam_args)
+    if unknown:
+        parser.error(
+            flags.unknown_argument_message(
+                unknown,
+                parser.flag_names(),
+                beam_option_names(),
+                elsewhere=" (a flag must be imageshards build's or one of Beam's pipeline options)",
+            )
+        )
 
 
 def parse_build_args(argv):
     """Returns (BuildConfig, beam_args) from a command line."""
     parser = build_arg_parser()
-    known, _ = parser.parse_known_args(argv)
-    config_beam_args = []
-    if known.config:
-        defaults, config_beam_args = _yaml_defaults(known.config)
-        valid = {action.dest for action in parser._actions}  # pylint: disable=protected-access
-        unknown = sorted(set(defaults) - valid)
-        if unknown:
-            raise ValueError(f'{known.config}: unknown keys {unknown}')
-        parser.set_defaults(**defaults)
+    config_beam_args = configfile.apply_defaults(
+        parser,
+        argv,
+        passthrough_key='beam',
+        convert={
+            'splits': _yaml_splits,
+            'label_levels': parse_label_levels,
+            'allow_roots': lambda roots: [roots] if isinstance(roots, str) else list(roots),
+        },
+    )
     args, beam_args = parser.parse_known_args(argv)
     for flag in ('input', 'output'):
         if not getattr(args, flag):
             parser.error(f'--{flag} is required (on the command line or in --config)')
+    # Config-file pipeline options first, so the same flag on the command line overrides them.
+    beam_args = config_beam_args + beam_args
+    check_beam_args(parser, beam_args)
     values = vars(args)
     values.pop('config')
+    values.pop('verbose')
     values['allow_roots'] = tuple(values['allow_roots'] or ())
-    # Config-file pipeline options first, so the same flag on the command line overrides them.
-    return BuildConfig(**values), config_beam_args + beam_args
+    return BuildConfig(**values), beam_args

@@ -8,6 +8,8 @@ import json
 import logging
 import os
 import re
+import shutil
+import weakref
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import DirectOptions
@@ -21,6 +23,7 @@ from apache_beam.runners.portability.fn_api_runner import fn_runner
 from apache_beam.runners.portability.portable_runner import JobServiceHandle
 from google.protobuf import text_format
 
+from imageshards import console
 from imageshards import distribution
 
 _LOG = logging.getLogger(__name__)
@@ -54,21 +57,21 @@ def make_pipeline(beam_args):
         defaults.append('--sdk_harness_log_level_overrides=' + json.dumps({'pipelines': 'INFO'}))
     pipeline_options = PipelineOptions([*beam_args, *defaults])
     runner = pipeline_options.view_as(StandardOptions).runner
-    if runner not in (None, 'DirectRunner'):
+    if not is_local(runner):
         remote_options = PipelineOptions(beam_args)
         if is_dataflow(runner):
             check_credentials()
             _stage_this_package(remote_options)
-        return beam.Pipeline(options=remote_options)
+        return _removing_tempdir(beam.Pipeline(options=remote_options))
     direct = pipeline_options.view_as(DirectOptions)
     if '--direct_running_mode' not in given:
         direct.direct_running_mode = 'multi_processing'
     if '--direct_num_workers' not in given and direct.direct_running_mode != 'in_memory':
         direct.direct_num_workers = os.cpu_count() or 1
     _LOG.info(
-        'running on the DirectRunner (FnApiRunner): %s with %d workers',
+        'running on the DirectRunner (FnApiRunner): %s with %s',
         direct.direct_running_mode,
-        direct.direct_num_workers,
+        console.plural(direct.direct_num_workers, 'worker'),
     )
     # As Beam's DirectRunner does: workers read the pipeline options (log levels among them)
     # from the provision info.
@@ -76,9 +79,29 @@ def make_pipeline(beam_args):
     provision = fn_runner.ExtendedProvisionInfo(
         beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded)
     )
-    return beam.Pipeline(
-        runner=fn_runner.FnApiRunner(provision_info=provision), options=pipeline_options
+    # Workers log at their own levels; what they forward arrives through this logger.
+    logging.getLogger('apache_beam.runners.portability.local_job_service').setLevel(logging.INFO)
+    return _removing_tempdir(
+        beam.Pipeline(
+            runner=fn_runner.FnApiRunner(provision_info=provision), options=pipeline_options
+        )
     )
+
+
+def _removing_tempdir(pipeline):
+    """`pipeline`, whose local temporary folder goes when it does.
+
+    A Pipeline makes a `beam-pipeline-temp*` folder as it is created and removes it at the end
+    of `run()`: a build that fails before running (a refused output directory, inputs that
+    cannot be listed) would leave it behind.
+    """
+    weakref.finalize(pipeline, shutil.rmtree, pipeline.local_tempdir, True)
+    return pipeline
+
+
+def is_local(runner):
+    """Whether a `--runner` value (None: not given) runs the pipeline on this machine."""
+    return runner in (None, 'DirectRunner')
 
 
 def shuffles_in_memory(pipeline):
@@ -158,14 +181,6 @@ class _CondenseWorkerLogs(logging.Filter):
         return True
 
 
-def configure_logging():
-    """INFO for this package, warnings for Beam's own machinery, readable worker lines."""
-    logging.basicConfig(level=logging.INFO, format='%(asctime)s %(levelname)s %(message)s')
-    logging.getLogger('apache_beam').setLevel(logging.WARNING)
-    # The analysis' libraries log every schema feature and SavedModel asset at INFO.
-    for name in ('absl', 'tensorflow', 'tensorflow_transform'):
-        logging.getLogger(name).setLevel(logging.WARNING)
-    # ... but for what local worker processes log (the workers choose their own levels).
-    logging.getLogger('apache_beam.runners.portability.local_job_service').setLevel(logging.INFO)
-    for handler in logging.getLogger().handlers:
-        handler.addFilter(_CondenseWorkerLogs())
+def worker_log_filter():
+    """A logging filter that turns the local workers' forwarded LogEntries into plain lines."""
+    return _CondenseWorkerLogs()

@@ -27,6 +27,7 @@ from PIL import Image
 from imageshards import features
 from pipelines import blocks
 from pipelines import images
+from pipelines import progress
 from pipelines.blocks import ImageMeta
 from pipelines.inputs import is_uri
 from pipelines.listing import read_work_item
@@ -96,31 +97,6 @@ def reencoded_path(output_dir, sha256):
     return FileSystems.join(output_dir, 'reencoded', f'{sha256}.png')
 
 
-class _Progress:
-    """Logs validation progress of this worker process every `interval` seconds."""
-
-    def __init__(self, total, interval=10.0):
-        self._total, self._interval = total, interval
-        self._lock = threading.Lock()
-        self._done = 0
-        self._start = self._last = time.monotonic()
-
-    def add(self, n):
-        with self._lock:
-            self._done += n
-            now = time.monotonic()
-            if now - self._last < self._interval:
-                return
-            self._last = now
-            rate = self._done / max(now - self._start, 1e-9)
-            _LOG.info(
-                'validated %d of %d inputs in this worker (%.0f images/s)',
-                self._done,
-                self._total,
-                rate,
-            )
-
-
 def level_ids(entry, levels, allow_missing):
     """The label level ids of an entry, in level order; raises MissingLevel where one has no
     value, unless `allow_missing` (then its id is -1).
@@ -172,7 +148,6 @@ class _ValidateChunk(beam.DoFn):
         self._store = store
         self._reencode_dir = reencode_dir  # set for `paths` builds
         self._pool = None
-        self._progress = None
         self._listed = beam.metrics.Metrics.counter(NAMESPACE, 'listed')
         self._valid = beam.metrics.Metrics.counter(NAMESPACE, 'validated')
         self._reencoded = beam.metrics.Metrics.counter(NAMESPACE, 'reencoded')
@@ -182,7 +157,6 @@ class _ValidateChunk(beam.DoFn):
         Image.MAX_IMAGE_PIXELS = self._max_pixels
         if self._io_threads > 1:
             self._pool = concurrent.futures.ThreadPoolExecutor(self._io_threads)
-        self._progress = _Progress(self._total)
 
     def teardown(self):
         if self._pool:
@@ -199,7 +173,7 @@ class _ValidateChunk(beam.DoFn):
                 beam.metrics.Metrics.counter(NAMESPACE, f'rejected_{outcome["reason"]}').inc()
                 yield beam.pvalue.TaggedOutput(REJECTED, outcome)
         self._valid.inc(len(valid))
-        self._progress.add(len(entries))
+        progress.advance(progress.VALIDATE, len(entries))
         if valid:
             yield from self._store.put('validated', [blocks.pack(valid)])
 

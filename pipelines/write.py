@@ -22,6 +22,7 @@ from imageshards import tfrecord
 from pipelines import blocks
 from pipelines import finalize
 from pipelines import images
+from pipelines import progress
 from pipelines.assign import order_key
 from pipelines.inputs import source_path
 from pipelines.validate import NAMESPACE
@@ -120,6 +121,7 @@ class _WriteShard(beam.DoFn):
         self._records.inc(len(metas))
         self._bytes.inc(num_bytes)
         self._shards.inc()
+        progress.advance(progress.WRITE, len(metas), total=sum(plan.num_records.values()))
         entry = {
             'split': split,
             'index': index,

@@ -5,6 +5,7 @@ import collections
 import csv
 import hashlib
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -293,8 +294,9 @@ def manifest_rows(tree):
 
 
 def test_csv_manifest_build_follows_row_order_and_split_column(
-    tree, manifest_rows, tmp_path_factory
+    tree, manifest_rows, tmp_path_factory, caplog
 ):
+    caplog.set_level(logging.INFO, logger='pipelines')
     manifest = tree / 'manifest.csv'
     with open(manifest, 'w', newline='', encoding='utf-8') as f:
         writer = csv.DictWriter(f, ['path', 'label', 'split'])
@@ -313,6 +315,12 @@ def test_csv_manifest_build_follows_row_order_and_split_column(
     manifest.unlink()
     records = _all_records(out, dataset)
     assert set(dataset['splits']) == {'train', 'val', 'test'}
+    said = [r.getMessage() for r in caplog.records if 'split column places' in r.getMessage()]
+    tests = sum(1 for row in manifest_rows[:-2] if row['split'] == 'test')
+    assert said == [
+        f"the manifest's split column places {tests} inputs itself (test {tests}), whatever "
+        '--splits says; --splits divides the rest'
+    ]
     for split, rs in records.items():
         for r in rs:
             row = manifest_rows[r[features.ID]]

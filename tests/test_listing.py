@@ -76,7 +76,11 @@ def test_csv_manifest_in_row_order_with_relative_paths_and_reasons(tmp_path):
         'malformed_row',
         '',
     ]
-    assert 'row 0' in entries[2].detail
+    # Named by the file's line (the header is line 1), as an editor shows it.
+    assert entries[2].detail == 'same path as line 2'
+    assert (
+        entries[3].path == f'{manifest}#line=5' and entries[4].detail == 'line 6 has an empty label'
+    )
     assert entries[7].path == 'gs://bucket/f.jpg'
     assert result.labels == ['cat', 'dog']
     # Without --allow-root, a manifest reads only below its own folder.
@@ -111,6 +115,7 @@ def test_jsonl_manifest_rejects_unknown_keys_and_bad_lines(tmp_path):
         '',
     ]
     assert 'colour' in entries[1].detail
+    assert [e.path for e in entries[1:4]] == [f'{manifest}#line={n}' for n in (3, 4, 5)]
     assert (entries[4].key, entries[4].split) == ('ü b.jpg', 'test')
 
 

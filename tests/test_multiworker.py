@@ -66,7 +66,8 @@ def _start(role, cluster, data, tmp_path, extra_flags=()):
         TF_CPP_VMODULE='tf_record_dataset_op=2',  # "Reading file: PATH" for every shard opened
     )
     log = open(tmp_path / f'{role}.log', 'w')  # closed by _wait
-    command = [sys.executable, '-m', 'trainer.task', '--data', str(data)]
+    # --verbose: TensorFlow's C++ log lines, which the test reads, are shown only then.
+    command = [sys.executable, '-m', 'trainer.task', '--verbose', '--data', str(data)]
     process = subprocess.Popen(
         [*command, '--job-dir', str(tmp_path / 'job'), *FLAGS, *extra_flags],
         env=env,

@@ -1,4 +1,5 @@
 import os
+import re
 
 import pytest
 
@@ -108,3 +109,46 @@ def test_allow_root_repeats_and_adds_to_the_config_file(tmp_path):
     assert not config.follow_symlinks
     plain, _ = options.parse_build_args(['--input', 'i', '--output', 'o', '--follow-symlinks'])
     assert (plain.allow_roots, plain.follow_symlinks) == ((), True)
+
+
+@pytest.mark.parametrize(
+    'argv, message',
+    [
+        (['--num_shards', '4'], 'unknown flag --num_shards: did you mean --num-shards?'),
+        (['--shard_size_mb=64'], 'unknown flag --shard_size_mb: did you mean --shard-size-mb?'),
+        (['--runer', 'DirectRunner'], 'unknown flag --runer: did you mean --runner?'),
+        (['stray'], "unexpected argument 'stray'"),
+    ],
+)
+def test_flags_neither_ours_nor_beams_are_refused_with_the_closest(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        options.parse_build_args(['--input', 'in', '--output', 'out', *argv])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_beam_options_in_the_config_file_are_checked_too(tmp_path, capsys):
+    config_file = tmp_path / 'build.yaml'
+    config_file.write_text('input: a\noutput: b\nbeam:\n  direct_num_workrs: 2\n')
+    with pytest.raises(SystemExit):
+        options.parse_build_args(['--config', str(config_file)])
+    assert 'did you mean --direct_num_workers?' in capsys.readouterr().err
+
+
+def test_a_bad_value_says_what_is_wrong_on_the_command_line_and_in_the_config(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        options.parse_build_args(['--input', 'a', '--output', 'b', '--splits', 'train=0.7,val=0.2'])
+    err = capsys.readouterr().err
+    assert 'argument --splits: fractions sum to 0.9, not 1' in err
+    assert 'invalid' not in err
+    config_file = tmp_path / 'build.yaml'
+    for text, message in [
+        ('splits: train=0.7,val=0.2', 'splits: fractions sum to 0.9, not 1'),
+        ('num_shards: 0', 'num_shards: must be 1 or more, got 0'),
+        ('seed: many', "seed: expected a whole number, got 'many'"),
+        ('format: jpeg', "format: 'jpeg' is not one of examples, paths"),
+        ('num_shard: 3', "unknown keys ['num_shard'] (did you mean num_shards?)"),
+    ]:
+        config_file.write_text(f'input: a\noutput: b\n{text}\n')
+        with pytest.raises(ValueError, match=re.escape(f'{config_file}: {message}')):
+            options.parse_build_args(['--config', str(config_file)])

@@ -5,6 +5,7 @@ import csv
 import itertools
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -118,12 +119,14 @@ def sorted_build(tmp_path_factory):
 
 @pytest.fixture(scope='module')
 def report_dir(sorted_build, tmp_path_factory):
-    """The report of `sorted_build`, through the command line. The baseline buffer keeps the
-    write-up's proportion (10,000 of 70,000 records)."""
+    """The report of `sorted_build`, through the command line, with the trainer's settings
+    from its YAML. The baseline buffer keeps the write-up's proportion by default."""
     out = tmp_path_factory.mktemp('report')
+    config = out / 'train.yaml'
+    config.write_text(f'model: small_cnn\nepochs: 30\nbatch_size: {BATCH}\nseed: {SEED}\n')
     status = cli.main(
         ['report', str(sorted_build), '--out', str(out), '--epochs', str(EPOCHS)]
-        + ['--batch-size', str(BATCH), '--seed', str(SEED), '--baseline-buffer', '285']
+        + ['--config', str(config)]
     )
     assert status == 0
     return out
@@ -133,6 +136,9 @@ def test_report_tells_a_real_shuffle_from_a_shuffle_buffer(report_dir):
     metrics = json.loads((report_dir / 'metrics.json').read_text())
     mine, baseline = metrics['imageshards'], metrics['baseline']
     n = CLASSES * PER_CLASS
+    # The write-up's 10,000-record buffer for 70,000 records, and the YAML's training settings.
+    assert metrics['baseline_buffer'] == round(n / 7) and not metrics['baseline_is_a_full_shuffle']
+    assert (metrics['batch_size'], metrics['seed']) == (BATCH, SEED)
     assert mine['records_per_epoch'] == baseline['records_per_epoch'] == n
     # What a uniformly random order gives (4 standard deviations), against the listing's trace.
     assert abs(mine['spearman_id_vs_position']) <= 4 / math.sqrt(n)
@@ -204,3 +210,28 @@ def test_skipping_decodes_keeps_the_order(color_builds, fmt, options):
     got = [(y.numpy().tolist(), i.numpy().tolist()) for y, i in undecoded]
     expected = [(y.numpy().tolist(), i.numpy().tolist()) for _, y, i in decoded]
     assert len(expected) > 10 and got == expected
+
+
+def test_a_baseline_buffer_holding_the_split_is_called_a_full_shuffle(
+    sorted_build, tmp_path, capsys
+):
+    status = cli.main(
+        ['report', str(sorted_build), '--out', str(tmp_path), '--epochs', '1']
+        + ['--baseline-buffer', '10000']
+    )
+    assert status == 0
+    printed = capsys.readouterr().out
+    assert re.search(r'^Spearman rho, id vs read position +-?\d', printed, re.M), printed
+    assert 'distinct labels per batch of 20' in printed
+    assert "note: the baseline's buffer of 10,000 records holds the whole split" in printed
+    assert 'full shuffle' in (tmp_path / 'report.md').read_text()
+
+
+def test_the_shard_heatmap_numbers_shards_and_labels_with_whole_numbers():
+    from imageshards import report_figures  # pylint: disable=import-outside-toplevel
+
+    one_shard = report_figures._shard_figure(np.array([[3, 4]]), ['a', 'b'], 'one')  # pylint: disable=protected-access
+    assert one_shard.axes[0].get_yticks().tolist() == [0]
+    many = report_figures._shard_figure(np.ones((3, 30), int), [str(i) for i in range(30)], 'x')  # pylint: disable=protected-access
+    ticks = many.axes[0].get_xticks()
+    assert all(float(t).is_integer() for t in ticks)

@@ -104,8 +104,28 @@ def test_a_rerun_resumes_from_the_last_checkpoint(color_builds, tmp_path):
     assert first['steps'] == per_epoch
     resumed = train_lib.train(_config(color_builds['examples'], tmp_path, '--epochs', '2'))
     assert resumed['steps'] == 2 * per_epoch  # continued, not restarted
+    written = (tmp_path / 'metrics.json').read_text()
     again = train_lib.train(_config(color_builds['examples'], tmp_path, '--epochs', '2'))
-    assert again['steps'] == 2 * per_epoch  # nothing left to do
+    assert again == resumed  # nothing left to do: the finished job's metrics, kept as they were
+    assert (tmp_path / 'metrics.json').read_text() == written
+
+
+@pytest.mark.parametrize(
+    'change, message',
+    [
+        (('--image-size', '24'), 'image size 32x32, not 24x24'),
+        (('--data', 'paths'), 'the build in .*color_examples.*/out, not the one now in'),
+    ],
+)
+def test_a_job_dir_of_another_run_is_refused_up_front(color_builds, tmp_path, change, message):
+    train_lib.train(_config(color_builds['examples'], tmp_path, '--epochs', '1'))
+    flags = list(change)
+    if flags[0] == '--data':
+        flags[1] = str(color_builds[flags[1]])
+    with pytest.raises(
+        ValueError, match=f'holds the checkpoints of a run on {message}.*new --job-dir'
+    ):
+        train_lib.train(_config(color_builds['examples'], tmp_path, '--epochs', '1', *flags))
 
 
 def test_phases_of_a_resumed_run():
@@ -136,3 +156,74 @@ def test_vertex_environment_chooses_the_output_folders(monkeypatch):
     monkeypatch.delenv('AIP_MODEL_DIR')
     assert config.resolved_model_dir == 'gs://b/job/model'
     assert config_lib.parse_image_size('160,224') == (160, 224)
+
+
+def test_help_shows_every_default_and_what_the_big_models_start_from():
+    parser = config_lib.build_arg_parser()
+    text = ' '.join(parser.format_help().split())
+    for action in parser._actions:  # pylint: disable=protected-access
+        takes_value = action.option_strings and action.nargs != 0
+        if takes_value and action.default not in (None, '', (), '==SUPPRESS=='):
+            shown = config_lib.flags._shown(action.default)  # pylint: disable=protected-access
+            assert f'default: {shown})' in text, action.dest
+    assert 'trained from scratch (random initial weights' in text
+
+
+def test_a_misspelt_or_wrong_flag_is_refused_in_words(capsys, tmp_path):
+    with pytest.raises(SystemExit):
+        config_lib.parse_train_args(['--data', 'd', '--job-dir', 'j', '--batch_size', '8'])
+    assert 'unknown flag --batch_size: did you mean --batch-size?' in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        config_lib.parse_train_args(['--data', 'd', '--job-dir', 'j', '--crop-area', '0.5'])
+    assert 'expected two numbers min,max such as 0.5,1' in capsys.readouterr().err
+    config = tmp_path / 'train.yaml'
+    config.write_text('epochs: many\n')
+    with pytest.raises(ValueError, match=f"{config}: epochs: expected a whole number, got 'many'"):
+        config_lib.parse_train_args(['--config', str(config), '--data', 'd', '--job-dir', 'j'])
+
+
+def test_the_crop_range_suits_the_training_set():
+    assert config_lib.resolve_crop_area('auto', 1_437) == (0.5, 1.0)
+    assert config_lib.resolve_crop_area('auto', 1_281_167) == (0.08, 1.0)  # ImageNet's recipe
+    assert config_lib.resolve_crop_area((0.2, 0.9), 10) == (0.2, 0.9)
+
+
+@pytest.fixture(scope='module')
+def digits_build(tmp_path_factory):
+    """scikit-learn's 1,797 digits (8x8, upscaled) in train, val and test splits."""
+    from imageshards import sample_data  # pylint: disable=import-outside-toplevel
+    from pipelines import build  # pylint: disable=import-outside-toplevel
+
+    tree = tmp_path_factory.mktemp('digits')
+    sample_data.write_digits(str(tree))
+    out = tmp_path_factory.mktemp('digits_build') / 'out'
+    build.run(
+        ['--input', str(tree), '--output', str(out), '--splits', 'train=0.8,val=0.1,test=0.1']
+        + ['--direct_running_mode=in_memory']
+    )
+    return out
+
+
+def test_defaults_train_a_small_set_well_and_evaluate_its_test_split(digits_build, tmp_path):
+    # The new user's run of issue 15: small_cnn, 28 px, 8 epochs, nothing else set.
+    flags = ['--data', str(digits_build), '--job-dir', str(tmp_path), '--image-size', '28']
+    metrics = train_lib.train(config_lib.parse_train_args([*flags, '--epochs', '8']))
+    assert metrics['crop_area'] == [0.5, 1.0]
+    assert metrics['accuracy'] >= 0.85, metrics  # 0.66 with ImageNet's 8% crops
+    # 180 images each: one of them is half a point.
+    assert (metrics['val_accuracy'] + metrics['test_accuracy']) / 2 >= 0.94, metrics
+    written = json.loads((tmp_path / 'metrics.json').read_text())
+    assert written['test_accuracy'] == pytest.approx(metrics['test_accuracy'])
+
+
+def test_one_class_is_warned_at_build_and_refused_at_training(tmp_path, caplog):
+    from pipelines import build  # pylint: disable=import-outside-toplevel
+
+    import images_for_tests  # pylint: disable=import-outside-toplevel
+
+    images_for_tests.write_tree(tmp_path / 'in', 8, ('only',))
+    out = tmp_path / 'out'
+    build.run(['--input', str(tmp_path / 'in'), '--output', str(out), '--no-analyze'])
+    assert "every input has the label 'only': a classifier cannot learn" in caplog.text
+    with pytest.raises(ValueError, match=r'only one label value \(only\): a classifier needs'):
+        train_lib.train(_config(out, tmp_path / 'job', '--epochs', '1'))

@@ -228,22 +228,23 @@ def test_a_bad_trainer_flag_stops_with_the_trainers_own_message(capsys):
     with pytest.raises(SystemExit) as stopped:
         submit.main([*REQUIRED, '--dry-run', '--', '--epochs', 'many'])
     assert stopped.value.code == 2
-    assert "python -m trainer.task: error: argument --epochs: invalid int value: 'many'" in (
-        capsys.readouterr().err
+    assert (
+        "python -m trainer.task: error: argument --epochs: expected a whole number, got 'many'"
+        in (capsys.readouterr().err)
     )
 
 
 def test_the_trainer_refuses_what_these_devices_cannot_run(tf, monkeypatch):
-    from trainer import train  # pylint: disable=import-outside-toplevel
+    from trainer import distribute  # pylint: disable=import-outside-toplevel
 
     if tf.config.list_physical_devices('GPU'):
         pytest.skip('a GPU is present')
     folders = ['--data', 'd', '--job-dir', 'j']
     with pytest.raises(ValueError, match='--require-gpu: TensorFlow sees no GPU'):
-        train.check_devices(config_lib.parse_train_args([*folders, '--require-gpu']))
+        distribute.check_devices(config_lib.parse_train_args([*folders, '--require-gpu']))
     xla = config_lib.parse_train_args([*folders, '--xla'])
-    train.check_devices(xla)  # one worker: XLA compiles for the CPU
+    distribute.check_devices(xla)  # one worker: XLA compiles for the CPU
     cluster = {'chief': ['127.0.0.1:1'], 'worker': ['127.0.0.1:2']}
     monkeypatch.setenv('TF_CONFIG', json.dumps({'cluster': cluster, 'task': {'type': 'chief'}}))
     with pytest.raises(ValueError, match='--xla with several workers needs GPUs'):
-        train.check_devices(xla)
+        distribute.check_devices(xla)

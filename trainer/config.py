@@ -6,13 +6,22 @@ goes to `AIP_MODEL_DIR`, checkpoints to `AIP_CHECKPOINT_DIR` and TensorBoard log
 given with `--config` holds defaults for any flag (with underscores); the command line wins.
 """
 
-import argparse
 import dataclasses
 import os
 import posixpath
 
 from imageshards import configfile
-from trainer.model import MODELS
+from imageshards import flags
+
+# The models of trainer/model.py; named here so that parsing flags imports no Keras.
+MODELS = ('small_cnn', 'resnet50', 'efficientnet_b0')
+# Random-resized crops: the ImageNet recipe keeps 8% to all of an image, which suits a large
+# training set of large images. A small one has few images to see varied, and crops that keep a
+# twelfth of an image hide what its label is about more often than they teach: below
+# LARGE_TRAINING_SET images, `auto` keeps half to all of each image.
+IMAGENET_CROP_AREA = (0.08, 1.0)
+SMALL_SET_CROP_AREA = (0.5, 1.0)
+LARGE_TRAINING_SET = 100_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,7 +38,8 @@ class TrainConfig:
     learning_rate: float = 1e-3
     train_split: str = 'train'
     val_split: str = 'val'  # skipped when the build has no such split
-    crop_area: tuple = (0.08, 1.0)  # random-resized crops cover this share of an image
+    test_split: str = 'test'  # evaluated once at the end, when the build has it
+    crop_area: tuple | str = 'auto'  # share of an image a random crop covers (resolve_crop_area)
     patches_per_image: int = 0
     patch_size: int = 0
     skip_bad_images: bool = False
@@ -44,6 +54,7 @@ class TrainConfig:
     model_dir: str = ''
     checkpoint_dir: str = ''
     log_dir: str = ''
+    verbose: bool = False
 
     @property
     def resolved_model_dir(self):
@@ -68,17 +79,27 @@ def _join(base, name):
     return posixpath.join(base.rstrip('/'), name)
 
 
+def resolve_crop_area(crop_area, train_records):
+    """The (min, max) crop area for `crop_area` ('auto' or a range) and a training split size."""
+    if crop_area != 'auto':
+        return tuple(crop_area)
+    return IMAGENET_CROP_AREA if train_records >= LARGE_TRAINING_SET else SMALL_SET_CROP_AREA
+
+
 def parse_image_size(text):
     """`224`, `224,224` or `160,224` -> (height, width)."""
     if isinstance(text, (list, tuple)):
         parts = list(text)
     else:
         parts = [part for part in str(text).replace('x', ',').split(',') if part.strip()]
-    sizes = tuple(int(part) for part in parts)
+    try:
+        sizes = tuple(int(part) for part in parts)
+    except ValueError:
+        sizes = ()
     if len(sizes) == 1:
         sizes = sizes * 2
     if len(sizes) != 2 or min(sizes) < 1:
-        raise argparse.ArgumentTypeError(f'--image-size: expected H,W or one number, got {text}')
+        raise ValueError(f'expected H,W or one number of pixels, got {text!r}')
     return sizes
 
 
@@ -87,51 +108,80 @@ def parse_label_levels(text):
     names = text if isinstance(text, (list, tuple)) else str(text).split(',')
     levels = tuple(str(name).strip() for name in names if str(name).strip())
     if len(set(levels)) != len(levels) or any('/' in level for level in levels):
-        raise argparse.ArgumentTypeError(f'--label-levels: expected unique level names, got {text}')
+        raise ValueError(f'expected unique level names without /, got {text!r}')
     return levels
 
 
 def parse_range(text):
     """`0.5,1` -> (0.5, 1.0), within (0, 1]."""
-    low, high = (
-        float(part) for part in (text if isinstance(text, (list, tuple)) else str(text).split(','))
-    )
+    parts = text if isinstance(text, (list, tuple)) else str(text).split(',')
+    try:
+        low, high = (float(part) for part in parts)
+    except ValueError:
+        raise ValueError(f'expected two numbers min,max such as 0.5,1, got {text!r}') from None
     if not 0 < low <= high <= 1:
-        raise argparse.ArgumentTypeError(f'expected 0 < min <= max <= 1, got {text}')
+        raise ValueError(f'expected 0 < min <= max <= 1, got {text!r}')
     return (low, high)
 
 
+def parse_crop_area(text):
+    """`auto` or a range (parse_range)."""
+    return 'auto' if str(text).strip() == 'auto' else parse_range(text)
+
+
+_MODEL_HELP = (
+    'small_cnn: three conv blocks, for quick runs; resnet50, efficientnet_b0: keras.applications '
+    'models trained from scratch (random initial weights, nothing downloaded)'
+)
+_CROP_HELP = (
+    'min,max share of an image a training crop keeps, or auto: 0.5,1 for a training split under '
+    f'{LARGE_TRAINING_SET:,} images, the ImageNet recipe 0.08,1 from there on'
+)
+
+
 def build_arg_parser():
-    parser = argparse.ArgumentParser(
+    parser = flags.ArgumentParser(
         prog='python -m trainer.task',
         description='Train an image classifier on the shards of an imageshards build.',
     )
     add = parser.add_argument
+    count, positive = flags.integer(minimum=1), flags.number(above=0)
     add('--config', help='YAML file with defaults for these flags')
     add('--data', help='output directory of `imageshards build` (local, gs:// or /gcs/...)')
     add('--job-dir', help='where the model, checkpoints, logs and metrics.json go')
-    add('--model', choices=MODELS, default=TrainConfig.model)
-    add('--epochs', type=int, default=TrainConfig.epochs)
-    add('--batch-size', type=int, default=TrainConfig.batch_size, help='global batch size')
-    add('--image-size', type=parse_image_size, default=TrainConfig.image_size, help='H,W or N')
-    add('--steps-per-epoch', type=int, default=0, help='override the count from dataset.json')
+    add('--model', choices=MODELS, default=TrainConfig.model, help=_MODEL_HELP)
+    add('--epochs', type=count, default=TrainConfig.epochs, help='passes over the training split')
+    add('--batch-size', type=count, default=TrainConfig.batch_size, help='global batch size')
+    add(
+        '--image-size',
+        type=flags.words(parse_image_size),
+        default=TrainConfig.image_size,
+        help='H,W or N: the size images are cropped and resized to',
+    )
+    add(
+        '--steps-per-epoch',
+        type=flags.integer(minimum=0),
+        default=0,
+        help="0: from the split's record count in dataset.json",
+    )
     add(
         '--augment',
         default=TrainConfig.augment,
         help="'none', 'standard', or name[=value],... (see trainer/augment.py)",
     )
-    add('--seed', type=int, default=0)
-    add('--learning-rate', type=float, default=TrainConfig.learning_rate)
-    add('--train-split', default=TrainConfig.train_split)
-    add('--val-split', default=TrainConfig.val_split)
+    add('--seed', type=flags.integer(), default=0, help='fixes initial weights, order and crops')
+    add('--learning-rate', type=positive, default=TrainConfig.learning_rate, help='Adam')
+    add('--train-split', default=TrainConfig.train_split, help='the split to train on')
+    add('--val-split', default=TrainConfig.val_split, help='evaluated each epoch, if present')
+    add('--test-split', default=TrainConfig.test_split, help='evaluated at the end, if present')
+    add('--crop-area', type=flags.words(parse_crop_area), default='auto', help=_CROP_HELP)
     add(
-        '--crop-area',
-        type=parse_range,
-        default=TrainConfig.crop_area,
-        help='min,max share of an image a training crop covers (default 0.08,1)',
+        '--patches-per-image',
+        type=flags.integer(minimum=0),
+        default=0,
+        help='K random patches per image instead of one crop (0: crops)',
     )
-    add('--patches-per-image', type=int, default=0, help='K random patches per image')
-    add('--patch-size', type=int, default=0)
+    add('--patch-size', type=flags.integer(minimum=0), default=0, help='side of a patch')
     add(
         '--skip-bad-images',
         action='store_true',
@@ -143,10 +193,20 @@ def build_arg_parser():
         action='store_false',
         help='let parallel input steps reorder records (faster, not reproducible)',
     )
-    add('--shuffle-buffer', type=int, default=TrainConfig.shuffle_buffer)
-    add('--cycle-length', type=int, default=TrainConfig.cycle_length)
-    add('--checkpoint-every', type=int, default=TrainConfig.checkpoint_every, help='steps')
-    add('--mixed-precision', choices=('auto', 'on', 'off'), default='auto')
+    add('--shuffle-buffer', type=count, default=TrainConfig.shuffle_buffer, help='records')
+    add('--cycle-length', type=count, default=TrainConfig.cycle_length, help='shards read at once')
+    add(
+        '--checkpoint-every',
+        type=flags.integer(minimum=0),
+        default=TrainConfig.checkpoint_every,
+        help="steps (and at each epoch's end)",
+    )
+    add(
+        '--mixed-precision',
+        choices=('auto', 'on', 'off'),
+        default='auto',
+        help='mixed_float16; auto: when a GPU is present',
+    )
     add('--xla', action='store_true', help='compile the train step with XLA (jit_compile)')
     add(
         '--require-gpu',
@@ -156,7 +216,7 @@ def build_arg_parser():
     )
     add(
         '--label-levels',
-        type=parse_label_levels,
+        type=flags.words(parse_label_levels),
         default=(),
         help='e.g. family,species: one softmax head per label level of the build (its '
         'dataset.json label_levels) on a shared backbone, instead of the primary label',
@@ -164,21 +224,25 @@ def build_arg_parser():
     add('--model-dir', default='', help='default: $AIP_MODEL_DIR or JOB_DIR/model')
     add('--checkpoint-dir', default='', help='default: $AIP_CHECKPOINT_DIR or JOB_DIR/checkpoints')
     add('--log-dir', default='', help='default: $AIP_TENSORBOARD_LOG_DIR or JOB_DIR/logs')
+    add('--verbose', action='store_true', help="also show TensorFlow's and Keras' own log lines")
     return parser
 
 
+CONVERT = {
+    'image_size': parse_image_size,
+    'crop_area': parse_crop_area,
+    'label_levels': parse_label_levels,
+}
+
+
 def parse_train_args(argv):
-    """A TrainConfig from a command line (and the YAML file it names)."""
+    """A TrainConfig from a command line (and the YAML file it names).
+
+    Raises:
+        ValueError: the YAML file holds an unknown key or a wrong value.
+    """
     parser = build_arg_parser()
-    configfile.apply_defaults(
-        parser,
-        argv,
-        convert={
-            'image_size': parse_image_size,
-            'crop_area': parse_range,
-            'label_levels': parse_label_levels,
-        },
-    )
+    configfile.apply_defaults(parser, argv, convert=CONVERT)
     args = parser.parse_args(argv)
     for flag in ('data', 'job_dir'):
         if not getattr(args, flag):
@@ -188,3 +252,31 @@ def parse_train_args(argv):
     values = vars(args)
     values.pop('config')
     return TrainConfig(**values)
+
+
+def apply_trainer_yaml(parser, argv):
+    """Defaults of `parser`'s flags from the trainer YAML that `--config` in `argv` names.
+
+    For the tools that show what training sees (`imageshards preview`, `report`): the file is
+    checked as the trainer checks it, and its settings that `parser` has no flag for (the
+    model, the epochs, ...) are left aside.
+    """
+    known, _ = parser.parse_known_args(argv)
+    if not known.config:
+        return
+    trainer = build_arg_parser()
+    configfile.apply_defaults(trainer, ['--config', known.config], convert=CONVERT)
+    named = configfile.load(known.config)
+    own = {action.dest for action in parser._actions}  # pylint: disable=protected-access
+    parser.set_defaults(
+        **{key: trainer.get_default(key) for key in named if key in own and key != 'config'}
+    )
+
+
+def parse_with_trainer_yaml(parser, argv):
+    """A tool's flags, defaulting to the trainer YAML's settings (a wrong file: usage error)."""
+    try:
+        apply_trainer_yaml(parser, argv)
+    except ValueError as e:
+        parser.error(str(e))
+    return parser.parse_args(argv)

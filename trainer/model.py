@@ -10,8 +10,7 @@ with `weights=None`: nothing is downloaded.
 import keras
 
 from trainer import transform
-
-MODELS = ('small_cnn', 'resnet50', 'efficientnet_b0')
+from trainer.config import MODELS
 
 
 def build_model(name, num_classes, image_size, dropout=0.2, heads=None, transform_output=None):

@@ -28,6 +28,7 @@ import time
 import uuid
 
 from imageshards import configfile
+from imageshards import console
 from imageshards import distribution
 from trainer import config as trainer_config
 
@@ -323,7 +324,7 @@ def submit(args, passthrough, out=None):
 
 
 def main(argv=None):
-    logging.basicConfig(level=logging.INFO, format='%(asctime)s %(levelname)s %(message)s')
+    console.configure_logging()
     try:
         args, passthrough = parse_args(sys.argv[1:] if argv is None else argv)
         submit(args, passthrough)

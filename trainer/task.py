@@ -4,30 +4,61 @@ Flags and configuration are in trainer/config.py, the work in trainer/train.py.
 """
 
 import logging
-import os
 import sys
+
+from imageshards import console
+
+_LOG = logging.getLogger('trainer.task')
+INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
 
 
 def main(argv=None):
-    os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '1')
-    logging.basicConfig(level=logging.INFO, format='%(asctime)s %(levelname)s %(message)s')
-    # TensorFlow's own INFO lines (one per checkpoint shard written, ...) drown the run's.
-    logging.getLogger('tensorflow').setLevel(logging.WARNING)
+    argv = sys.argv[1:] if argv is None else argv
+    # Before TensorFlow is imported: its start-up lines are gone unless --verbose.
+    console.configure_logging(verbose='--verbose' in argv)
     from trainer import config as config_lib  # pylint: disable=import-outside-toplevel
+
+    try:
+        config = config_lib.parse_train_args(argv)
+    except ValueError as e:  # a wrong --config file (the command line's errors exit in argparse)
+        _LOG.error('%s', e)
+        return 2
     from trainer import input as input_lib  # pylint: disable=import-outside-toplevel
     from trainer import train  # pylint: disable=import-outside-toplevel
 
-    config = config_lib.parse_train_args(sys.argv[1:] if argv is None else argv)
     try:
         metrics = train.train(config)
     except (ValueError, FileNotFoundError, input_lib.CorruptShardError) as e:
-        logging.error('%s', e)
+        _LOG.error('%s', e)
         return 2
+    except KeyboardInterrupt:
+        print(
+            f'interrupted: the checkpoints in {config.resolved_checkpoint_dir} are kept; rerun '
+            f'the same command to resume from the last one',
+            file=sys.stderr,
+        )
+        return INTERRUPTED_EXIT_CODE
     if metrics.get('preempted'):
-        logging.warning('stopped at step %d on SIGTERM; rerun to resume', metrics['steps'])
+        _LOG.warning('stopped at step %d on SIGTERM; rerun to resume', metrics['steps'])
         return train.PREEMPTED_EXIT_CODE
-    logging.info('final metrics: %s', metrics)
+    _LOG.info('final metrics: %s', metrics)  # every worker's (only the chief writes the file)
+    print(summary(metrics, config.job_dir))
     return 0
+
+
+def summary(metrics, job_dir):
+    """The line a run ends with: epochs, time and the accuracies it reached."""
+    shown = [
+        f'{key} {metrics[key]:.4f}'
+        for key in ('accuracy', 'val_accuracy', 'test_accuracy')
+        if key in metrics
+    ]
+    seconds = metrics.get('train_seconds')
+    took = f' in {console.duration(seconds)}' if seconds is not None else ''
+    return (
+        f'trained {console.plural(metrics["epochs"], "epoch")} of {metrics["model"]}{took}: '
+        f'{", ".join(shown) or "no accuracy measured"} (all metrics: {job_dir}/metrics.json)'
+    )
 
 
 if __name__ == '__main__':

@@ -1,4 +1,4 @@
-"""Training: distribution strategy, precision, Keras fit with resumable checkpoints, export.
+"""Training: Keras fit with resumable checkpoints, a final test pass, export.
 
 A run resumes from the newest checkpoint in the checkpoint directory. Checkpoints hold the
 model and the optimizer (whose step counter says where training stopped); because the input
@@ -6,119 +6,32 @@ pipeline rebuilds any epoch from (seed, epoch), the batches after the resume poi
 ones an uninterrupted run would have seen. SIGTERM (how Vertex AI preempts a replica) makes
 the run write a checkpoint after the current step and stop.
 
-Only the chief writes the model, the logs and metrics.json. Under MultiWorkerMirroredStrategy
-every worker saves checkpoints and exports the model, since saving may run collective ops that
-need all of them (TensorFlow's multi-worker guide); the others write to a local throw-away
-folder, removed at the end, and all of them resume from the chief's checkpoints.
+Where it runs (strategy, precision, which worker writes what) is trainer/distribute.py; what a
+job directory holds across runs, trainer/job.py.
 """
 
-import contextlib
-import json
+import dataclasses
 import logging
-import os
-import shutil
 import signal
-import tempfile
+import sys
 import time
 
 import keras
 import tensorflow as tf
 
+from imageshards import console
+from trainer import config as config_lib
+from trainer import distribute
 from trainer import export
 from trainer import heads as heads_lib
 from trainer import input as input_lib
+from trainer import job
 from trainer import transform
 from trainer.dataset_info import DatasetInfo
 from trainer.model import build_model
 
 _LOG = logging.getLogger(__name__)
 PREEMPTED_EXIT_CODE = 143  # 128 + SIGTERM, what a process stopped by SIGTERM reports
-
-
-def cluster_spec():
-    """(task_type, task_index, number of workers) from TF_CONFIG; ('chief', 0, 1) without it."""
-    tf_config = json.loads(os.environ.get('TF_CONFIG') or '{}')
-    cluster = tf_config.get('cluster', {})
-    task = tf_config.get('task', {})
-    workers = len(cluster.get('chief', [])) + len(cluster.get('worker', []))
-    return task.get('type', 'chief'), int(task.get('index', 0)), max(workers, 1)
-
-
-def is_chief():
-    task_type, task_index, _ = cluster_spec()
-    return task_type == 'chief' or (
-        task_type == 'worker' and task_index == 0 and 'chief' not in _cluster_roles()
-    )
-
-
-def _cluster_roles():
-    return json.loads(os.environ.get('TF_CONFIG') or '{}').get('cluster', {})
-
-
-class KerasMultiWorkerMirroredStrategy(tf.distribute.MultiWorkerMirroredStrategy):
-    """MultiWorkerMirroredStrategy with a `reduce` that Keras 3's fit() and evaluate() can use.
-
-    Keras 3 (3.15 here) reduces in two ways that MultiWorkerMirroredStrategy rejects
-    (keras-team/keras#20585), so that fit() fails before its first step: the first (images,
-    labels) batch of every fit and evaluate, a nest, to learn its shapes (and no collective
-    reduces uint8 images); and each step's scalar metrics with axis=0. This reduces a nest
-    part by part, as MirroredStrategy does, integers other than int32/int64 as float32, and
-    scalars across replicas only.
-    """
-
-    def reduce(self, reduce_op, value, axis):
-        return tf.nest.map_structure(lambda part: self._reduce_one(reduce_op, part, axis), value)
-
-    def _reduce_one(self, reduce_op, value, axis):
-        local = self.experimental_local_results(value)[0]
-        if local.shape.rank == 0:
-            axis = None
-        if local.dtype.is_floating or local.dtype in (tf.int32, tf.int64):
-            return super().reduce(reduce_op, value, axis)
-        return tf.cast(super().reduce(reduce_op, self._as_float32(value), axis), local.dtype)
-
-    @tf.function
-    def _as_float32(self, value):
-        # In a tf.function: run() outside one warns of its eager overhead every time.
-        return self.run(tf.cast, args=(value, tf.float32))
-
-
-def choose_strategy():
-    """MultiWorkerMirrored for several workers, Mirrored for several GPUs, else the default."""
-    _, _, workers = cluster_spec()
-    if workers > 1:
-        return KerasMultiWorkerMirroredStrategy()
-    if len(tf.config.list_physical_devices('GPU')) > 1:
-        return tf.distribute.MirroredStrategy()
-    return tf.distribute.get_strategy()
-
-
-def set_precision(mode):
-    """mixed_float16 when asked, or (auto) when a GPU is present; returns the policy name."""
-    use = mode == 'on' or (mode == 'auto' and tf.config.list_physical_devices('GPU'))
-    policy = 'mixed_float16' if use else 'float32'
-    keras.mixed_precision.set_global_policy(policy)
-    return policy
-
-
-@contextlib.contextmanager
-def output_dirs(config):
-    """Yields (checkpoint dir, model dir) this worker writes to.
-
-    The chief's are the job's; another worker's are in a local temporary folder (under $TMPDIR),
-    removed when the block ends: nothing it saves is ever read, and local disk spares the
-    shared bucket its writes.
-    """
-    if is_chief():
-        yield config.resolved_checkpoint_dir, config.resolved_model_dir
-        return
-    task_type, task_index, _ = cluster_spec()
-    scratch = tempfile.mkdtemp(prefix=f'imageshards-{task_type}-{task_index}-')
-    _LOG.info('not the chief: checkpoints and the export go to %s (then removed)', scratch)
-    try:
-        yield os.path.join(scratch, 'checkpoints'), os.path.join(scratch, 'model')
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
 
 
 class ResumableCheckpoints(keras.callbacks.Callback):
@@ -172,31 +85,18 @@ class SkippedImagesLog(keras.callbacks.Callback):
 
 def train(config):
     """Trains as `config` says; returns the final metrics (also written to metrics.json)."""
-    with output_dirs(config) as (checkpoint_dir, model_dir):
+    with distribute.output_dirs(config) as (checkpoint_dir, model_dir):
         return _train(config, checkpoint_dir, model_dir)
 
 
-def check_devices(config):
-    """Raises ValueError where the devices at hand cannot run `config` as it asks."""
-    gpus = tf.config.list_physical_devices('GPU')
-    if config.require_gpu and not gpus:
-        raise ValueError(
-            '--require-gpu: TensorFlow sees no GPU. On Vertex AI, the CUDA and cuDNN libraries '
-            'of the container may not be those this TensorFlow needs (docs/vertex.md)'
-        )
-    if config.xla and cluster_spec()[2] > 1 and not gpus:
-        raise ValueError(
-            '--xla with several workers needs GPUs: XLA cannot compile the collectives of '
-            'MultiWorkerMirroredStrategy for CPUs (TensorFlow aborts); leave out --xla'
-        )
-
-
 def _train(config, checkpoint_dir, model_dir):
-    check_devices(config)
-    strategy = choose_strategy()
-    policy = set_precision(config.mixed_precision)
+    distribute.check_devices(config)
+    strategy = distribute.choose_strategy()
+    policy = distribute.set_precision(config.mixed_precision)
     info = DatasetInfo.load(config.data)
-    pipelines = cluster_spec()[2]  # one input pipeline per worker
+    check_classes(info, config.label_levels)
+    config = _with_crop_area(config, info)
+    pipelines = distribute.cluster_spec()[2]  # one input pipeline per worker
     steps = config.steps_per_epoch or input_lib.steps_per_epoch(
         info, config.train_split, config.batch_size, pipelines, config.patches_per_image
     )
@@ -232,18 +132,20 @@ def _train(config, checkpoint_dir, model_dir):
             model=model, optimizer=model.optimizer, random_states=random_states
         )
     manager = tf.train.CheckpointManager(checkpoint, checkpoint_dir, max_to_keep=3)
-    # Every worker resumes from the chief's checkpoints: workers that disagreed on the step
-    # would wait for each other's collectives forever.
-    latest = tf.train.latest_checkpoint(config.resolved_checkpoint_dir)
-    if latest:
-        checkpoint.restore(latest).expect_partial()
-        _LOG.info('resumed from %s', latest)
+    run = job.check_rerun(config, info, config.resolved_checkpoint_dir)
+    _restore(checkpoint, config)
     done = int(model.optimizer.iterations.numpy())
+    finished = job.finished_metrics(config, done, steps)
+    if finished is not None:
+        return finished
+    if distribute.is_chief():
+        job.record_run(checkpoint_dir, run)
     start_epoch, skip = divmod(done, steps)
     _LOG.info(
-        '%s on %d replicas, %s, %d steps per epoch, from epoch %d step %d',
+        '%s%s on %s, %s, %d steps per epoch, from epoch %d step %d',
         config.model,
-        strategy.num_replicas_in_sync,
+        '' if config.model == 'small_cnn' else ' (from scratch: random initial weights)',
+        console.plural(strategy.num_replicas_in_sync, 'replica'),
         policy,
         steps,
         start_epoch,
@@ -252,7 +154,7 @@ def _train(config, checkpoint_dir, model_dir):
     checkpoints = ResumableCheckpoints(manager, config.checkpoint_every)
     skipped = input_lib.SkippedImages() if config.skip_bad_images else None
     callbacks = [checkpoints] + ([SkippedImagesLog(skipped)] if skipped else [])
-    if is_chief():
+    if distribute.is_chief():
         callbacks.append(keras.callbacks.TensorBoard(config.resolved_log_dir))
     validation = _validation(config, info, strategy)
     started = time.monotonic()
@@ -270,7 +172,7 @@ def _train(config, checkpoint_dir, model_dir):
                 validation_data=validation,
                 callbacks=callbacks,
                 shuffle=False,  # the input pipeline shuffles
-                verbose=2,
+                verbose=1 if sys.stdout.isatty() else 2,
             )
         except tf.errors.DataLossError as e:
             shards = info.shard_paths(config.train_split) + (
@@ -281,6 +183,7 @@ def _train(config, checkpoint_dir, model_dir):
     if checkpoints.preempted:
         return {'preempted': True, 'steps': int(model.optimizer.iterations.numpy())}
     metrics = _final_metrics(model, history, steps, config, time.monotonic() - started, done)
+    metrics.update(_test_metrics(model, config, info, strategy))
     if skipped:
         metrics['skipped_images'] = skipped.skipped
     if heads:
@@ -288,9 +191,9 @@ def _train(config, checkpoint_dir, model_dir):
     levels = {level: info.label_levels[level] for level in heads}
     labels = transform.class_names(transform_output) if transform_output else info.labels
     export.export_saved_model(model, labels, config.image_size, model_dir, levels)
-    if is_chief():
+    if distribute.is_chief():
         _LOG.info('exported the model to %s', model_dir)
-        _write_json(os.path.join(config.job_dir, 'metrics.json'), metrics)
+        job.write_metrics(config, metrics)
     return metrics
 
 
@@ -331,7 +234,9 @@ def _training_data(config, info, strategy, phase, skipped, steps):
     """The distributed training batches of epochs [first, last) of `steps` steps each, after
     `skip` steps."""
     first_epoch, last_epoch, skip_steps = phase
-    replicas_per_pipeline = max(1, strategy.num_replicas_in_sync // max(1, cluster_spec()[2]))
+    replicas_per_pipeline = max(
+        1, strategy.num_replicas_in_sync // max(1, distribute.cluster_spec()[2])
+    )
 
     def dataset(input_context):
         return input_lib.make_dataset(
@@ -362,7 +267,7 @@ def _training_data(config, info, strategy, phase, skipped, steps):
     return strategy.distribute_datasets_from_function(dataset)
 
 
-def _validation(config, info, strategy):
+def _validation(config, info, strategy, split=None):
     """The validation split's one ordered pass: all of it on every worker, in the same batches.
 
     Split among workers, their pipelines could hold different numbers of batches: Keras would
@@ -371,13 +276,15 @@ def _validation(config, info, strategy):
     through the model's convolutions on the CPU either). Every worker evaluating everything
     costs validation time, and its metrics, averaged over workers, stay exact.
     """
-    if config.val_split not in info.splits:
-        _LOG.info('no %r split in the build: training without validation', config.val_split)
+    split = split or config.val_split
+    if split not in info.splits:
+        if split == config.val_split:
+            _LOG.info('no %r split in the build: training without validation', split)
         return None
     return strategy.distribute_datasets_from_function(
         lambda input_context: input_lib.make_dataset(
             config.data,
-            config.val_split,
+            split,
             input_context.get_per_replica_batch_size(config.batch_size),
             training=False,
             image_size=config.image_size,
@@ -396,6 +303,8 @@ def _final_metrics(model, history, steps, config, seconds, steps_before):
             'steps_per_epoch': steps,
             'steps': int(model.optimizer.iterations.numpy()),
             'train_images_per_second': trained_steps * config.batch_size / max(seconds, 1e-9),
+            'train_seconds': round(seconds, 1),
+            'crop_area': list(config.crop_area),
             'model': config.model,
             'image_size': list(config.image_size),
         }
@@ -403,7 +312,56 @@ def _final_metrics(model, history, steps, config, seconds, steps_before):
     return metrics
 
 
-def _write_json(path, value):
-    tf.io.gfile.makedirs(os.path.dirname(path) or '.')
-    with tf.io.gfile.GFile(path, 'w') as f:
-        f.write(json.dumps(value, indent=2) + '\n')
+def _test_metrics(model, config, info, strategy):
+    """{test_loss, test_accuracy, ...} of one pass over the test split, if the build has one."""
+    test = _validation(config, info, strategy, config.test_split)
+    if test is None or config.test_split in (config.train_split, config.val_split):
+        return {}
+    results = model.evaluate(test, verbose=0, return_dict=True)
+    return {f'test_{key}': float(value) for key, value in results.items()}
+
+
+def check_classes(info, levels):
+    """Raises ValueError where there is nothing to classify: a single label (or level value).
+
+    With one output unit, Keras would measure a binary accuracy and report 0 loss and 0
+    accuracy however long it trained.
+    """
+    for level, names in [('label', info.labels)] + [(lv, info.label_levels[lv]) for lv in levels]:
+        if len(names) < 2:
+            raise ValueError(
+                f'{info.data_dir} has only one {level} value ({", ".join(names) or "none"}): a '
+                f'classifier needs at least two classes; build from images of two or more labels'
+            )
+
+
+def _with_crop_area(config, info):
+    """`config` with its crop range resolved (`--crop-area auto`), logged once."""
+    train_records = info.num_records(config.train_split)
+    area = config_lib.resolve_crop_area(config.crop_area, train_records)
+    _LOG.info(
+        'random crops keep %g to %g of each image%s',
+        *area,
+        f' (auto, for {train_records:,} training images)' if config.crop_area == 'auto' else '',
+    )
+    return dataclasses.replace(config, crop_area=area)
+
+
+def _restore(checkpoint, config):
+    """Restores the newest checkpoint of the chief, if any.
+
+    Every worker resumes from the chief's checkpoints: workers that disagreed on the step
+    would wait for each other's collectives forever.
+    """
+    latest = tf.train.latest_checkpoint(config.resolved_checkpoint_dir)
+    if not latest:
+        return
+    try:
+        checkpoint.restore(latest).expect_partial()
+    except (ValueError, tf.errors.OpError) as e:
+        raise ValueError(
+            f'{latest} does not fit this run (another model, image size or labels: '
+            f'{str(e).splitlines()[0]}): train into a new --job-dir, or delete '
+            f'{config.resolved_checkpoint_dir} to start this one from scratch'
+        ) from e
+    _LOG.info('resumed from %s', latest)

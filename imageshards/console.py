@@ -1,0 +1,155 @@
+"""What a person sees on the terminal: one logging set-up for every command, and words.
+
+`configure_logging` is called first thing by every command (`imageshards <command>`,
+`python -m pipelines.build`, `python -m trainer.task`). Without `--verbose` the terminal shows
+this project's own lines only:
+
+- TensorFlow's C++ log (`TF_CPP_MIN_LOG_LEVEL`) is set before anything imports TensorFlow;
+- the lines TensorFlow and XLA's C++ code write to the process's stderr before absl's logging
+  is initialised (`I0000 ... port.cc] oneDNN custom operations are on`, `E0000 ... failed call
+  to cuInit`), which no setting reaches, are dropped on their way out: file descriptor 2 of
+  this process, and so of every process it starts (Beam's local workers), is a pipe read by a
+  thread that forwards every other line;
+- the Python loggers of Beam, TensorFlow, absl, Keras and tf.Transform log warnings only,
+  and libraries' Python warnings are not shown.
+"""
+
+import atexit
+import io
+import logging
+import os
+import re
+import sys
+import threading
+
+OUR_PACKAGES = ('imageshards', 'pipelines', 'trainer', 'bench', '__main__')
+_THIRD_PARTY = ('apache_beam', 'absl', 'tensorflow', 'tensorflow_transform', 'keras', 'h5py')
+# absl's C++ log line (`I0000 00:00:1795359270.81 9009 port.cc:153] ...`), and its notice that
+# lines are written to stderr before InitializeLog. Fatal (F) lines are kept.
+_NATIVE_NOISE = re.compile(
+    rb'^(?:[IWE]\d{4} [\d:.]+ +\d+ [\w./-]+:\d+\] |WARNING: All log messages before absl::)'
+)
+_FORMAT = '%(asctime)s %(levelname)s %(message)s'
+_native = None  # the _NativeStderrFilter of this process, once installed
+
+
+class _CurrentStderr(logging.StreamHandler):
+    """Writes to whatever sys.stderr is when a record is emitted, so that a live progress
+    display that redirects sys.stderr shows log lines above itself."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value):
+        del value
+
+
+def configure_logging(verbose=False, filters=()):
+    """Sets up logging and TensorFlow's native log for a command; call before importing TF.
+
+    Args:
+        verbose: show everything (INFO from every library, TensorFlow's C++ lines).
+        filters: logging.Filters to add to the handler (Beam's worker log lines).
+    """
+    if verbose:
+        os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '0')
+    else:
+        os.environ['TF_CPP_MIN_LOG_LEVEL'] = '2'
+        _filter_native_stderr()
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        if isinstance(handler, _CurrentStderr):
+            root.removeHandler(handler)
+    handler = _CurrentStderr()
+    handler.setFormatter(logging.Formatter(_FORMAT, datefmt='%H:%M:%S'))
+    for log_filter in filters:
+        handler.addFilter(log_filter)
+    root.addHandler(handler)
+    logging.captureWarnings(True)
+    root.setLevel(logging.INFO if verbose else logging.WARNING)
+    for name in OUR_PACKAGES:
+        logging.getLogger(name).setLevel(logging.INFO)
+    for name in _THIRD_PARTY:
+        logging.getLogger(name).setLevel(logging.INFO if verbose else logging.WARNING)
+    # Libraries' Python warnings (Keras' TensorBoard callback warns on every run) are theirs.
+    logging.getLogger('py.warnings').setLevel(logging.WARNING if verbose else logging.ERROR)
+    return handler
+
+
+def plural(count, noun, nouns=None):
+    """`1 shard`, `3 shards`, `1,797 inputs`: a count and its noun in the right number."""
+    word = noun if count == 1 else (nouns or noun + 's')
+    return f'{count:,} {word}'
+
+
+def duration(seconds):
+    """`4.2 s`, `3 min 07 s`, `2 h 05 min`: an elapsed time as a person reads it."""
+    if seconds < 60:
+        return f'{seconds:.1f} s'
+    minutes, seconds = divmod(int(round(seconds)), 60)
+    if minutes < 60:
+        return f'{minutes} min {seconds:02d} s'
+    hours, minutes = divmod(minutes, 60)
+    return f'{hours} h {minutes:02d} min'
+
+
+def stderr_is_terminal():
+    """Whether stderr reaches a terminal (also once fd 2 is the filter's pipe)."""
+    if _native is not None:
+        return _native.terminal
+    return sys.stderr.isatty()
+
+
+class _NativeStderrFilter:
+    """Makes fd 2 a pipe whose lines a thread forwards to the real stderr, but for noise.
+
+    Python's own sys.stderr is rebound to the real stderr first: tracebacks, warnings and log
+    lines go out directly and in order; only what native code and child processes write to fd
+    2 passes the filter.
+    """
+
+    def __init__(self):
+        self.terminal = os.isatty(2)
+        self._real = os.dup(2)
+        read, write = os.pipe()
+        sys.stderr.flush()
+        os.dup2(write, 2)
+        os.close(write)
+        sys.stderr = io.TextIOWrapper(
+            os.fdopen(self._real, 'wb', buffering=0), line_buffering=True, errors='replace'
+        )
+        self._thread = threading.Thread(target=self._forward, args=(read,), daemon=True)
+        self._thread.start()
+        atexit.register(self.close)
+
+    def _forward(self, read):
+        pending = b''
+        with os.fdopen(read, 'rb', buffering=0) as pipe:
+            while chunk := pipe.read(65536):
+                *lines, pending = (pending + chunk).split(b'\n')
+                for line in lines:
+                    if not _NATIVE_NOISE.match(line):
+                        sys.stderr.write(line.decode('utf-8', 'replace') + '\n')
+        if pending and not _NATIVE_NOISE.match(pending):
+            sys.stderr.write(pending.decode('utf-8', 'replace') + '\n')
+
+    def close(self):
+        """Gives fd 2 back to the real stderr and lets the thread forward what is left."""
+        os.dup2(self._real, 2)  # closes this process's end of the pipe
+        self._thread.join(timeout=2)
+
+
+def _filter_native_stderr():
+    global _native  # pylint: disable=global-statement
+    # Not where the caller has replaced sys.stderr (a test harness capturing output).
+    if _native is None and sys.stderr is sys.__stderr__ and _fd_is_stderr():
+        _native = _NativeStderrFilter()
+
+
+def _fd_is_stderr():
+    try:
+        return sys.stderr.fileno() == 2
+    except (AttributeError, OSError, ValueError):
+        return False

@@ -1,0 +1,200 @@
+"""The commands as a person meets them: quiet output, progress, a summary, Ctrl-C, --version."""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import psutil
+import pytest
+
+import imageshards
+from imageshards import cli
+from imageshards import console
+from imageshards import supervise
+from pipelines import progress
+
+import images_for_tests as imgs
+
+REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+COMMAND = os.path.join(os.path.dirname(sys.executable), 'imageshards')
+OUR_LOG_LINE = re.compile(r'^\d\d:\d\d:\d\d (INFO|WARNING) ')
+
+
+@pytest.fixture(scope='module')
+def tree(tmp_path_factory):
+    root = tmp_path_factory.mktemp('cli_tree')
+    imgs.write_tree(root, 30, ('ant', 'bee', 'cat'))
+    return root
+
+
+def _environment(tmp_path):
+    """The machine's environment with a temporary folder of the test's own."""
+    temporary = tmp_path / 'tmp'
+    temporary.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != 'TF_CPP_MIN_LOG_LEVEL'}
+    return dict(env, TMPDIR=str(temporary)), temporary
+
+
+def test_version(capsys):
+    assert cli.main(['--version']) == 0
+    assert capsys.readouterr().out.strip() == f'imageshards {imageshards.__version__}'
+
+
+@pytest.mark.parametrize('command', ['preview', 'report', 'submit-training'])
+def test_help_comes_before_tensorflow_is_imported(command):
+    done = subprocess.run(
+        [
+            sys.executable,
+            '-c',
+            'import sys\nfrom imageshards import cli\n'
+            f'try:\n    cli.main([{command!r}, "--help"])\nexcept SystemExit:\n    pass\n'
+            'print(sorted(m for m in ("tensorflow", "keras") if m in sys.modules))',
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=REPOSITORY,
+    )
+    assert '--config' in done.stdout  # the help itself
+    assert done.stdout.strip().splitlines()[-1] == '[]'
+
+
+def test_a_build_prints_its_own_lines_its_progress_and_a_summary(tree, tmp_path):
+    env, temporary = _environment(tmp_path)
+    done = subprocess.run(
+        [COMMAND, 'build', '--input', str(tree), '--output', str(tmp_path / 'out')]
+        + ['--num-shards', '1', '--direct_num_workers=2'],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPOSITORY,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    strangers = [line for line in lines if not OUR_LOG_LINE.match(line)]
+    assert not strangers, done.stderr  # no TensorFlow, absl, CUDA or Beam start-up lines
+    # Counted in the two worker processes, summed by the launcher.
+    assert any('validating: 90 of 90 images (100%)' in line for line in lines), done.stderr
+    assert any('writing: 90 of 90 records (100%)' in line for line in lines), done.stderr
+    assert 'listed 90 inputs with 3 labels' in done.stderr
+    assert re.search(r'^imageshards build: .* in \d+\.\d s$', done.stdout, re.M), done.stdout
+    assert 'train: 90 records in 1 shard\n' in done.stdout
+    assert not list(temporary.iterdir())  # Beam's beam-pipeline-temp* among them
+
+
+@pytest.mark.parametrize('supervised', [True, False])
+def test_a_failed_build_leaves_nothing_in_the_temporary_folder(tree, tmp_path, supervised):
+    env, temporary = _environment(tmp_path)
+    if not supervised:  # the build in this process: its own clean-up, not the supervisor's
+        env[supervise.ENV] = '1'
+    out = tmp_path / 'out'
+    out.mkdir()
+    (out / 'other.txt').write_text('not a build')
+    done = subprocess.run(
+        [sys.executable, '-m', 'pipelines.build', '--input', str(tree), '--output', str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPOSITORY,
+        check=False,
+    )
+    assert done.returncode == 2 and 'is not empty' in done.stderr, done.stderr
+    assert not list(temporary.iterdir())  # Beam's beam-pipeline-temp* among them
+
+
+def _workers(process):
+    """The Beam worker processes below `process`."""
+    found = []
+    for child in process.children(recursive=True):
+        try:
+            if 'sdk_worker_main' in ' '.join(child.cmdline()):
+                found.append(child)
+        except psutil.NoSuchProcess:
+            pass
+    return found
+
+
+def test_ctrl_c_stops_a_build_in_one_line_with_no_process_left(tree, tmp_path):
+    env, temporary = _environment(tmp_path)
+    out = tmp_path / 'out'
+    process = subprocess.Popen(
+        [COMMAND, 'build', '--input', str(tree), '--output', str(out), '--direct_num_workers=2'],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=REPOSITORY,
+        start_new_session=True,  # a process group of its own, as a terminal's foreground job
+    )
+    supervisor = psutil.Process(process.pid)
+    deadline = time.monotonic() + 120
+    while not _workers(supervisor) and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert process.poll() is None, 'the build ended before it could be interrupted'
+    running = supervisor.children(recursive=True)
+    os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err
+    lines = err.strip().splitlines()
+    assert lines[-1] == (
+        f'imageshards build: interrupted; the unfinished build is in {out}/.imageshards-tmp '
+        f'(no _SUCCESS): rerun the same command with --overwrite to build again'
+    )
+    assert all(OUR_LOG_LINE.match(line) for line in lines[:-1]), err
+    _, alive = psutil.wait_procs(running, timeout=10)
+    assert not alive, alive
+    assert not list(temporary.iterdir())
+
+
+def test_progress_counts_add_up_across_threads(tmp_path, monkeypatch):
+    monkeypatch.setenv(progress.ENV, str(tmp_path))
+    threads = [
+        threading.Thread(
+            target=lambda: [progress.advance('validating', 3, total=600) for _ in range(50)]
+        )
+        for _ in range(4)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    time.sleep(2 * progress.FLUSH_SECONDS)  # the last burst is written by the flushing thread
+    assert progress.read_counts(str(tmp_path)) == ({'validating': 600}, {'validating': 600})
+
+
+def test_words():
+    assert [console.plural(n, 'shard') for n in (0, 1, 2)] == ['0 shards', '1 shard', '2 shards']
+    assert console.plural(1797, 'input') == '1,797 inputs'
+    assert console.duration(4.24) == '4.2 s'
+    assert console.duration(187) == '3 min 07 s'
+    assert console.duration(7500) == '2 h 05 min'
+
+
+def test_ctrl_c_stops_training_in_one_line_keeping_its_checkpoints(color_builds, tmp_path):
+    job = tmp_path / 'job'
+    process = subprocess.Popen(
+        [sys.executable, '-m', 'trainer.task', '--data', str(color_builds['examples'])]
+        + ['--job-dir', str(job), '--epochs', '1000', '--image-size', '16', '--batch-size', '8'],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPOSITORY,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 120
+    while not (job / 'checkpoints' / 'checkpoint').exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    os.killpg(process.pid, signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err
+    lines = err.strip().splitlines()
+    assert lines[-1] == (
+        f'interrupted: the checkpoints in {job}/checkpoints are kept; rerun the same command to '
+        f'resume from the last one'
+    )
+    assert all(OUR_LOG_LINE.match(line) for line in lines[:-1]), err

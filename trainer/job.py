@@ -1,0 +1,113 @@
+"""The job directory across runs: what trained there, whether it finished, metrics.json.
+
+A rerun into the same `--job-dir` resumes from its checkpoints, which only the same model on
+the same data can do. So the chief records what it trains (`run.json` beside the checkpoints:
+the model, image size, labels and label levels, and a digest of the build's shards) and every
+later run compares before touching anything: another model or other data is refused in one
+sentence that says how to go on, instead of failing deep inside the checkpoint restore. A run
+that finds its job already done keeps the outputs and says so.
+"""
+
+import hashlib
+import json
+import logging
+import posixpath
+
+import tensorflow as tf
+
+_LOG = logging.getLogger(__name__)
+
+RUN_JSON = 'run.json'
+METRICS_JSON = 'metrics.json'
+_COMPARED = ('model', 'image_size', 'labels', 'label_levels', 'data')
+
+
+def data_digest(info):
+    """sha256 of every shard's path and sha256 in the build: the same for a rebuild with the
+    same inputs and seed, wherever the build is read from (gs://b/out or /gcs/b/out)."""
+    shards = sorted(
+        (shard['path'], shard['sha256'])
+        for split in info.splits.values()
+        for shard in split['shards']
+    )
+    return hashlib.sha256(json.dumps(shards).encode('utf-8')).hexdigest()
+
+
+def fingerprint(config, info):
+    """What a job's checkpoints belong to."""
+    return {
+        'model': config.model,
+        'image_size': list(config.image_size),
+        'labels': list(info.labels),
+        'label_levels': list(config.label_levels),
+        'data': data_digest(info),
+        'data_dir': info.data_dir,
+    }
+
+
+def _read_json(path):
+    if not tf.io.gfile.exists(path):
+        return None
+    with tf.io.gfile.GFile(path, 'r') as f:
+        return json.load(f)
+
+
+def write_json(path, value):
+    tf.io.gfile.makedirs(posixpath.dirname(path) or '.')
+    with tf.io.gfile.GFile(path, 'w') as f:
+        f.write(json.dumps(value, indent=2) + '\n')
+
+
+def _difference(old, new):
+    """What differs between two fingerprints, in words."""
+    if old['model'] != new['model']:
+        return f'model {old["model"]}, not {new["model"]}'
+    if old['image_size'] != new['image_size']:
+        size = lambda run: 'x'.join(str(side) for side in run['image_size'])
+        return f'image size {size(old)}, not {size(new)}'
+    if old['labels'] != new['labels'] or old['label_levels'] != new['label_levels']:
+        return f'the labels of {old["data_dir"]}, not those of {new["data_dir"]}'
+    return f'the build in {old["data_dir"]}, not the one now in {new["data_dir"]}'
+
+
+def check_rerun(config, info, checkpoint_dir):
+    """Raises ValueError if `checkpoint_dir` holds checkpoints of another model or other data.
+
+    Returns the fingerprint of this run.
+    """
+    new = fingerprint(config, info)
+    old = _read_json(posixpath.join(checkpoint_dir, RUN_JSON))
+    if old is not None and any(old.get(key) != new[key] for key in _COMPARED):
+        raise ValueError(
+            f'--job-dir {config.job_dir} holds the checkpoints of a run on '
+            f'{_difference(old, new)}: train into a new --job-dir, or delete {checkpoint_dir} '
+            f'to start this one from scratch'
+        )
+    return new
+
+
+def record_run(checkpoint_dir, run):
+    """Writes run.json beside the checkpoints, once (the chief)."""
+    path = posixpath.join(checkpoint_dir, RUN_JSON)
+    if not tf.io.gfile.exists(path):
+        write_json(path, run)
+
+
+def finished_metrics(config, done_steps, steps_per_epoch):
+    """The metrics.json of a job that already trained every epoch asked for, else None."""
+    if done_steps < config.epochs * steps_per_epoch:
+        return None
+    metrics = _read_json(posixpath.join(config.job_dir, METRICS_JSON))
+    if metrics is not None:
+        _LOG.info(
+            '%s already finished %d epochs (%s); its outputs are kept. Raise --epochs to train '
+            'on, or give a new --job-dir to train again',
+            config.job_dir,
+            done_steps // steps_per_epoch,
+            METRICS_JSON,
+        )
+    return metrics
+
+
+def write_metrics(config, metrics):
+    write_json(posixpath.join(config.job_dir, METRICS_JSON), metrics)
