@@ -25,6 +25,7 @@ import typing
 
 import numpy as np
 from PIL import Image
+from PIL import ImageFile
 from PIL import UnidentifiedImageError
 
 from pipelines import image_structure
@@ -200,7 +201,14 @@ def decode_rgb(data):
     return np.asarray(to_rgb(_load(data)))
 
 
+def _refuse_truncated():
+    """Makes Pillow fail on a truncated file, as it does by default: a library in the same
+    process may have told it to fill the rest with grey (TFDS does so process-wide)."""
+    ImageFile.LOAD_TRUNCATED_IMAGES = False
+
+
 def _load(data, draft_to=0):
+    _refuse_truncated()
     image = Image.open(io.BytesIO(data), formats=SUPPORTED_FORMATS)
     if draft_to and _is_jpeg(image):
         _decode(image, data, reduced=True, min_size=draft_to)
@@ -287,6 +295,7 @@ def _decode(image, data, reduced, min_size=0):
     `reduced` decodes a JPEG at 1/8 scale, or at the smallest scale that keeps `min_size` pixels
     on each side (as far as the image has them).
     """
+    _refuse_truncated()
     if reduced:
         image.draft(
             image.mode, (draft_side(image.width, min_size), draft_side(image.height, min_size))

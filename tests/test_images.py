@@ -129,3 +129,17 @@ def test_reencoding_is_deterministic():
     assert images.reencode(data) == images.reencode(data)
     assert images.reencode(data) == images.inspect_image(data, MAX_PIXELS)[1]
     assert Image.open(io.BytesIO(images.reencode(data))).format == 'PNG'
+
+
+def test_truncated_files_are_refused_whatever_another_library_told_pillow():
+    """TFDS sets Pillow's LOAD_TRUNCATED_IMAGES process-wide; validation must not follow."""
+    from PIL import ImageFile  # pylint: disable=import-outside-toplevel
+
+    before = ImageFile.LOAD_TRUNCATED_IMAGES
+    ImageFile.LOAD_TRUNCATED_IMAGES = True
+    try:
+        with pytest.raises(images.Rejected) as caught:
+            images.inspect_image(REJECTED['png_truncated'][0], MAX_PIXELS)
+        assert caught.value.reason == 'truncated'
+    finally:
+        ImageFile.LOAD_TRUNCATED_IMAGES = before

@@ -80,13 +80,13 @@ def test_input_and_output_are_required():
         options.parse_build_args(['--input', 'x'])
 
 
-def test_io_threads_default_to_few_locally_and_many_for_remote_inputs():
+def test_io_threads_default_to_one_locally_and_many_for_remote_inputs():
     local, _ = options.parse_build_args(['--input', 'data', '--output', 'out'])
     remote, _ = options.parse_build_args(['--input', 'gs://b/data', '--output', 'out'])
     chosen, _ = options.parse_build_args(
         ['--input', 'gs://b/data', '--output', 'o', '--io-threads', '7']
     )
-    assert (local.threads, remote.threads, chosen.threads) == (4, 32, 7)
+    assert (local.threads, remote.threads, chosen.threads) == (1, 32, 7)
 
 
 @pytest.mark.parametrize('name', ['build_local.yaml', 'build_smoke.yaml'])

@@ -129,7 +129,13 @@ def test_an_install_builds_on_dataflow_with_a_built_package(gcs, installed, tmp_
     refused = _fail(build, cwd=tmp_path)
     assert 'pass --extra_package PATH of the imageshards' in refused and 'Traceback' not in refused
     # Beam stages the package in a temporary folder (which it never removes): here, tmp_path.
-    done = _completed([*build, f'--extra_package={sdist}'], tmp_path, TMPDIR=str(tmp_path))
+    # Unsupervised, so that the command does not remove its TMPDIR (imageshards/supervise.py).
+    done = _completed(
+        [*build, f'--extra_package={sdist}'],
+        tmp_path,
+        TMPDIR=str(tmp_path),
+        IMAGESHARDS_SUPERVISED='1',
+    )
     assert done.returncode == 0, done.stderr
     assert 'built the job without running it' in done.stderr
     listed = [path.read_text() for path in tmp_path.rglob('extra_packages.txt')]
