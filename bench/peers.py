@@ -43,11 +43,13 @@ def build_contenders(data, args):
     contenders = {
         'tfds': lambda out: _module('bench.peer_tfds', data, out, '--num-shards', str(SHARDS)),
         'hf': lambda out: _module('bench.peer_hf', data, out, '--num-shards', str(SHARDS)),
+        # What a user types: the `imageshards` console script is `imageshards.cli`.
         'imageshards': lambda out: _module(
-            'pipelines.build', '--input', data, '--output', out, '--overwrite', *ours
+            'imageshards.cli', 'build', '--input', data, '--output', out, '--overwrite', *ours
         ),
         'imageshards --no-analyze': lambda out: _module(
-            'pipelines.build',
+            'imageshards.cli',
+            'build',
             '--input',
             data,
             '--output',

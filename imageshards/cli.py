@@ -2,9 +2,11 @@
 
 import difflib
 import importlib
+import os
 import sys
 
 import imageshards
+from imageshards import supervise
 
 INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
 # command -> (module whose main(argv) runs it, what it does)
@@ -58,14 +60,24 @@ def main(argv=None):
         hint = f' (did you mean {close[0]}?)' if close else ''
         print(f'imageshards: unknown command {command!r}{hint}\n\n{usage()}', file=sys.stderr)
         return 2
+    if command == 'build' and not os.environ.get(supervise.ENV):
+        # In a child process that Ctrl-C ends cleanly, with its workers; this one loads nothing
+        # (importing Beam here too would cost every build ~1.5 s).
+        return supervise.run_supervised(
+            COMMANDS[command][0], rest, lambda: _module(command).interrupted_message(rest)
+        )
     # Imported on demand: `imageshards verify` need not load Beam, nor `build` TensorFlow.
-    module = importlib.import_module(COMMANDS[command][0])
+    module = _module(command)
     try:
         # A module's `command` is what a person runs (the build's isolates its workers).
         return getattr(module, 'command', module.main)(rest)
     except KeyboardInterrupt:
         print(f'imageshards {command}: interrupted', file=sys.stderr)
         return INTERRUPTED_EXIT_CODE
+
+
+def _module(command):
+    return importlib.import_module(COMMANDS[command][0])
 
 
 if __name__ == '__main__':

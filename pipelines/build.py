@@ -430,7 +430,7 @@ def main(argv=None):
         _LOG.error('%s', e)
         return 2
     except KeyboardInterrupt:
-        print(_interrupted(argv), file=sys.stderr)
+        print(interrupted_message(argv), file=sys.stderr)
         return supervise.INTERRUPTED_EXIT_CODE
     return 0
 
@@ -439,10 +439,10 @@ def command(argv):
     """The build as a command: in a child process that Ctrl-C ends cleanly, with its workers."""
     if os.environ.get(supervise.ENV):
         return main(argv)
-    return supervise.run_supervised('pipelines.build', argv, lambda: _interrupted(argv))
+    return supervise.run_supervised('pipelines.build', argv, lambda: interrupted_message(argv))
 
 
-def _interrupted(argv):
+def interrupted_message(argv):
     """The line Ctrl-C leaves: what is left where, and how to go on."""
     try:
         output = _absolute(options.build_arg_parser().parse_known_args(argv)[0].output or '')
