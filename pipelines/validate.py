@@ -12,6 +12,7 @@ import concurrent.futures
 import functools
 import hashlib
 import logging
+import os
 import threading
 import time
 
@@ -56,10 +57,23 @@ def read_file(path):
         bucket, _, name = path[len('gs://') :].partition('/')
         return _gcs_client().bucket(bucket).blob(name).download_as_bytes()
     if not is_uri(path):  # Beam's FileSystems costs ~20 us per call to find the local one
-        with open(path, 'rb') as f:
-            return f.read()
+        return _read_local(path)
     with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
         return f.read()
+
+
+def _read_local(path):
+    """A local file's bytes in as few calls as the OS allows (a third of `open().read()`'s
+    cost, which goes to Python's buffered file objects)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        parts = [os.read(fd, size)]
+        while len(parts[-1]) and sum(map(len, parts)) < size:  # reads stop at 2 GiB
+            parts.append(os.read(fd, size - sum(map(len, parts))))
+        return b''.join(parts) if len(parts) > 1 else parts[0]
+    finally:
+        os.close(fd)
 
 
 _THREAD_STATE = threading.local()
@@ -165,19 +179,28 @@ class _ValidateChunk(beam.DoFn):
     def process(self, item):
         entries = read_work_item(self._listing_path, item)
         self._listed.inc(len(entries))
+        # The bytes each record will store, kept for the writer (local runner, examples).
+        payloads = None if self._reencode_dir else self._store.payloads()
         valid = []
         for outcome in (self._pool.map if self._pool else map)(self._validate, entries):
-            if isinstance(outcome, ImageMeta):
-                valid.append(outcome)
-            else:
+            if isinstance(outcome, dict):
                 beam.metrics.Metrics.counter(NAMESPACE, f'rejected_{outcome["reason"]}').inc()
                 yield beam.pvalue.TaggedOutput(REJECTED, outcome)
+                continue
+            meta, stored = outcome
+            if payloads:
+                payload, offset = payloads.add(stored)
+                meta = meta._replace(payload=payload, payload_offset=offset)
+            valid.append(meta)
+        if payloads:
+            payloads.close()
         self._valid.inc(len(valid))
         progress.advance(progress.VALIDATE, len(entries))
         if valid:
             yield from self._store.put('validated', [blocks.pack(valid)])
 
     def _validate(self, entry):
+        """(ImageMeta, the bytes its record stores) of a valid input, else its rejection."""
         if entry.reject:
             return rejection(entry, entry.reject, entry.detail)
         try:  # before reading: a rejected row costs no read
@@ -199,7 +222,7 @@ class _ValidateChunk(beam.DoFn):
             source_sha256 = hashlib.sha256(data).digest()
             if self._reencode_dir:
                 _write_once(reencoded_path(self._reencode_dir, info.sha256), stored)
-        return ImageMeta(
+        meta = ImageMeta(
             entry.id,
             entry.key,
             self._label_ids[entry.label],
@@ -215,6 +238,7 @@ class _ValidateChunk(beam.DoFn):
             info.reencoded,
             levels,
         )
+        return meta, data if stored is None else stored
 
 
 def _exists(path):

@@ -105,11 +105,7 @@ class _WriteShard(beam.DoFn):
         class_counts = collections.Counter()
         level_counts = collections.Counter()  # (level index, id) -> records
         with FileSystems.create(temporary) as f:
-            if self._pool:
-                records = bounded_map(self._pool, self._framed_record, metas, 4 * self._io_threads)
-            else:
-                records = map(self._framed_record, metas)
-            for meta, framed in zip(metas, records):
+            for meta, framed in zip(metas, self._framed_records(metas)):
                 f.write(framed)
                 digest.update(framed)
                 num_bytes += len(framed)
@@ -147,6 +143,17 @@ class _WriteShard(beam.DoFn):
             }
             missing[level] = counts[(index, features.MISSING_LEVEL)]
         return {'level_counts': level_counts, 'level_missing': missing}
+
+    def _framed_records(self, metas):
+        """The framed records of `metas`, in order: their stored bytes from the payload files
+        validation kept (local runner), else read from the inputs again."""
+        if self._format == features.EXAMPLES and metas and metas[0].payload:
+            for meta, stored in zip(metas, self._store.read_payloads(metas)):
+                yield tfrecord.frame(self._encoder.encode(meta, stored))
+        elif self._pool:
+            yield from bounded_map(self._pool, self._framed_record, metas, 4 * self._io_threads)
+        else:
+            yield from map(self._framed_record, metas)
 
     def _framed_record(self, meta):
         source = source_path(self._input_base, meta.key)

@@ -36,12 +36,13 @@ def test_pack_round_trips_every_field():
         _meta(4, key='gs://bucket/x/' + 'y' * 2000 + '.jpg', sha256=b'short'),
         _meta(5, levels=(3, -1, 2**31 - 1)),  # label level ids, -1 where missing
         _meta(6, levels=()),
+        _meta(7, payload=2**63 - 1, payload_offset=5 * 2**32),  # where its bytes were kept
     ]
     block = blocks.pack(metas)
     assert blocks.unpack(block) == metas
     assert blocks.unpack(blocks.pack([])) == []
     # About a hundred bytes per image: what every shuffle carries instead of Python objects.
-    assert len(blocks.pack([_meta(i) for i in range(1000)])) < 110 * 1000
+    assert len(blocks.pack([_meta(i) for i in range(1000)])) < 120 * 1000
 
 
 def test_inline_store_passes_blocks_as_they_are(tmp_path):
@@ -79,3 +80,29 @@ def test_a_spilled_block_cut_short_is_an_error(tmp_path):
     path.write_bytes(path.read_bytes()[:50])
     with pytest.raises(OSError, match='expected'):
         store.get(ref)
+
+
+def test_payloads_are_read_back_in_the_order_asked_across_files_and_windows(tmp_path):
+    store = blocks.BlockStore(str(tmp_path / 'blocks'))
+    assert blocks.BlockStore().payloads() is None  # inline: the writer reads the inputs
+    metas = []
+    for item in range(5):  # five work items, five payload files
+        payloads = store.payloads()
+        for i in range(7):
+            data = hashlib.sha256(f'{item}-{i}'.encode()).digest() * (1 + i)
+            payload, offset = payloads.add(data)
+            metas.append(
+                _meta(10 * item + i, num_bytes=len(data))._replace(
+                    payload=payload, payload_offset=offset
+                )
+            )
+        payloads.close()
+    assert len(list((tmp_path / 'blocks').iterdir())) == 5
+    shuffled = sorted(metas, key=lambda meta: hashlib.sha256(meta.key.encode()).digest())
+    expected = [
+        hashlib.sha256(f'{m.id // 10}-{m.id % 10}'.encode()).digest() * (1 + m.id % 10)
+        for m in shuffled
+    ]
+    assert list(store.read_payloads(shuffled)) == expected
+    assert list(store.read_payloads(shuffled, window_bytes=100)) == expected  # many windows
+    assert list(store.read_payloads([])) == []
