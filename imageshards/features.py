@@ -111,14 +111,33 @@ def encode_example(fmt, values, levels=()):
     entries = []
     for key, kind in _sorted_schema(fmt, tuple(levels)):
         value = values[key]
-        if kind == 'int64':
-            number = _varint(value)  # Feature.int64_list (3) holding a packed Int64List
-            feature = bytes((0x1A, len(number) + 2, 0x0A, len(number))) + number
-        else:  # Feature.bytes_list (1) holding a BytesList of one value
-            data = value.encode('utf-8') if isinstance(value, str) else value
-            feature = _delimited(0x0A, _delimited(0x0A, data))
-        entries.append(_delimited(0x0A, _KEY_FIELDS[key] + _delimited(0x12, feature)))
+        if key in _REPEATING:  # a handful of values across a whole build: encoded once each
+            entry = _ENTRIES.get((key, value))
+            if entry is None:
+                if len(_ENTRIES) > _MAX_ENTRIES:
+                    _ENTRIES.clear()
+                entry = _ENTRIES[(key, value)] = _entry(key, kind, value)
+            entries.append(entry)
+        else:
+            entries.append(_entry(key, kind, value))
     return _delimited(0x0A, b''.join(entries))  # Example.features
+
+
+def _entry(key, kind, value):
+    """One map entry of Features.feature: its key and the Feature holding `value`."""
+    if kind == 'int64':
+        number = _varint(value)  # Feature.int64_list (3) holding a packed Int64List
+        feature = bytes((0x1A, len(number) + 2, 0x0A, len(number))) + number
+    else:  # Feature.bytes_list (1) holding a BytesList of one value
+        data = value.encode('utf-8') if isinstance(value, str) else value
+        feature = _delimited(0x0A, _delimited(0x0A, data))
+    return _delimited(0x0A, _KEY_FIELDS[key] + _delimited(0x12, feature))
+
+
+# Features whose values repeat from record to record, and the entries encoded for them.
+_REPEATING = frozenset([FORMAT, HEIGHT, WIDTH, CHANNELS, LABEL, LABEL_TEXT])
+_ENTRIES = {}
+_MAX_ENTRIES = 100_000
 
 
 @functools.cache

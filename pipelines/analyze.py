@@ -41,7 +41,7 @@ from pipelines.write import stored_bytes
 ASPECT_EDGES = (0.5, 0.75, 0.95, 1.05, 1.34, 1.5, 2.0)
 SAMPLE_PURPOSE = 'sample'
 _CHUNK = 64  # sample images per work item of MeasureSample
-SAMPLE_RECORDS = 'analysis/sample-{chunk:05d}.tfrecord'  # under the build's temporary folder
+SAMPLE_RECORDS = 'sample-{chunk:05d}.tfrecord'  # in the hand-over folder of the local runner
 
 
 def aspect_bin(height, width):
@@ -265,11 +265,12 @@ def _in_split(piece, split):
 
 
 class AnalyzeSplit(beam.PTransform):
-    """((split, shard), block) pieces -> {'analysis', 'records'}.
+    """((split, shard), block) pieces -> {'analysis', 'records', 'handed_over'}.
 
     `analysis` holds the one dataset.json `analysis` entry; `records` the sample's serialized
-    records (empty when they go to files under `records_dir`, for a tf.Transform step outside
-    this pipeline).
+    records, or, with `records_dir` (the local runner), nothing: they go to files there, with
+    what the tf.Transform helper process needs (pipelines/transform_output.py), and
+    `handed_over` gets one element when all is there.
 
     Args:
         config: the BuildConfig (its seed, analysis_split, analysis_sample, analysis_size).
@@ -277,11 +278,12 @@ class AnalyzeSplit(beam.PTransform):
         encoder: the RecordEncoder of the build's records.
         input_base: the listing's base, against which keys are paths.
         store: the BlockStore of the pieces.
-        records_dir: where the sample's records go as files (the build's temporary folder), or
-            None to emit them.
+        records_dir: a local folder to hand the sample's records and the analysis over in, or
+            None to emit the records.
+        levels: the build's label level names.
     """
 
-    def __init__(self, config, labels, encoder, input_base, store, records_dir=None):
+    def __init__(self, config, labels, encoder, input_base, store, records_dir=None, levels=()):
         super().__init__()
         self._config = config
         self._labels = tuple(labels)
@@ -289,6 +291,7 @@ class AnalyzeSplit(beam.PTransform):
         self._input_base = input_base
         self._store = store
         self._records_dir = records_dir
+        self._levels = tuple(levels)
 
     def expand(self, pieces):
         config = self._config
@@ -325,4 +328,20 @@ class AnalyzeSplit(beam.PTransform):
                 self._labels,
             )
         )
-        return {'analysis': analysis, 'records': measured[_MeasureSample.RECORDS]}
+        handed_over = analysis
+        if self._records_dir:
+            from pipelines import transform_output  # pylint: disable=import-outside-toplevel
+
+            handed_over = analysis | 'HandOver' >> beam.Map(
+                transform_output.hand_over,
+                self._records_dir,
+                self._labels,
+                config.format,
+                self._levels,
+                config.transform_image_size,
+            )
+        return {
+            'analysis': analysis,
+            'records': measured[_MeasureSample.RECORDS],
+            'handed_over': handed_over,
+        }

@@ -220,7 +220,7 @@ class BlockStore:
         self._open_payloads.clear()
 
     def _read_payload(self, meta):
-        path = FileSystems.join(self.spill_dir, payload_name(meta.payload))
+        path = _join(self.spill_dir, payload_name(meta.payload))
         handle = self._open_payloads.get(path)
         if handle is None:
             self._open_payloads.clear()  # one file open at a time: reads come sorted by file
@@ -239,6 +239,13 @@ class BlockStore:
 
     def __getstate__(self):
         return {'spill_dir': self.spill_dir}
+
+
+def _join(folder, name):
+    """FileSystems.join without its lookup of the file system (~10 us) for local folders."""
+    if FileSystems.get_scheme(folder) is None:
+        return os.path.join(folder, name)
+    return FileSystems.join(folder, name)
 
 
 def _payload_position(meta):

@@ -58,7 +58,14 @@ _LOG = logging.getLogger(__name__)
 
 
 def build_pipeline(
-    pipeline, config, listing, listing_path, output_dir, store=None, transform_dir=None
+    pipeline,
+    config,
+    listing,
+    listing_path,
+    output_dir,
+    store=None,
+    transform_dir=None,
+    handover_dir=None,
 ):
     """Adds the build's steps to `pipeline`; returns the PCollection of final counts.
 
@@ -67,6 +74,8 @@ def build_pipeline(
         store: the BlockStore that keeps metadata between steps (default: inline).
         transform_dir: where the tf.Transform output is staged and TFT keeps its temporary files
             (default: the build's temporary folder).
+        handover_dir: the local folder where the analysis hands its sample over to the
+            tf.Transform helper process (the local runner; see pipelines/transform_output.py).
     """
     store = store or blocks.BlockStore()
     label_ids = {name: i for i, name in enumerate(listing.labels)}
@@ -111,6 +120,18 @@ def build_pipeline(
         store,
     )
     # ((split, shard), block of ImageMeta)
+    in_pipeline = config.analyze and not handover_dir  # else the helper process writes it
+    transform_dir = transform_dir or temp_dir
+    analysis, transformed, handed_over = _analysis_steps(
+        pipeline,
+        config,
+        listing,
+        assigned['placed'],
+        store,
+        output_dir,
+        transform_dir,
+        handover_dir,
+    )
     shards = assigned['placed'] | 'WriteShards' >> WriteShards(
         assigned['plan'],
         listing.base,
@@ -122,13 +143,11 @@ def build_pipeline(
         config.threads,
         store,
         listing.label_levels,
+        # Locally, the tf.Transform helper process gets its sample before the shards are
+        # written, and transforms while they are.
+        after=handed_over,
     )
     # dataset.json entry of each shard
-    transform_dir = transform_dir or temp_dir
-    in_pipeline = analysis_in_pipeline(pipeline, config)
-    analysis, transformed = _analysis_steps(
-        pipeline, config, listing, assigned['placed'], store, output_dir, transform_dir, in_pipeline
-    )
     context = {
         'output': output_dir,
         'input': config.input,
@@ -159,20 +178,21 @@ def analysis_in_pipeline(pipeline, config):
     )
 
 
-def _analysis_steps(pipeline, config, listing, placed, store, output_dir, transform_dir, inline):
+def _analysis_steps(pipeline, config, listing, placed, store, output_dir, transform_dir, handover):
     """(PCollection of dataset.json's `analysis`, PCollection that completes once the TFT
-    output is staged); both empty without the analysis."""
+    output is staged in the pipeline, PCollection that completes once the sample is handed over
+    to the helper process, or None); empty without the analysis."""
     if not config.analyze:
-        return (pipeline | 'NoAnalysis' >> beam.Create([]),) * 2
+        return (pipeline | 'NoAnalysis' >> beam.Create([]),) * 2 + (None,)
     encoder = RecordEncoder(
         listing.base, output_dir, config.format, listing.labels, listing.label_levels
     )
-    temp_dir = finalize.join(output_dir, finalize.TEMP_DIR)
     analyzed = placed | 'AnalyzeSplit' >> AnalyzeSplit(
-        config, listing.labels, encoder, listing.base, store, None if inline else temp_dir
+        config, listing.labels, encoder, listing.base, store, handover, list(listing.label_levels)
     )
-    if not inline:
-        return analyzed['analysis'], pipeline | 'TransformAfterPipeline' >> beam.Create([])
+    if handover:
+        nothing = pipeline | 'TransformOutsidePipeline' >> beam.Create([])
+        return analyzed['analysis'], nothing, analyzed['handed_over']
     transformed = analyzed['records'] | 'WriteTransformOutput' >> WriteTransformOutput(
         analyzed['analysis'],
         listing.labels,
@@ -182,7 +202,7 @@ def _analysis_steps(pipeline, config, listing, placed, store, output_dir, transf
         finalize.join(transform_dir, finalize.TRANSFORM_STAGING),
         finalize.join(transform_dir, 'tft'),
     )
-    return analyzed['analysis'], transformed
+    return analyzed['analysis'], transformed, None
 
 
 def _transform_work_dir(pipeline, config, output_dir, dry_run):
@@ -275,44 +295,58 @@ def run(argv=None, test_pipeline=None):
     listing_path = finalize.join(
         output_dir, finalize.TEMP_DIR, f'listing-{uuid.uuid4().hex[:12]}.jsonl'
     )
+    transform_dir = _transform_work_dir(pipeline, config, output_dir, dry_run)
+    helper = None
+    if config.analyze and not analysis_in_pipeline(pipeline, config) and not dry_run:
+        # Started now: it imports TensorFlow while this process lists and the workers validate.
+        root = transform_dir or finalize.join(output_dir, finalize.TEMP_DIR)
+        helper = transform_output.Helper(
+            tempfile.mkdtemp(prefix='imageshards-analysis-'),
+            finalize.join(root, finalize.TRANSFORM_STAGING),
+            finalize.join(root, 'tft'),
+        )
+    try:
+        return _build(
+            pipeline, config, scan, output_dir, listing_path, transform_dir, helper, started
+        )
+    finally:
+        if helper:
+            helper.stop()
+            shutil.rmtree(helper.work_dir, ignore_errors=True)
+        if transform_dir:
+            shutil.rmtree(transform_dir, ignore_errors=True)
+
+
+def _build(pipeline, config, scan, output_dir, listing_path, transform_dir, helper, started):
+    """`run` from the listing on; returns dataset.json, or None for a dry run."""
+    on_dataflow = runner.is_dataflow(pipeline.options.view_as(StandardOptions).runner)
+    dry_run = on_dataflow and pipeline.options.view_as(TestOptions).dry_run
     summary = _write_listing(scan, config, output_dir, listing_path, dry_run)
     store = blocks.BlockStore()
     if runner.shuffles_in_memory(pipeline):
         # The local runner holds every shuffled element in this process: metadata goes to
         # files, and its shuffles move byte ranges of them (pipelines/blocks.py).
         store = blocks.BlockStore(finalize.join(output_dir, finalize.TEMP_DIR, 'blocks'))
-    transform_dir = _transform_work_dir(pipeline, config, output_dir, dry_run)
-    build_pipeline(pipeline, config, summary, listing_path, output_dir, store, transform_dir)
-    after = config.analyze and not analysis_in_pipeline(pipeline, config) and not dry_run
-    if after:  # while the workers work, so that the TFT output waits for no import
-        transform_output.import_meanwhile()
+    handover = helper.work_dir if helper else None
+    build_pipeline(
+        pipeline, config, summary, listing_path, output_dir, store, transform_dir, handover
+    )
     watched = runner.shuffles_in_memory(pipeline) and not dry_run
-    try:
-        with progress.Watch({progress.VALIDATE: summary.num_inputs}, _UNITS, enabled=watched):
-            result = _launch(pipeline, listing_path, on_dataflow, dry_run)
-        if result is None:
-            _LOG.info('--dry_run: built the job without running it; %s is as it was', output_dir)
-            return None
-        dataset = finalize.load_dataset_json(output_dir)
-        if after:
-            _write_transform_output(output_dir, dataset, transform_dir, config)
-    finally:
-        if transform_dir:
-            shutil.rmtree(transform_dir, ignore_errors=True)
+    with progress.Watch({progress.VALIDATE: summary.num_inputs}, _UNITS, enabled=watched):
+        result = _launch(pipeline, listing_path, on_dataflow, dry_run)
+    if result is None:
+        _LOG.info('--dry_run: built the job without running it; %s is as it was', output_dir)
+        return None
+    dataset = finalize.load_dataset_json(output_dir)
+    if helper:  # the local runner's last step: the tf.Transform output, then _SUCCESS
+        helper.finish()
+        root = transform_dir or finalize.join(output_dir, finalize.TEMP_DIR)
+        finalize.publish_transform(
+            output_dir, finalize.join(root, finalize.TRANSFORM_STAGING), dataset['analysis']
+        )
+        finalize.complete(output_dir)
     _report(result, dataset, output_dir, time.monotonic() - started)
     return dataset
-
-
-def _write_transform_output(output_dir, dataset, transform_dir, config):
-    """The local runner's last step: the tf.Transform output, then `_SUCCESS`."""
-    root = transform_dir or finalize.join(output_dir, finalize.TEMP_DIR)
-    transform_output.complete_after_build(
-        output_dir,
-        dataset,
-        finalize.join(root, finalize.TRANSFORM_STAGING),
-        finalize.join(root, 'tft'),
-        config.transform_image_size,
-    )
 
 
 def _write_listing(scan, config, output_dir, listing_path, dry_run):

@@ -31,7 +31,8 @@ _SOI, _EOI, _SOS, _DQT, _DHT, _DRI = 0xD8, 0xD9, 0xDA, 0xDB, 0xC4, 0xDD
 _SOF_SEQUENTIAL = frozenset([0xC0, 0xC1])  # baseline and extended sequential, Huffman coded
 _SOF_PROGRESSIVE = 0xC2
 _RST = frozenset(range(0xD0, 0xD8))
-_APP1, _APP14 = 0xE1, 0xEE
+_APP1, _APP2, _APP14 = 0xE1, 0xE2, 0xEE
+_READ_APPLICATIONS = frozenset([_APP1, _APP2, _APP14])  # EXIF/XMP, MPF, Adobe
 _SKIPPED = frozenset([*range(0xE0, 0xF0), 0xFE])  # APPn, COM
 # libjpeg's limits: JPEG_MAX_DIMENSION, MAX_SAMP_FACTOR, D_MAX_BLOCKS_IN_MCU, NUM_*_TBLS.
 _MAX_DIMENSION = 65500
@@ -99,6 +100,8 @@ class _Jpeg:
             raise Unusual(f'marker 0x{marker:02X}')
 
     def _application(self, marker, start, end):
+        if marker not in _READ_APPLICATIONS:  # JFIF, comments and the like: nothing to check
+            return
         body = self.data[start : min(end, start + 64)]
         if marker == _APP1 and body.startswith(_EXIF):
             self.exif_segments += 1
@@ -109,7 +112,7 @@ class _Jpeg:
                 raise Unusual('XMP orientation')
         elif marker == _APP14 and body.startswith(b'Adobe') and end - start < 12:
             raise Unusual('short Adobe segment')
-        elif marker == 0xE2 and body.startswith(b'MPF\x00'):
+        elif marker == _APP2 and body.startswith(b'MPF\x00'):
             raise Unusual('multi-picture (MPO) file')
 
     def _tables(self, marker, start, end):

@@ -4,19 +4,24 @@
         -> TFExampleBeamRecord -> tft_beam.AnalyzeDataset(imageshards/transform.py)
         -> WriteTransformFn: transform_fn/, transformed_metadata/
         -> the raw metadata: metadata/ (what `TFTransformOutput.raw_feature_spec()` reads)
-    all staged under the build's temporary folder; Finalize (or `complete_after_build`) moves
+    all staged under the build's temporary folder; Finalize (or, locally, the launcher) moves
     them into place before `_SUCCESS`.
 
 Where it runs: on a distributed runner (Dataflow), as steps of the build's pipeline
-(`WriteTransformOutput`); on the local runner, as a small pipeline of the launching process once
-the build's pipeline is done (`complete_after_build`), reading the sample records the build left
-in its temporary folder. TensorFlow and tensorflow_transform are then imported by the launcher
-alone, in a background thread while the workers validate and write, instead of by every worker
-process (each import costs ~4 s of CPU and ~850 MB on the 2-core machine of bench/RESULTS.md).
+(`WriteTransformOutput`). On the local runner, in a helper process of the launcher (`Helper`),
+as a small pipeline of its own over the sample records the build's pipeline hands over in a
+local folder: TensorFlow and tensorflow_transform are then imported by that process alone,
+while the launcher lists and the workers validate, instead of by every worker process (each
+import costs ~4 s of CPU and ~850 MB on the 2-core machine of bench/RESULTS.md), and the
+transform runs while the workers write the shards.
 """
 
+import json
 import logging
-import threading
+import os
+import subprocess
+import sys
+import time
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -25,7 +30,8 @@ from imageshards import tfrecord
 from pipelines import finalize
 
 _LOG = logging.getLogger(__name__)
-_SAMPLE_GLOB = 'analysis/sample-*.tfrecord'  # under the build's temporary folder
+JOB = 'job.json'  # the hand-over from the pipeline to the Helper
+SAMPLE_GLOB = 'sample-*.tfrecord'  # the sample's records, in the Helper's work folder
 
 
 class WriteTransformOutput(beam.PTransform):
@@ -92,23 +98,60 @@ def _write_raw_metadata(unused_written, schema, path):
     return path
 
 
-def import_meanwhile():
-    """Starts importing TensorFlow and tensorflow_transform in a daemon thread of this process,
-    so that `complete_after_build` finds them loaded; returns the thread."""
-    thread = threading.Thread(target=_import_libraries, name='import-tensorflow', daemon=True)
-    thread.start()
-    return thread
+class Helper:
+    """The process that writes the TFT output of a build on the local runner.
+
+    Started before the build lists its inputs, it imports TensorFlow and tensorflow_transform
+    on the core the launcher leaves free, then waits for the pipeline to hand over (`JOB` in
+    `work_dir`, written with the sample records once the analysis is done, before the shards are
+    written) and runs the transform while the workers write. A process of its own, not a thread:
+    importing TensorFlow holds the interpreter lock for seconds, which would stall the launcher
+    that relays the workers' data.
+    """
+
+    def __init__(self, work_dir, staging_dir, temp_dir):
+        self.work_dir = work_dir
+        self._log = os.path.join(work_dir, 'transform.log')
+        with open(self._log, 'wb') as log:
+            self._process = subprocess.Popen(  # pylint: disable=consider-using-with
+                [sys.executable, '-m', __name__, work_dir, staging_dir, temp_dir],
+                stdout=log,
+                stderr=log,
+            )
+
+    def finish(self):
+        """Waits for the TFT output; raises RuntimeError with the helper's last lines if it
+        failed."""
+        if self._process.wait() != 0:
+            with open(self._log, encoding='utf-8', errors='replace') as f:
+                tail = ''.join(f.readlines()[-20:])
+            raise RuntimeError(f'writing the tf.Transform output failed:\n{tail}')
+
+    def stop(self):
+        if self._process.poll() is None:
+            self._process.kill()
+            self._process.wait()
 
 
-def _import_libraries():
-    try:
-        # pylint: disable=import-outside-toplevel,unused-import
-        import tensorflow_transform.beam  # noqa: F401
-        from tfx_bsl.tfxio import tf_example_record  # noqa: F401
+def hand_over(analysis, work_dir, labels, fmt, levels, image_size):
+    """The pipeline's last analysis step on the local runner: what the Helper needs, as JOB."""
+    job = {
+        'analysis': analysis,
+        'labels': list(labels),
+        'format': fmt,
+        'levels': list(levels),
+        'image_size': image_size,
+    }
+    finalize.write_atomically(os.path.join(work_dir, JOB), json.dumps(job).encode('utf-8'))
+    return JOB
 
-        from imageshards import transform  # noqa: F401
-    except Exception:  # pylint: disable=broad-except  # the import in complete_after_build says why
-        _LOG.debug('importing tensorflow_transform in the background failed', exc_info=True)
+
+def _wait_for_job(work_dir, interval=0.05):
+    path = os.path.join(work_dir, JOB)
+    while not os.path.exists(path):
+        time.sleep(interval)
+    with open(path, encoding='utf-8') as f:
+        return json.load(f)
 
 
 def _read_records(path):
@@ -116,15 +159,12 @@ def _read_records(path):
         yield from tfrecord.read_records(f, path)
 
 
-def complete_after_build(output_dir, dataset, staging_dir, temp_dir, image_size):
-    """Writes the TFT output of a build whose pipeline left its sample records behind, moves it
-    into place and marks the build complete (local runner)."""
+def write(job, records_pattern, staging_dir, temp_dir):
+    """Runs WriteTransformOutput on the sample records in a pipeline of this process."""
     # pylint: disable=import-outside-toplevel
     from apache_beam.runners.portability.fn_api_runner import fn_runner
 
-    pattern = finalize.join(output_dir, finalize.TEMP_DIR, _SAMPLE_GLOB)
-    paths = sorted(m.path for r in FileSystems.match([pattern]) for m in r.metadata_list)
-    analysis = dataset['analysis']
+    paths = sorted(m.path for r in FileSystems.match([records_pattern]) for m in r.metadata_list)
     with beam.Pipeline(runner=fn_runner.FnApiRunner()) as pipeline:
         records = (
             pipeline
@@ -132,13 +172,30 @@ def complete_after_build(output_dir, dataset, staging_dir, temp_dir, image_size)
             | 'ReadSample' >> beam.FlatMap(_read_records)
         )
         _ = records | 'WriteTransformOutput' >> WriteTransformOutput(
-            pipeline | 'Analysis' >> beam.Create([analysis]),
-            dataset['labels'],
-            dataset['format'],
-            list(dataset.get('label_levels', {})),
-            image_size,
+            pipeline | 'Analysis' >> beam.Create([job['analysis']]),
+            job['labels'],
+            job['format'],
+            job['levels'],
+            job['image_size'],
             staging_dir,
             temp_dir,
         )
-    finalize.publish_transform(output_dir, staging_dir, analysis)
-    finalize.complete(output_dir)
+
+
+def main(argv=None):
+    """The Helper process: WORK_DIR STAGING_DIR TEMP_DIR."""
+    work_dir, staging_dir, temp_dir = (sys.argv[1:] if argv is None else argv)[:3]
+    logging.basicConfig(level=logging.WARNING)
+    # pylint: disable=import-outside-toplevel,unused-import
+    import tensorflow_transform.beam  # noqa: F401  (the seconds this process is for)
+    from tfx_bsl.tfxio import tf_example_record  # noqa: F401
+
+    from imageshards import transform  # noqa: F401
+
+    job = _wait_for_job(work_dir)
+    write(job, os.path.join(work_dir, SAMPLE_GLOB), staging_dir, temp_dir)
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -96,7 +96,8 @@ class _WriteShard(beam.DoFn):
         if self._pool:
             self._pool.shutdown()
 
-    def process(self, keyed, plan):
+    def process(self, keyed, plan, after=()):
+        del after  # only waited for
         (split, index), pieces = keyed
         metas = sorted(self._store.metas(pieces), key=lambda meta: order_key(self._seed, meta))
         relative = shard_path(split, index, plan.num_shards[split])
@@ -233,12 +234,13 @@ class WriteShards(beam.PTransform):
     Every shard of the plan is written, also one that received no records. The arguments after
     `plan` are those of `_WriteShard`: `store` is the BlockStore of the pieces (default: inline),
     and `label_levels` ({level: [names]}) adds each level's features to the records and its
-    counts to the entries.
+    counts to the entries. With `after` (a PCollection), writing starts once it is complete.
     """
 
-    def __init__(self, plan, *args, **kwargs):
+    def __init__(self, plan, *args, after=None, **kwargs):
         super().__init__()
         self._plan = plan
+        self._after = after
         self._fn = _WriteShard(*args, **kwargs)
 
     def expand(self, placed):
@@ -246,10 +248,11 @@ class WriteShards(beam.PTransform):
         every_shard = self._plan | 'ListShards' >> beam.FlatMap(
             lambda plan: [(key, b'') for key in plan.shard_keys()]
         )
+        after = {} if self._after is None else {'after': beam.pvalue.AsList(self._after)}
         return (
             (placed, every_shard)
             | 'WithEveryShard' >> beam.Flatten()
             | 'GroupByShard' >> beam.GroupByKey()
             # ((split, shard), [block])
-            | 'Write' >> beam.ParDo(self._fn, plan=beam.pvalue.AsSingleton(self._plan))
+            | 'Write' >> beam.ParDo(self._fn, plan=beam.pvalue.AsSingleton(self._plan), **after)
         )
