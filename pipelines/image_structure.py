@@ -82,6 +82,16 @@ class _Jpeg:
         self.dc_started = set()  # component ids with a first DC scan (progressive)
         self.exif_segments = 0
 
+    def copy(self, data, max_scans):
+        """This state, for checking `data` on from the same point."""
+        other = _Jpeg(data, max_scans)
+        other.frame = self.frame  # not changed once set
+        other.quant, other.huffman = set(self.quant), set(self.huffman)
+        other.restart_interval, other.scans = self.restart_interval, self.scans
+        other.sequential_seen, other.dc_started = set(self.sequential_seen), set(self.dc_started)
+        other.exif_segments = self.exif_segments
+        return other
+
     def segment(self, marker, start, end):
         """Checks the segment of `marker` whose body is data[start:end]."""
         if marker in _SKIPPED:
@@ -312,7 +322,14 @@ def jpeg_facts(data, max_scans):
     """
     if data[:2] != b'\xff\xd8':
         raise Unusual('no start-of-image marker')
-    jpeg, position, size = _Jpeg(data, max_scans), 2, len(data)
+    header = _header(data)
+    cached = _HEADERS.get(header) if header else None
+    if cached is not None:  # the same bytes up to the first scan: the same checks passed
+        jpeg = cached.copy(data, max_scans)
+        position = _scan_end(jpeg, len(header))
+    else:
+        jpeg, position = _Jpeg(data, max_scans), 2
+    size = len(data)
     while True:
         if position + 1 >= size or data[position] != 0xFF:
             raise Unusual(f'no marker at byte {position}')
@@ -329,7 +346,32 @@ def jpeg_facts(data, max_scans):
         if length < 2 or end > size:
             raise Unusual('segment runs past the end of the file')
         jpeg.segment(marker, position + 2, end)
-        position = _scan_end(jpeg, end) if marker == _SOS else end
+        if marker == _SOS:
+            if jpeg.scans == 1 and header and len(header) == end and cached is None:
+                _remember_header(header, jpeg)
+            position = _scan_end(jpeg, end)
+        else:
+            position = end
+
+
+def _header(data):
+    """The bytes up to the end of what looks like the first scan header: files that an encoder
+    wrote with the same settings share them, and so the checks of everything before the scan
+    (images of one size from one pipeline, as training sets often are). b'' if none is found."""
+    start = data.find(b'\xff\xda', 2, 65536)
+    if start < 0 or start + 4 > len(data):
+        return b''
+    return data[: start + 2 + struct.unpack_from('>H', data, start + 2)[0]]
+
+
+_HEADERS = {}  # header bytes -> the _Jpeg state after its first scan header
+_MAX_HEADERS = 256
+
+
+def _remember_header(header, jpeg):
+    if len(_HEADERS) >= _MAX_HEADERS:
+        _HEADERS.clear()
+    _HEADERS[header] = jpeg.copy(b'', jpeg.max_scans)
 
 
 def _scan_end(jpeg, position):

@@ -261,3 +261,18 @@ def test_interlaced_png_is_plain_and_pixels_match(tf):
     np.testing.assert_array_equal(tf.io.decode_png(data).numpy(), array)
     info, stored = images.inspect_image(data, MAX_PIXELS)
     assert (info.format, info.height, info.width, stored) == ('png', 21, 30, None)
+
+
+def test_remembered_headers_give_the_verdicts_of_a_full_walk():
+    """Files of one encoder share their bytes up to the first scan; the checks of those bytes
+    are remembered. With or without what was remembered, every verdict is the same."""
+    jpegs = [(kind, data) for kind, data in _mutants(3000, seed=41) if kind == 'jpeg']
+    remembered = []
+    for _, data in jpegs:
+        remembered.append(_verdict('jpeg', data))
+    fresh = []
+    for _, data in jpegs:
+        image_structure._HEADERS.clear()
+        fresh.append(_verdict('jpeg', data))
+    assert remembered == fresh
+    assert sum(verdict == 'plain' for verdict, _ in fresh) > 100
