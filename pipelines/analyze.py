@@ -280,10 +280,9 @@ class AnalyzeSplit(beam.PTransform):
         store: the BlockStore of the pieces.
         records_dir: a local folder to hand the sample's records and the analysis over in, or
             None to emit the records.
-        levels: the build's label level names.
     """
 
-    def __init__(self, config, labels, encoder, input_base, store, records_dir=None, levels=()):
+    def __init__(self, config, labels, encoder, input_base, store, records_dir=None):
         super().__init__()
         self._config = config
         self._labels = tuple(labels)
@@ -291,7 +290,6 @@ class AnalyzeSplit(beam.PTransform):
         self._input_base = input_base
         self._store = store
         self._records_dir = records_dir
-        self._levels = tuple(levels)
 
     def expand(self, pieces):
         config = self._config
@@ -333,12 +331,7 @@ class AnalyzeSplit(beam.PTransform):
             from pipelines import transform_output  # pylint: disable=import-outside-toplevel
 
             handed_over = analysis | 'HandOver' >> beam.Map(
-                transform_output.hand_over,
-                self._records_dir,
-                self._labels,
-                config.format,
-                self._levels,
-                config.transform_image_size,
+                transform_output.hand_over, self._records_dir
             )
         return {
             'analysis': analysis,

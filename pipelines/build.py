@@ -188,7 +188,7 @@ def _analysis_steps(pipeline, config, listing, placed, store, output_dir, transf
         listing.base, output_dir, config.format, listing.labels, listing.label_levels
     )
     analyzed = placed | 'AnalyzeSplit' >> AnalyzeSplit(
-        config, listing.labels, encoder, listing.base, store, handover, list(listing.label_levels)
+        config, listing.labels, encoder, listing.base, store, handover
     )
     if handover:
         nothing = pipeline | 'TransformOutsidePipeline' >> beam.Create([])
@@ -322,6 +322,14 @@ def _build(pipeline, config, scan, output_dir, listing_path, transform_dir, help
     on_dataflow = runner.is_dataflow(pipeline.options.view_as(StandardOptions).runner)
     dry_run = on_dataflow and pipeline.options.view_as(TestOptions).dry_run
     summary = _write_listing(scan, config, output_dir, listing_path, dry_run)
+    if helper:
+        transform_output.prepare(
+            helper.work_dir,
+            summary.labels,
+            config.format,
+            list(summary.label_levels),
+            config.transform_image_size,
+        )
     store = blocks.BlockStore()
     if runner.shuffles_in_memory(pipeline):
         # The local runner holds every shuffled element in this process: metadata goes to

@@ -16,6 +16,7 @@ import costs ~4 s of CPU and ~850 MB on the 2-core machine of bench/RESULTS.md),
 transform runs while the workers write the shards.
 """
 
+import glob
 import json
 import logging
 import os
@@ -30,7 +31,8 @@ from imageshards import tfrecord
 from pipelines import finalize
 
 _LOG = logging.getLogger(__name__)
-JOB = 'job.json'  # the hand-over from the pipeline to the Helper
+SETTINGS = 'settings.json'  # what the Helper's pipeline is made of, from the launcher
+JOB = 'analysis.json'  # the hand-over from the pipeline to the Helper
 SAMPLE_GLOB = 'sample-*.tfrecord'  # the sample's records, in the Helper's work folder
 
 
@@ -102,11 +104,12 @@ class Helper:
     """The process that writes the TFT output of a build on the local runner.
 
     Started before the build lists its inputs, it imports TensorFlow and tensorflow_transform
-    on the core the launcher leaves free, then waits for the pipeline to hand over (`JOB` in
-    `work_dir`, written with the sample records once the analysis is done, before the shards are
-    written) and runs the transform while the workers write. A process of its own, not a thread:
-    importing TensorFlow holds the interpreter lock for seconds, which would stall the launcher
-    that relays the workers' data.
+    on the core the launcher leaves free, builds its pipeline once the launcher has listed the
+    inputs (`SETTINGS`), and runs it as soon as the build's pipeline hands the sample over (`JOB`
+    in `work_dir`, written with the sample records once the analysis is done, before the shards
+    are written): the transform is written while the workers write the shards. A process of its
+    own, not a thread: importing TensorFlow holds the interpreter lock for seconds, which would
+    stall the launcher that relays the workers' data.
     """
 
     def __init__(self, work_dir, staging_dir, temp_dir):
@@ -133,50 +136,59 @@ class Helper:
             self._process.wait()
 
 
-def hand_over(analysis, work_dir, labels, fmt, levels, image_size):
-    """The pipeline's last analysis step on the local runner: what the Helper needs, as JOB."""
-    job = {
-        'analysis': analysis,
+def prepare(work_dir, labels, fmt, levels, image_size):
+    """What the Helper needs to build its pipeline, known once the inputs are listed: it builds
+    it while the build runs, and only runs it once the sample is handed over."""
+    settings = {
         'labels': list(labels),
         'format': fmt,
         'levels': list(levels),
         'image_size': image_size,
     }
-    finalize.write_atomically(os.path.join(work_dir, JOB), json.dumps(job).encode('utf-8'))
+    finalize.write_atomically(os.path.join(work_dir, SETTINGS), json.dumps(settings).encode())
+
+
+def hand_over(analysis, work_dir):
+    """The pipeline's last analysis step on the local runner: dataset.json's `analysis` for the
+    Helper, as JOB, once the sample's records are in `work_dir`."""
+    finalize.write_atomically(os.path.join(work_dir, JOB), json.dumps(analysis).encode('utf-8'))
     return JOB
 
 
-def _wait_for_job(work_dir, interval=0.05):
-    path = os.path.join(work_dir, JOB)
+def _wait_for(path, interval=0.05):
     while not os.path.exists(path):
         time.sleep(interval)
     with open(path, encoding='utf-8') as f:
         return json.load(f)
 
 
-def _read_records(path):
-    with FileSystems.open(path) as f:
-        yield from tfrecord.read_records(f, path)
+def _sample_records(unused_impulse, work_dir):
+    _wait_for(os.path.join(work_dir, JOB))
+    for path in sorted(glob.glob(os.path.join(work_dir, SAMPLE_GLOB))):
+        with open(path, 'rb') as f:
+            yield from tfrecord.read_records(f, path)
 
 
-def write(job, records_pattern, staging_dir, temp_dir):
-    """Runs WriteTransformOutput on the sample records in a pipeline of this process."""
+def _analysis(unused_impulse, work_dir):
+    return _wait_for(os.path.join(work_dir, JOB))
+
+
+def write(work_dir, settings, staging_dir, temp_dir):
+    """Runs WriteTransformOutput on the sample records handed over in `work_dir`, in a pipeline
+    of this process that waits for them."""
     # pylint: disable=import-outside-toplevel
     from apache_beam.runners.portability.fn_api_runner import fn_runner
 
-    paths = sorted(m.path for r in FileSystems.match([records_pattern]) for m in r.metadata_list)
     with beam.Pipeline(runner=fn_runner.FnApiRunner()) as pipeline:
-        records = (
-            pipeline
-            | 'SampleFiles' >> beam.Create(paths)
-            | 'ReadSample' >> beam.FlatMap(_read_records)
-        )
+        start = pipeline | 'Start' >> beam.Impulse()
+        records = start | 'ReadSample' >> beam.FlatMap(_sample_records, work_dir)
+        analysis = start | 'ReadAnalysis' >> beam.Map(_analysis, work_dir)
         _ = records | 'WriteTransformOutput' >> WriteTransformOutput(
-            pipeline | 'Analysis' >> beam.Create([job['analysis']]),
-            job['labels'],
-            job['format'],
-            job['levels'],
-            job['image_size'],
+            analysis,
+            settings['labels'],
+            settings['format'],
+            settings['levels'],
+            settings['image_size'],
             staging_dir,
             temp_dir,
         )
@@ -192,8 +204,7 @@ def main(argv=None):
 
     from imageshards import transform  # noqa: F401
 
-    job = _wait_for_job(work_dir)
-    write(job, os.path.join(work_dir, SAMPLE_GLOB), staging_dir, temp_dir)
+    write(work_dir, _wait_for(os.path.join(work_dir, SETTINGS)), staging_dir, temp_dir)
     return 0
 
 
