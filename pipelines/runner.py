@@ -68,11 +68,6 @@ def make_pipeline(beam_args):
         direct.direct_running_mode = 'multi_processing'
     if '--direct_num_workers' not in given and direct.direct_running_mode != 'in_memory':
         direct.direct_num_workers = os.cpu_count() or 1
-    _LOG.info(
-        'running on the DirectRunner (FnApiRunner): %s with %s',
-        direct.direct_running_mode,
-        console.plural(direct.direct_num_workers, 'worker'),
-    )
     # As Beam's DirectRunner does: workers read the pipeline options (log levels among them)
     # from the provision info.
     encoded = JobServiceHandle.encode_pipeline_options(pipeline_options.get_all_options())
@@ -102,6 +97,23 @@ def _removing_tempdir(pipeline):
 def is_local(runner):
     """Whether a `--runner` value (None: not given) runs the pipeline on this machine."""
     return runner in (None, 'DirectRunner')
+
+
+def describe(pipeline):
+    """How a local pipeline runs, for the log: its mode and workers."""
+    direct = pipeline.options.view_as(DirectOptions)
+    if direct.direct_running_mode == 'in_memory':
+        return 'the DirectRunner (FnApiRunner) in this process (in_memory)'
+    return (
+        f'the DirectRunner (FnApiRunner): {direct.direct_running_mode} with '
+        f'{console.plural(direct.direct_num_workers, "worker")}'
+    )
+
+
+def mode_given(beam_args):
+    """Whether the command line (or config) chose the local runner's mode or workers."""
+    given = {arg.split('=')[0] for arg in beam_args}
+    return bool(given & {'--direct_running_mode', '--direct_num_workers'})
 
 
 def shuffles_in_memory(pipeline):

@@ -122,6 +122,13 @@ class Helper:
                 stderr=log,
             )
 
+    def lower_priority(self):
+        """Lets the build's own processes go first: the helper takes the time they leave."""
+        try:
+            os.setpriority(os.PRIO_PROCESS, self._process.pid, 10)
+        except OSError:  # gone already, or not allowed: it only runs a little slower
+            pass
+
     def finish(self):
         """Waits for the TFT output; raises RuntimeError with the helper's last lines if it
         failed."""

@@ -188,7 +188,7 @@ class _ValidateChunk(beam.DoFn):
                 yield beam.pvalue.TaggedOutput(REJECTED, outcome)
                 continue
             meta, stored = outcome
-            if payloads:
+            if payloads and len(stored) <= blocks.PAYLOAD_MAX_BYTES:
                 payload, offset = payloads.add(stored)
                 meta = meta._replace(payload=payload, payload_offset=offset)
             valid.append(meta)

@@ -148,13 +148,17 @@ class _WriteShard(beam.DoFn):
     def _framed_records(self, metas):
         """The framed records of `metas`, in order: their stored bytes from the payload files
         validation kept (local runner), else read from the inputs again."""
-        if self._format == features.EXAMPLES and metas and metas[0].payload:
-            for meta, stored in zip(metas, self._store.read_payloads(metas)):
+        if self._format == features.EXAMPLES and any(meta.payload for meta in metas):
+            for meta, stored in zip(metas, self._store.read_payloads(metas, self._stored_bytes)):
                 yield tfrecord.frame(self._encoder.encode(meta, stored))
         elif self._pool:
             yield from bounded_map(self._pool, self._framed_record, metas, 4 * self._io_threads)
         else:
             yield from map(self._framed_record, metas)
+
+    def _stored_bytes(self, meta):
+        source = source_path(self._input_base, meta.key)
+        return stored_bytes(read_checked(source, meta), meta, source)
 
     def _framed_record(self, meta):
         source = source_path(self._input_base, meta.key)

@@ -103,6 +103,12 @@ def test_payloads_are_read_back_in_the_order_asked_across_files_and_windows(tmp_
         hashlib.sha256(f'{m.id // 10}-{m.id % 10}'.encode()).digest() * (1 + m.id % 10)
         for m in shuffled
     ]
-    assert list(store.read_payloads(shuffled)) == expected
-    assert list(store.read_payloads(shuffled, window_bytes=100)) == expected  # many windows
-    assert list(store.read_payloads([])) == []
+    assert list(store.read_payloads(shuffled, None)) == expected
+    assert list(store.read_payloads(shuffled, None, window_bytes=100)) == expected  # windows
+    assert list(store.read_payloads([], None)) == []
+    # Images without a payload (too large to keep) are read by the function given.
+    mixed = [m if m.id % 3 else m._replace(payload=0) for m in shuffled]
+    read = list(store.read_payloads(mixed, lambda meta: f'input {meta.id}'.encode()))
+    assert read == [
+        data if m.payload else f'input {m.id}'.encode() for m, data in zip(mixed, expected)
+    ]
