@@ -28,13 +28,21 @@ REQUIRED = [
     'matplotlib>=3.8,<4',  # imageshards report and preview (figures, Agg backend)
 ]
 
+# What bench/ needs beside the package: the peers it measures imageshards against (TFDS's
+# GeneratorBasedBuilder needs importlib_resources, Hugging Face datasets), the measuring.
+BENCH = [
+    'datasets>=5,<6',
+    'importlib_resources>=6',
+    'psutil>=5.9',
+    'scikit-learn>=1.4',
+]
 EXTRAS = {
     'samples': ['scikit-learn>=1.4'],
+    'bench': BENCH,
     'test': [
+        *BENCH,  # tests/test_peer_builds.py runs the peers' builds that the benchmarks compare
         'pytest>=8',
-        'scikit-learn>=1.4',
         'gcp-storage-emulator>=2024.8',
-        'psutil>=5.9',
         'ruff>=0.6',
         'jinja2>=3.1',  # tfds.as_dataframe styles its table with pandas, which needs it
     ],

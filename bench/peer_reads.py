@@ -51,12 +51,7 @@ def _tfds(directory, image_key='image', label_key='label'):
     builder = tfds.builder_from_directory(directory)
 
     def resize(example):
-        image, label = example, example
-        for part in image_key.split('/'):
-            image = image[part]
-        for part in label_key.split('/'):
-            label = label[part]
-        return tf.image.resize(image, SIZE), label
+        return tf.image.resize(example[image_key], SIZE), example[label_key]
 
     return (
         builder.as_dataset(split='train', shuffle_files=True)

@@ -82,8 +82,12 @@ def run_builds(args):
     contenders = build_contenders(data, args)
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2')
     runs = {name: [] for name in contenders}
+    names = list(contenders)
     for round_ in range(args.repeat):
-        for name, command in contenders.items():
+        # A different order each round: no contender always follows the same one.
+        order = names[round_ % len(names) :] + names[: round_ % len(names)]
+        for name in order:
+            command = contenders[name]
             out = os.path.join(args.work_dir, 'peer-' + name.replace(' ', '').replace('-', ''))
             shutil.rmtree(out, ignore_errors=True)
             datasets.warm_page_cache(data)
