@@ -132,6 +132,8 @@ class Helper:
     def finish(self):
         """Waits for the TFT output; raises RuntimeError with the helper's last lines if it
         failed."""
+        if self._process.poll() is None:
+            _LOG.info('writing the tf.Transform output')
         if self._process.wait() != 0:
             with open(self._log, encoding='utf-8', errors='replace') as f:
                 tail = ''.join(f.readlines()[-20:])
