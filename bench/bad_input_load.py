@@ -93,7 +93,8 @@ def _command(tree, out):
     return [
         sys.executable,
         '-m',
-        'pipelines.build',
+        'imageshards.cli',
+        'build',
         '--input',
         tree,
         '--output',

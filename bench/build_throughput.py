@@ -38,7 +38,15 @@ def _module(name, *args):
 def build_command(data, out, mode, *flags):
     """`imageshards build` of `data` into `out` in a local running mode (a key of MODES)."""
     return _module(
-        'pipelines.build', '--input', data, '--output', out, '--overwrite', *MODES[mode], *flags
+        'imageshards.cli',
+        'build',
+        '--input',
+        data,
+        '--output',
+        out,
+        '--overwrite',
+        *MODES[mode],
+        *flags,
     )
 
 

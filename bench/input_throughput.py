@@ -38,7 +38,8 @@ def _shards(work_dir, count):
             [
                 sys.executable,
                 '-m',
-                'pipelines.build',
+                'imageshards.cli',
+                'build',
                 '--input',
                 os.path.join(work_dir, f'photos-{count}-500x375'),
                 '--output',

@@ -32,7 +32,7 @@ def _built(args, data):
     theirs = os.path.join(args.work_dir, f'read-tfds-{args.count}')
     if not os.path.exists(os.path.join(ours, '_SUCCESS')):
         subprocess.run(
-            [sys.executable, '-m', 'pipelines.build', '--input', data, '--output', ours]
+            [sys.executable, '-m', 'imageshards.cli', 'build', '--input', data, '--output', ours]
             + ['--overwrite', '--num-shards', '16'],
             check=True,
         )
