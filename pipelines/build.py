@@ -29,6 +29,7 @@ import uuid
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics.metric import MetricsFilter
+from apache_beam.options.pipeline_options import DirectOptions
 from apache_beam.options.pipeline_options import GoogleCloudOptions
 from apache_beam.options.pipeline_options import StandardOptions
 from apache_beam.options.pipeline_options import TestOptions
@@ -345,7 +346,7 @@ def _build(
             list(summary.label_levels),
             config.transform_image_size,
         )
-    if helper and beam_args is not None:
+    if helper:
         pipeline = _share_cores(pipeline, helper, summary.num_inputs, beam_args)
     if runner.shuffles_in_memory(pipeline) and not dry_run:
         _LOG.info('running on %s', runner.describe(pipeline))
@@ -384,13 +385,14 @@ IN_MEMORY_BELOW = 50_000
 
 def _share_cores(pipeline, helper, num_inputs, beam_args):
     """The local pipeline to run beside the tf.Transform helper on a machine of two cores or
-    fewer, where the mode is ours to choose: one process for a small build, else a worker per
-    core with the helper at low priority, so that it takes the time the workers leave."""
+    fewer: where the mode is ours to choose (`beam_args` given), one process for a small build;
+    with worker processes, the helper at low priority, so that it takes the time they leave."""
     if (os.cpu_count() or 1) > 2:
         return pipeline
-    if num_inputs < IN_MEMORY_BELOW:
+    if beam_args is not None and num_inputs < IN_MEMORY_BELOW:
         return runner.make_pipeline([*beam_args, '--direct_running_mode=in_memory'])
-    helper.lower_priority()
+    if pipeline.options.view_as(DirectOptions).direct_running_mode == 'multi_processing':
+        helper.lower_priority()
     return pipeline
 
 
