@@ -32,6 +32,8 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystem import FileSystem
 from apache_beam.io.filesystems import FileSystems
 
+from imageshards.storage import absolute
+from imageshards.storage import is_uri
 from pipelines import manifests
 from pipelines.inputs import IMAGE_EXTENSIONS
 from pipelines.inputs import USERINFO
@@ -39,10 +41,8 @@ from pipelines.inputs import InputEntry
 from pipelines.inputs import InputScan
 from pipelines.inputs import Listing
 from pipelines.inputs import ListingCounts
-from pipelines.inputs import absolute
 from pipelines.inputs import inside
 from pipelines.inputs import is_manifest
-from pipelines.inputs import is_uri
 from pipelines.inputs import printable
 from pipelines.inputs import redact
 

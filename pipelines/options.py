@@ -7,15 +7,13 @@ file given with `--config` supplies defaults for both: its top-level keys are th
 """
 
 import dataclasses
-import re
 
 from imageshards import configfile
 from imageshards import features
 from imageshards import flags
+from imageshards import layout
+from imageshards import storage
 
-SPLIT_NAME = re.compile(r'^[A-Za-z0-9][A-Za-z0-9_.-]*$')
-# A label level names features (image/label/<level>), dataset.json keys and the trainer's heads.
-LEVEL_NAME = re.compile(r'^[A-Za-z0-9_][A-Za-z0-9_.-]*$')
 DEFAULT_SHARD_SIZE_MB = 128.0
 
 
@@ -61,7 +59,7 @@ class BuildConfig:
         """
         if self.io_threads:
             return self.io_threads
-        return 32 if re.match(r'^[a-z][a-z0-9+.-]*://', self.input) else 1
+        return 32 if storage.is_uri(self.input) else 1
 
 
 def parse_splits(text):
@@ -70,7 +68,7 @@ def parse_splits(text):
     for part in str(text).split(','):
         name, sep, fraction = part.strip().partition('=')
         name = name.strip()
-        if not sep or not SPLIT_NAME.match(name):
+        if not sep or not layout.SPLIT_NAME.match(name):
             raise ValueError(f'--splits: expected name=fraction, got {part!r} in {text!r}')
         try:
             value = float(fraction)
@@ -85,27 +83,6 @@ def parse_splits(text):
     if abs(total - 1.0) > 1e-6:
         raise ValueError(f'--splits: fractions sum to {total:g}, not 1, in {text!r}')
     return tuple(splits)
-
-
-def check_level_name(name, where):
-    """Raises ValueError unless `name` can name a label level."""
-    if not LEVEL_NAME.match(name):
-        raise ValueError(
-            f'{where}: label level {name!r} must be non-empty letters, digits, _ . - '
-            f'(no /, not starting with . or -)'
-        )
-
-
-def parse_label_levels(text):
-    """`family,species` (or a YAML list) -> ('family', 'species'): valid, unique names."""
-    names = text if isinstance(text, (list, tuple)) else str(text).split(',')
-    levels = tuple(str(name).strip() for name in names)
-    for name in levels:
-        check_level_name(name, '--label-levels')
-    repeated = sorted({name for name in levels if levels.count(name) > 1})
-    if repeated:
-        raise ValueError(f'--label-levels: {repeated} named more than once in {text!r}')
-    return levels
 
 
 def build_arg_parser():
@@ -186,7 +163,7 @@ def build_arg_parser():
     )
     parser.add_argument(
         '--label-levels',
-        type=flags.words(parse_label_levels),
+        type=flags.words(features.parse_label_levels),
         default=(),
         help='label levels, coarse to fine, e.g. family,species: a tree takes them from nested '
         'folders (<root>/<family>/<species>/...); a manifest has label/<level> columns',
@@ -258,7 +235,7 @@ def _yaml_splits(value):
 
 def beam_option_names():
     """Every flag of Beam's PipelineOptions classes (`--runner`, `--direct_num_workers`, ...)."""
-    return [name for action in _beam_parser()._actions for name in action.option_strings]  # pylint: disable=protected-access
+    return flags.flag_names(_beam_parser())
 
 
 def _beam_parser():
@@ -300,7 +277,7 @@ def parse_build_args(argv):
         passthrough_key='beam',
         convert={
             'splits': _yaml_splits,
-            'label_levels': parse_label_levels,
+            'label_levels': features.parse_label_levels,
             'allow_roots': lambda roots: [roots] if isinstance(roots, str) else list(roots),
         },
     )

@@ -24,10 +24,11 @@ import sys
 import time
 
 import apache_beam as beam
-from apache_beam.io.filesystems import FileSystems
 
+from imageshards import console
+from imageshards import layout
+from imageshards import storage
 from imageshards import tfrecord
-from pipelines import finalize
 
 _LOG = logging.getLogger(__name__)
 JOB = 'job.json'  # the hand-over from the pipeline to the Helper
@@ -85,7 +86,7 @@ class WriteTransformOutput(beam.PTransform):
                 self._staging_dir
             )
         return written | 'WriteRawMetadata' >> beam.Map(
-            _write_raw_metadata, schema, FileSystems.join(self._staging_dir, 'metadata')
+            _write_raw_metadata, schema, storage.join(self._staging_dir, layout.RAW_METADATA_DIR)
         )
 
 
@@ -142,7 +143,7 @@ def hand_over(analysis, work_dir, labels, fmt, levels, image_size):
         'levels': list(levels),
         'image_size': image_size,
     }
-    finalize.write_atomically(os.path.join(work_dir, JOB), json.dumps(job).encode('utf-8'))
+    storage.write_atomically(os.path.join(work_dir, JOB), json.dumps(job).encode('utf-8'))
     return JOB
 
 
@@ -155,7 +156,7 @@ def _wait_for_job(work_dir, interval=0.05):
 
 
 def _read_records(path):
-    with FileSystems.open(path) as f:
+    with storage.open_read(path) as f:
         yield from tfrecord.read_records(f, path)
 
 
@@ -164,7 +165,7 @@ def write(job, records_pattern, staging_dir, temp_dir):
     # pylint: disable=import-outside-toplevel
     from apache_beam.runners.portability.fn_api_runner import fn_runner
 
-    paths = sorted(m.path for r in FileSystems.match([records_pattern]) for m in r.metadata_list)
+    paths = storage.match(records_pattern)
     with beam.Pipeline(runner=fn_runner.FnApiRunner()) as pipeline:
         records = (
             pipeline
@@ -185,7 +186,7 @@ def write(job, records_pattern, staging_dir, temp_dir):
 def main(argv=None):
     """The Helper process: WORK_DIR STAGING_DIR TEMP_DIR."""
     work_dir, staging_dir, temp_dir = (sys.argv[1:] if argv is None else argv)[:3]
-    logging.basicConfig(level=logging.WARNING)
+    console.configure_logging()
     # pylint: disable=import-outside-toplevel,unused-import
     import tensorflow_transform.beam  # noqa: F401  (the seconds this process is for)
     from tfx_bsl.tfxio import tf_example_record  # noqa: F401

@@ -23,12 +23,12 @@ def main(argv=None):
     except ValueError as e:  # a wrong --config file (the command line's errors exit in argparse)
         _LOG.error('%s', e)
         return 2
-    from trainer import input as input_lib  # pylint: disable=import-outside-toplevel
+    from trainer import corrupt_shards  # pylint: disable=import-outside-toplevel
     from trainer import train  # pylint: disable=import-outside-toplevel
 
     try:
         metrics = train.train(config)
-    except (ValueError, FileNotFoundError, input_lib.CorruptShardError) as e:
+    except (ValueError, FileNotFoundError, corrupt_shards.CorruptShardError) as e:
         _LOG.error('%s', e)
         return 2
     except KeyboardInterrupt:

@@ -13,23 +13,23 @@ INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT, as a shell reports a command stoppe
 COMMANDS = {
     'build': ('pipelines.build', 'globally shuffle labeled images into balanced TFRecord shards'),
     'inspect': (
-        'imageshards.inspect',
+        'imageshards.cli.inspect',
         "show the schema and first records of a build's shards or any TFRecord files",
     ),
     'verify': (
-        'imageshards.verify',
+        'imageshards.cli.verify',
         'read a build completely and check every shard, record and count against it',
     ),
     'report': (
-        'imageshards.report',
+        'imageshards.cli.report',
         'measure and plot how well training sees a build shuffled, against a baseline',
     ),
     'preview': (
-        'imageshards.preview',
+        'imageshards.cli.preview',
         'draw a 5x5 grid of augmented training images (or patches) with their labels',
     ),
     'sample-data': (
-        'imageshards.sample_data',
+        'imageshards.cli.sample_data',
         "write a small labeled image tree made from scikit-learn's digits",
     ),
     'submit-training': (
