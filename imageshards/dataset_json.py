@@ -95,19 +95,23 @@ def encode(dataset):
     return json.dumps(dataset, indent=2, ensure_ascii=False).encode('utf-8') + b'\n'
 
 
-def split_entry(output_dir, dataset, split):
-    """dataset.json's entry of `split`; ValueError, naming the build's splits, if none."""
-    if split not in dataset['splits']:
+def split_entry(output_dir, splits, split):
+    """The entry of `split` in dataset.json's `splits`; ValueError, naming them, if none."""
+    if split not in splits:
         raise ValueError(
             f'split {split!r} is not in {output_dir}/{layout.DATASET_JSON} '
-            f'(splits: {", ".join(dataset["splits"]) or "none"})'
+            f'(splits: {", ".join(splits) or "none"})'
         )
-    return dataset['splits'][split]
+    return splits[split]
 
 
-def shard_paths(output_dir, dataset, split, join=storage.join):
-    """The full paths of a split's shards, in the build's order (ValueError: no such split)."""
-    entry = split_entry(output_dir, dataset, split)
+def shard_paths(output_dir, splits, split, join=storage.join):
+    """The full paths of a split's shards, in the build's order (ValueError: no such split).
+
+    Args:
+        splits: dataset.json's `splits`.
+    """
+    entry = split_entry(output_dir, splits, split)
     return [join(output_dir, shard['path']) for shard in entry['shards']]
 
 

@@ -63,11 +63,11 @@ class DatasetInfo:
 
     def split(self, name):
         """The split's entry in dataset.json (ValueError: the build has no such split)."""
-        return dataset_json.split_entry(self.data_dir, self.raw, name)
+        return dataset_json.split_entry(self.data_dir, self.splits, name)
 
     def shard_paths(self, split):
         """The split's shard files, in the build's order."""
-        return dataset_json.shard_paths(self.data_dir, self.raw, split, join=posixpath.join)
+        return dataset_json.shard_paths(self.data_dir, self.splits, split, join=posixpath.join)
 
     def num_records(self, split):
         return self.split(split)['num_records']

@@ -168,7 +168,7 @@ def _build_files(output_dir, split):
     split = split or next(iter(dataset['splits']), None)
     if split is None:
         raise ValueError(f'{output_dir}/dataset.json lists no splits')
-    shards = dataset_json.shard_paths(output_dir, dataset, split)
+    shards = dataset_json.shard_paths(output_dir, dataset['splits'], split)
     info = dataset['splits'][split]
     shown_labels = _shown(dataset['labels'])
     levels = [
