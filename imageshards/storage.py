@@ -4,7 +4,7 @@ Everything goes through Beam's `FileSystems` (local paths, `gs://` and a Cloud S
 alike), which a Pipeline configures with its options: the launcher's own listing and output
 steps then reach `gs://` with the pipeline's credentials. Two readers avoid it on purpose:
 `read_input`, which reads every input image (a per-thread Cloud Storage client, or plain
-`os.read`), and `read_text`, which also serves the trainer's YAML without Beam.
+`os.read`), and `read_text`, which reads the YAML files of both commands without Beam.
 
 Beam's FileSystems is imported on first use (`_fs`): the trainer and the YAML loader use this
 module without paying ~1.5 s for Beam.
@@ -233,12 +233,15 @@ def read_text(path, what='--config'):
     if not path.startswith('gs://'):
         with open(path, encoding='utf-8') as f:
             return f.read()
-    from google.api_core import exceptions  # pylint: disable=import-outside-toplevel
+    # pylint: disable=import-outside-toplevel
+    from google.api_core import exceptions
+    from google.cloud import storage as gcs
 
-    if not path[len('gs://') :].partition('/')[2]:
+    bucket, _, name = path[len('gs://') :].partition('/')
+    if not name:
         raise ValueError(f'{what} {path} names a bucket, not a file')
-    try:
-        return read_input(path).decode('utf-8')
+    try:  # a client of its own: a file read once needs none kept
+        return gcs.Client().bucket(bucket).blob(name).download_as_text()
     except exceptions.NotFound as e:
         raise ValueError(f'{what} {path} does not exist') from e
 
@@ -250,13 +253,13 @@ def _gcs_client():
     """This thread's GCS client (a client's connection pool is not meant to be shared)."""
     client = getattr(_THREAD_STATE, 'gcs_client', None)
     if client is None:
-        from google.cloud import storage  # pylint: disable=import-outside-toplevel
+        from google.cloud import storage as gcs  # pylint: disable=import-outside-toplevel
 
         credentials, project = _gcs_credentials()
         if credentials is None:
-            client = storage.Client.create_anonymous_client()
+            client = gcs.Client.create_anonymous_client()
         else:
-            client = storage.Client(project=project, credentials=credentials)
+            client = gcs.Client(project=project, credentials=credentials)
         _THREAD_STATE.gcs_client = client
     return client
 

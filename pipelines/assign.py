@@ -26,8 +26,10 @@ import typing
 import apache_beam as beam
 
 from pipelines import blocks
+from pipelines.options import BuildConfig
 
 _RANK = 'rank'
+DEFAULT_SHARD_BYTES = BuildConfig.shard_size_mb * 1e6
 _ORDER = 'order'
 
 
@@ -174,7 +176,7 @@ class ShardPlan:
         return [(split, shard) for split in self.splits for shard in range(self.num_shards[split])]
 
 
-def make_plan(counts, fractions, num_shards=0, shard_bytes=128e6):
+def make_plan(counts, fractions, num_shards=0, shard_bytes=DEFAULT_SHARD_BYTES):
     """Builds the ShardPlan.
 
     Args:
@@ -308,7 +310,14 @@ class AssignShards(beam.PTransform):
     """
 
     def __init__(
-        self, seed, fractions, *, num_shards=0, shard_bytes=128e6, bucket_bits=0, store=None
+        self,
+        seed,
+        fractions,
+        *,
+        num_shards=0,
+        shard_bytes=DEFAULT_SHARD_BYTES,
+        bucket_bits=0,
+        store=None,
     ):
         super().__init__()
         self._seed = seed

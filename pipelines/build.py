@@ -308,7 +308,7 @@ def main(argv=None):
         return 2
     except KeyboardInterrupt:
         print(interrupted_message(argv), file=sys.stderr)
-        return supervise.INTERRUPTED_EXIT_CODE
+        return console.INTERRUPTED_EXIT_CODE
     return 0
 
 

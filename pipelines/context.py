@@ -38,11 +38,13 @@ class BuildContext:
     handover_dir: str | None = None
 
     @classmethod
-    def create(cls, config, listing, listing_path, output_dir, transform_dir=None, handover=None):
+    def create(
+        cls, config, listing, listing_path, output_dir, transform_dir=None, handover_dir=None
+    ):
         """A context whose tf.Transform work goes to `transform_dir`, by default the build's
         temporary folder."""
         transform_dir = transform_dir or storage.join(output_dir, layout.TEMP_DIR)
-        return cls(config, listing, listing_path, output_dir, transform_dir, handover)
+        return cls(config, listing, listing_path, output_dir, transform_dir, handover_dir)
 
     @property
     def temp_dir(self):

@@ -14,8 +14,6 @@ from imageshards import flags
 from imageshards import layout
 from imageshards import storage
 
-DEFAULT_SHARD_SIZE_MB = 128.0
-
 
 @dataclasses.dataclass(frozen=True)
 class BuildConfig:
@@ -27,7 +25,7 @@ class BuildConfig:
     seed: int = 0
     splits: tuple = (('train', 1.0),)
     num_shards: int = 0  # per split; 0 means derive from shard_size_mb
-    shard_size_mb: float = DEFAULT_SHARD_SIZE_MB
+    shard_size_mb: float = 128.0  # target image bytes per shard, when num_shards is 0
     dedup: bool = False
     overwrite: bool = False
     max_pixels: int = 89_478_485  # Pillow's own decompression-bomb threshold
@@ -104,24 +102,29 @@ def build_arg_parser():
     parser.add_argument(
         '--format',
         choices=features.FORMATS,
-        default=features.EXAMPLES,
+        default=BuildConfig.format,
         help='examples: image bytes in tf.train.Example; paths: shuffled path manifests',
     )
-    parser.add_argument('--seed', type=flags.integer(), default=0, help='shuffle and split seed')
+    parser.add_argument(
+        '--seed', type=flags.integer(), default=BuildConfig.seed, help='shuffle and split seed'
+    )
     parser.add_argument(
         '--splits',
         type=flags.words(parse_splits),
-        default=(('train', 1.0),),
+        default=BuildConfig.splits,
         help='e.g. train=0.8,val=0.1,test=0.1 (a manifest split column wins)',
     )
     shards = parser.add_mutually_exclusive_group()
     shards.add_argument(
-        '--num-shards', type=flags.integer(minimum=1), default=0, help='shards per split'
+        '--num-shards',
+        type=flags.integer(minimum=1),
+        default=BuildConfig.num_shards,
+        help='shards per split',
     )
     shards.add_argument(
         '--shard-size-mb',
         type=flags.number(above=0),
-        default=DEFAULT_SHARD_SIZE_MB,
+        default=BuildConfig.shard_size_mb,
         help='target shard size in MB of image bytes (default %(default)s)',
     )
     parser.add_argument(
@@ -164,7 +167,7 @@ def build_arg_parser():
     parser.add_argument(
         '--label-levels',
         type=flags.words(features.parse_label_levels),
-        default=(),
+        default=BuildConfig.label_levels,
         help='label levels, coarse to fine, e.g. family,species: a tree takes them from nested '
         'folders (<root>/<family>/<species>/...); a manifest has label/<level> columns',
     )

@@ -9,7 +9,6 @@ import sys
 from imageshards import console
 
 _LOG = logging.getLogger('trainer.task')
-INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
 
 
 def main(argv=None):
@@ -37,7 +36,7 @@ def main(argv=None):
             f'the same command to resume from the last one',
             file=sys.stderr,
         )
-        return INTERRUPTED_EXIT_CODE
+        return console.INTERRUPTED_EXIT_CODE
     if metrics.get('preempted'):
         _LOG.warning('stopped at step %d on SIGTERM; rerun to resume', metrics['steps'])
         return train.PREEMPTED_EXIT_CODE

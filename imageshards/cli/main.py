@@ -6,9 +6,9 @@ import os
 import sys
 
 import imageshards
+from imageshards import console
 from imageshards import supervise
 
-INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
 # command -> (module whose main(argv) runs it, what it does)
 COMMANDS = {
     'build': ('pipelines.build', 'globally shuffle labeled images into balanced TFRecord shards'),
@@ -73,7 +73,7 @@ def main(argv=None):
         return getattr(module, 'command', module.main)(rest)
     except KeyboardInterrupt:
         print(f'imageshards {command}: interrupted', file=sys.stderr)
-        return INTERRUPTED_EXIT_CODE
+        return console.INTERRUPTED_EXIT_CODE
 
 
 def _module(command):
