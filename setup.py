@@ -75,5 +75,5 @@ setuptools.setup(
     package_data={'imageshards.configs': ['*.yaml']},
     install_requires=REQUIRED,
     extras_require=EXTRAS,
-    entry_points={'console_scripts': ['imageshards=imageshards.cli:main']},
+    entry_points={'console_scripts': ['imageshards=imageshards.cli.main:main']},
 )

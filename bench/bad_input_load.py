@@ -25,6 +25,7 @@ from PIL import Image
 
 from bench import datasets
 from bench.measure import run_measured
+from imageshards import layout
 
 BROKEN_EVERY = 20  # 5%: the inputs whose index is 7 modulo this
 
@@ -109,14 +110,14 @@ def _command(tree, out):
 
 def _fingerprint(out):
     """What two builds of the same input must share: shard bytes, rejections, dataset.json."""
-    with open(os.path.join(out, 'dataset.json'), encoding='utf-8') as f:
+    with open(os.path.join(out, layout.DATASET_JSON), encoding='utf-8') as f:
         dataset = json.load(f)
     shards = {}
     for split in dataset['splits'].values():
         for shard in split['shards']:
             with open(os.path.join(out, shard['path']), 'rb') as f:
                 shards[shard['path']] = hashlib.sha256(f.read()).hexdigest()
-    with open(os.path.join(out, 'rejected.jsonl'), 'rb') as f:
+    with open(os.path.join(out, layout.REJECTED_JSONL), 'rb') as f:
         rejected = hashlib.sha256(f.read()).hexdigest()
     dataset.pop('created')
     return dataset, shards, rejected
@@ -124,7 +125,7 @@ def _fingerprint(out):
 
 def check_accounting(out, tree, broken, count):
     """Raises AssertionError unless every input is written or rejected for its breakage."""
-    with open(os.path.join(out, 'dataset.json'), encoding='utf-8') as f:
+    with open(os.path.join(out, layout.DATASET_JSON), encoding='utf-8') as f:
         counts = json.load(f)['counts']
     assert counts['inputs'] == count, counts
     assert counts['written'] == count - len(broken) and counts['duplicates'] == 0, counts
@@ -132,7 +133,7 @@ def check_accounting(out, tree, broken, count):
     expected = dict(sorted(collections.Counter(broken.values()).items()))
     assert counts['rejected_by_reason'] == expected, (counts['rejected_by_reason'], expected)
     assert counts['skipped_by_reason'] == {'hidden': 2, 'not_image': 1}, counts
-    with open(os.path.join(out, 'rejected.jsonl'), encoding='utf-8') as f:
+    with open(os.path.join(out, layout.REJECTED_JSONL), encoding='utf-8') as f:
         rows = [json.loads(line) for line in f]
     assert {os.path.relpath(row['path'], tree): row['reason'] for row in rows} == broken
     return counts

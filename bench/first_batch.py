@@ -18,17 +18,18 @@ import sys
 
 from bench import datasets
 from bench.build_throughput import build_command
+from imageshards import layout
 
 _CHILD = r"""
 import json, sys, time
 import tensorflow as tf
-from trainer import input as input_lib
+from trainer import input_pipeline
 from trainer.dataset_info import DatasetInfo
 data, batch_size, image_size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 start = time.perf_counter()
 info = DatasetInfo.load(data)
 loaded = time.perf_counter()
-dataset = input_lib.make_dataset(
+dataset = input_pipeline.make_dataset(
     data, 'train', batch_size, training=True, image_size=(image_size, image_size), info=info,
     augment='standard', seed=1,
 )
@@ -44,9 +45,9 @@ print(json.dumps({
 
 
 def _build(data, out, num_shards):
-    stamp = os.path.join(out, '_SUCCESS')
+    stamp = os.path.join(out, layout.SUCCESS)
     if os.path.exists(stamp):
-        with open(os.path.join(out, 'dataset.json'), encoding='utf-8') as f:
+        with open(os.path.join(out, layout.DATASET_JSON), encoding='utf-8') as f:
             if json.load(f)['splits']['train']['num_shards'] == num_shards:
                 return
     command = build_command(data, out, 'multi_processing', '--num-shards', str(num_shards))

@@ -23,7 +23,7 @@ import keras
 import tensorflow as tf
 
 from bench.input_throughput import _shards
-from trainer import input as input_lib
+from trainer import input_pipeline
 from trainer.dataset_info import DatasetInfo
 from trainer.model import build_model
 
@@ -87,10 +87,10 @@ def main(argv=None):
     def model_fn(image_size=size):
         return build_model('resnet50', info.num_classes, image_size)
 
-    real = input_lib.make_dataset(
+    real = input_pipeline.make_dataset(
         out, 'train', args.batch, training=True, image_size=size, augment='standard', info=info
     )
-    patches = input_lib.make_dataset(
+    patches = input_pipeline.make_dataset(
         out,
         'train',
         args.batch,

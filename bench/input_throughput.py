@@ -23,7 +23,8 @@ import tensorflow as tf
 
 from bench import datasets
 from imageshards import features
-from trainer import input as input_lib
+from imageshards import layout
+from trainer import input_pipeline
 from trainer.dataset_info import DatasetInfo
 
 SIZE = (224, 224)
@@ -33,7 +34,7 @@ AUTOTUNE = tf.data.AUTOTUNE
 def _shards(work_dir, count):
     data = datasets.photo_tree(os.path.join(work_dir, f'photos-{count}-500x375'), count)
     out = os.path.join(work_dir, f'shards-{count}')
-    if not os.path.exists(os.path.join(out, '_SUCCESS')):
+    if not os.path.exists(os.path.join(out, layout.SUCCESS)):
         subprocess.run(
             [
                 sys.executable,
@@ -141,7 +142,7 @@ def main(argv=None):
         flush=True,
     )
     contenders = {
-        'make_dataset': lambda: input_lib.make_dataset(
+        'make_dataset': lambda: input_pipeline.make_dataset(
             out, 'train', args.batch, training=True, image_size=SIZE, augment='standard', info=info
         ),
         'decode-only': lambda: decode_only(files, args.batch),

@@ -20,6 +20,7 @@ import tensorflow as tf
 
 from bench import datasets
 from bench.input_throughput import _rate
+from imageshards import layout
 
 SIZE = (224, 224)
 BATCH = 64
@@ -30,7 +31,7 @@ def _built(args, data):
     """(imageshards build, TFDS build's version folder) of the tree, made once."""
     ours = os.path.join(args.work_dir, f'read-imageshards-{args.count}')
     theirs = os.path.join(args.work_dir, f'read-tfds-{args.count}')
-    if not os.path.exists(os.path.join(ours, '_SUCCESS')):
+    if not os.path.exists(os.path.join(ours, layout.SUCCESS)):
         subprocess.run(
             [sys.executable, '-m', 'imageshards.cli', 'build', '--input', data, '--output', ours]
             + ['--overwrite', '--num-shards', '16'],
@@ -67,10 +68,10 @@ def contenders(data, ours, theirs):
     # pylint: disable=import-outside-toplevel
     import keras
 
-    from trainer import input as input_lib
+    from trainer import input_pipeline
 
     found = {
-        'make_dataset': lambda: input_lib.make_dataset(
+        'make_dataset': lambda: input_pipeline.make_dataset(
             ours, 'train', BATCH, training=True, image_size=SIZE, augment='standard'
         ),
         'keras image_dataset_from_directory': lambda: (

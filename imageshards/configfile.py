@@ -10,11 +10,12 @@ import argparse
 import yaml
 
 from imageshards import flags
+from imageshards import storage
 
 
 def load(path):
     """The file's flags as {name_with_underscores: value}; `path` is local or gs://."""
-    loaded = yaml.safe_load(_read_text(path)) or {}
+    loaded = yaml.safe_load(storage.read_text(path, '--config')) or {}
     if not isinstance(loaded, dict):
         raise ValueError(f'{path}: expected a mapping of flag names to values at the top level')
     return {str(key).replace('-', '_'): value for key, value in loaded.items()}
@@ -43,7 +44,7 @@ def apply_defaults(parser, argv, passthrough_key=None, convert=None, ignore=()):
         return []
     values = load(known.config)
     passthrough = values.pop(passthrough_key, None) or {} if passthrough_key else {}
-    actions = {action.dest: action for action in parser._actions}  # pylint: disable=protected-access
+    actions = flags.actions(parser)
     unknown = sorted(set(values) - set(actions) - set(ignore))
     if unknown:
         suggestion = flags.closest(unknown[0], [dest for dest in actions if dest != 'help'])
@@ -72,19 +73,55 @@ def _checked(path, action, value, convert):
     return value
 
 
-def _read_text(path):
-    """A local file's text, or a gs:// object's (Vertex's /gcs/ FUSE paths are local files)."""
-    if path.startswith('gs://'):
-        # pylint: disable=import-outside-toplevel
-        from google.api_core import exceptions
-        from google.cloud import storage
+def apply_defaults_of(parser, argv, owner, convert=None):
+    """Sets the defaults of `parser` from a YAML file written for another command, `owner`.
 
-        bucket, _, name = path[len('gs://') :].partition('/')
-        if not name:
-            raise ValueError(f'--config {path} names a bucket, not a file')
-        try:
-            return storage.Client().bucket(bucket).blob(name).download_as_text()
-        except exceptions.NotFound as e:
-            raise ValueError(f'--config {path} does not exist') from e
-    with open(path, encoding='utf-8') as f:
-        return f.read()
+    For the tools that show what training sees (`imageshards preview`, `report`), which take
+    the trainer's YAML: the file is checked as `owner` checks it, and its settings that
+    `parser` has no flag for (the model, the epochs, ...) are left aside.
+
+    Args:
+        parser: a parser with a `--config` flag, named in `argv`.
+        owner: the parser of the command the file is for.
+        convert: as in `apply_defaults`, for `owner`.
+    Raises:
+        ValueError: the file is wrong for `owner`.
+    """
+    known, _ = parser.parse_known_args(argv)
+    if not known.config:
+        return
+    apply_defaults(owner, ['--config', known.config], convert=convert)
+    own = flags.actions(parser)
+    named = load(known.config)
+    parser.set_defaults(
+        **{key: owner.get_default(key) for key in named if key in own and key != 'config'}
+    )
+
+
+def as_flags(path, parser, what='flags'):
+    """The command line of `parser` that says what the YAML file `path` says.
+
+    Raises:
+        ValueError: the file names a key that is not a flag of `parser` (`what` names them).
+    """
+    values = load(path)
+    actions = {
+        dest: action for dest, action in flags.actions(parser).items() if action.option_strings
+    }
+    unknown = sorted(set(values) - set(actions))
+    if unknown:
+        raise ValueError(f'{path}: unknown {what} {unknown}')
+    found = []
+    for key, value in values.items():
+        if value is None:  # an empty YAML value: the flag's default
+            continue
+        action = actions[key]
+        option = action.option_strings[0]
+        if isinstance(action, argparse._StoreConstAction):  # pylint: disable=protected-access
+            if value == action.const:  # store_true / store_false: the flag, or nothing
+                found.append(option)
+        elif isinstance(value, (list, tuple)):
+            found.append(f'{option}={",".join(str(v) for v in value)}')
+        else:
+            found.append(f'{option}={value}')
+    return found

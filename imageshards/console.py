@@ -30,6 +30,8 @@ _NATIVE_NOISE = re.compile(
     rb'^(?:[IWE]\d{4} [\d:.]+ +\d+ [\w./-]+:\d+\] |WARNING: All log messages before absl::)'
 )
 _FORMAT = '%(asctime)s %(levelname)s %(message)s'
+# The exit status of a command stopped by Ctrl-C: 128 + SIGINT, as a shell reports it.
+INTERRUPTED_EXIT_CODE = 130
 _native = None  # the _NativeStderrFilter of this process, once installed
 
 

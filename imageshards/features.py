@@ -13,6 +13,7 @@ it. `example_class` is the message class, from the .proto's schema, for reading 
 """
 
 import functools
+import re
 
 from google.protobuf import descriptor_pb2
 from google.protobuf import descriptor_pool
@@ -31,6 +32,8 @@ ID = 'image/id'
 PATH = 'image/path'
 LEVEL_PREFIX = 'image/label/'
 MISSING_LEVEL = -1  # the id of a missing level value (--allow-missing-levels)
+# A label level names features (image/label/<level>), dataset.json keys and the trainer's heads.
+LEVEL_NAME = re.compile(r'^[A-Za-z0-9_][A-Za-z0-9_.-]*$')
 
 EXAMPLES = 'examples'
 PATHS = 'paths'
@@ -57,6 +60,28 @@ def level_label(level):
 def level_text(level):
     """The bytes feature holding a record's name in label level `level` ('' where missing)."""
     return f'{LEVEL_PREFIX}{level}/text'
+
+
+def check_level_name(name, where):
+    """Raises ValueError unless `name` can name a label level."""
+    if not LEVEL_NAME.match(name):
+        raise ValueError(
+            f'{where}: label level {name!r} must be non-empty letters, digits, _ . - '
+            f'(no /, not starting with . or -)'
+        )
+
+
+def parse_label_levels(text):
+    """`family,species` (or a YAML list) -> ('family', 'species'): valid, unique level names
+    (the build's and the trainer's --label-levels)."""
+    names = text if isinstance(text, (list, tuple)) else str(text).split(',')
+    levels = tuple(str(name).strip() for name in names)
+    for name in levels:
+        check_level_name(name, '--label-levels')
+    repeated = sorted({name for name in levels if levels.count(name) > 1})
+    if repeated:
+        raise ValueError(f'--label-levels: {repeated} named more than once in {text!r}')
+    return levels
 
 
 def record_schema(fmt, levels=()):

@@ -39,6 +39,19 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
         return f'{text} (default: {shown})' if text else f'default: {shown}'
 
 
+def actions(parser):
+    """{dest: argparse action} of every flag of `parser` (any argparse parser).
+
+    argparse keeps them in a private list; this is the one place that reads it.
+    """
+    return {action.dest: action for action in parser._actions}  # pylint: disable=protected-access
+
+
+def flag_names(parser):
+    """Every option string of `parser` (`--num-shards`, `-n`, ...)."""
+    return [name for action in actions(parser).values() for name in action.option_strings]
+
+
 def closest(flag, candidates):
     """The candidate flag most like `flag` (`--num_shards` -> `--num-shards`), or None."""
     norm = lambda name: name.lstrip('-').replace('_', '-').lower()
@@ -74,7 +87,7 @@ class ArgumentParser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def flag_names(self):
-        return [name for action in self._actions for name in action.option_strings]
+        return flag_names(self)
 
     def parse_args(self, args=None, namespace=None):
         parsed, unknown = self.parse_known_args(args, namespace)

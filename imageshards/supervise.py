@@ -19,8 +19,9 @@ import subprocess
 import sys
 import tempfile
 
+from imageshards import console
+
 ENV = 'IMAGESHARDS_SUPERVISED'
-INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT
 _GRACE_SECONDS = 5.0
 
 
@@ -48,7 +49,7 @@ def run_supervised(module, argv, interrupted_message):
     except KeyboardInterrupt:
         _end(child, signal.SIGTERM)
         print(interrupted_message(), file=sys.stderr, flush=True)
-        return INTERRUPTED_EXIT_CODE
+        return console.INTERRUPTED_EXIT_CODE
     finally:
         signal.signal(signal.SIGTERM, previous)
         _end(child, signal.SIGKILL)  # workers the child left behind, if any

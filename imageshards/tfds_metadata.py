@@ -36,18 +36,14 @@ import os
 import tempfile
 
 import numpy as np
-from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.filesystems import FileSystems
 from google.protobuf import json_format
 
 from imageshards import features
+from imageshards import layout
+from imageshards import storage
 
 NAME = 'imageshards'
 VERSION = '1.0.0'
-DATASET_INFO_JSON = 'dataset_info.json'
-FEATURES_JSON = 'features.json'
-LABELS_TXT_SUFFIX = '.labels.txt'
-SHARD_TEMPLATE = '{SPLIT}/{SPLIT}-{SHARD_X_OF_Y}.tfrecord'  # what pipelines/write.py names
 
 _DOCS = {
     features.ENCODED: 'the image file as stored (JPEG, or a lossless PNG re-encoding)',
@@ -117,7 +113,10 @@ def dataset_info(dataset, data_dir='.'):
             shard_lengths=[shard['num_records'] for shard in entry['shards']],
             num_bytes=sum(shard['num_bytes'] for shard in entry['shards']),
             filename_template=tfds.core.ShardedFileTemplate(
-                data_dir=data_dir, template=SHARD_TEMPLATE, dataset_name=NAME, split=split
+                data_dir=data_dir,
+                template=layout.TFDS_SHARD_TEMPLATE,
+                dataset_name=NAME,
+                split=split,
             ),
         )
         for split, entry in dataset['splits'].items()
@@ -151,19 +150,14 @@ def files(dataset):
     info = dataset_info(dataset)
     with tempfile.TemporaryDirectory(prefix='imageshards-tfds-') as folder:
         info.write_to_directory(folder)
-        names = sorted(os.listdir(folder), key=lambda name: (name == DATASET_INFO_JSON, name))
+        names = sorted(
+            os.listdir(folder), key=lambda name: (name == layout.DATASET_INFO_JSON, name)
+        )
         written = {}
         for name in names:
             with open(os.path.join(folder, name), 'rb') as f:
                 written[name] = f.read()
     return written
-
-
-def is_metadata_file(name):
-    """Whether a top-level file name of a build is one of the TFDS metadata files."""
-    return name in (DATASET_INFO_JSON, FEATURES_JSON) or (
-        name.startswith('image.') and name.endswith(LABELS_TXT_SUFFIX)
-    )
 
 
 def problems(output_dir, dataset):
@@ -176,23 +170,25 @@ def problems(output_dir, dataset):
     import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
 
     expected = dataset_info(dataset)
-    where = lambda name: FileSystems.join(output_dir, name)
+    where = lambda name: storage.join(output_dir, name)
     with tempfile.TemporaryDirectory(prefix='imageshards-tfds-') as folder:
         missing = [name for name in files(dataset) if not _copy(where(name), folder, name)]
         if missing:
             hint = 'tfds.builder_from_directory needs it; rebuild with --overwrite'
             return [(where(name), f'missing: {hint}') for name in missing]
         try:
-            found = tfds.core.dataset_info.read_from_json(os.path.join(folder, DATASET_INFO_JSON))
+            found = tfds.core.dataset_info.read_from_json(
+                os.path.join(folder, layout.DATASET_INFO_JSON)
+            )
             found_features = tfds.features.FeatureConnector.from_config(folder)
         except (ValueError, KeyError, TypeError, json_format.ParseError) as e:
-            return [(where(FEATURES_JSON), f'TFDS cannot read the metadata: {e}')]
+            return [(where(layout.FEATURES_JSON), f'TFDS cannot read the metadata: {e}')]
     info_problems = _split_problems(found.splits, expected.as_proto.splits)
     if found.supervised_keys != expected.as_proto.supervised_keys:
         keys = [item.feature_key for item in found.supervised_keys.tuple.items]
         wanted = [item.feature_key for item in expected.as_proto.supervised_keys.tuple.items]
         info_problems.append(f'supervised keys are {keys}, not {wanted}')
-    found_problems = [(where(DATASET_INFO_JSON), message) for message in info_problems]
+    found_problems = [(where(layout.DATASET_INFO_JSON), message) for message in info_problems]
     for name, message in _feature_problems(found_features, expected.features):
         found_problems.append((where(name), message))
     return found_problems
@@ -200,12 +196,10 @@ def problems(output_dir, dataset):
 
 def _copy(path, folder, name):
     """Copies a file of the build into `folder`; False if it does not exist."""
-    if not FileSystems.exists(path):
+    if not storage.exists(path):
         return False
-    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-        data = f.read()
     with open(os.path.join(folder, name), 'wb') as f:
-        f.write(data)
+        f.write(storage.read(path))
     return True
 
 
@@ -238,15 +232,15 @@ def _feature_problems(found, expected):
     """[(file name, message)] where the found FeaturesDict differs from the expected one."""
     messages = []
     for key in sorted(set(expected.keys()) - set(found.keys())):
-        messages.append((FEATURES_JSON, f'no feature {key}, which the records have'))
+        messages.append((layout.FEATURES_JSON, f'no feature {key}, which the records have'))
     for key in sorted(set(found.keys()) - set(expected.keys())):
-        messages.append((FEATURES_JSON, f'feature {key}, which the records do not have'))
+        messages.append((layout.FEATURES_JSON, f'feature {key}, which the records do not have'))
     for key in sorted(set(found.keys()) & set(expected.keys())):
         have, want = found[key], expected[key]
         if type(have) is not type(want) or have.to_json_content() != want.to_json_content():
-            messages.append((FEATURES_JSON, f'feature {key} is {have!r}, not {want!r}'))
+            messages.append((layout.FEATURES_JSON, f'feature {key} is {have!r}, not {want!r}'))
         elif hasattr(want, 'names') and have.names != want.names:
-            labels_txt = key.replace('/', '.') + LABELS_TXT_SUFFIX
+            labels_txt = key.replace('/', '.') + layout.LABELS_TXT_SUFFIX
             messages.append(
                 (labels_txt, f'{key} names {have.names}, but dataset.json has {want.names}')
             )

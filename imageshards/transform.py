@@ -55,7 +55,6 @@ PIXEL_STD = 'pixel_std'
 LABEL_VOCABULARY = 'label'  # the vocabulary's name: TFTransformOutput.vocabulary_by_name(...)
 CHANNELS = 3
 MIN_STD = 1e-3  # a constant channel (all pixels equal) is centred, not divided by ~0
-DEFAULT_IMAGE_SIZE = 224
 
 
 def level_output(level):
@@ -68,7 +67,7 @@ def raw_feature_spec(fmt=features.EXAMPLES, levels=()):
     return features.feature_spec(fmt, levels)
 
 
-def make_preprocessing_fn(labels, statistics, fmt=features.EXAMPLES, levels=(), image_size=None):
+def make_preprocessing_fn(labels, statistics, fmt, levels, image_size):
     """The preprocessing_fn of a build.
 
     Args:
@@ -77,10 +76,9 @@ def make_preprocessing_fn(labels, statistics, fmt=features.EXAMPLES, levels=(), 
             `pixel_std`), in the pipeline that runs the analysis.
         fmt: the build's format; a `paths` build's images are read from `image/path`.
         levels: the build's label level names.
-        image_size: S of the `image` output (default 224).
+        image_size: S of the `image` output (the build's --transform-image-size).
     """
     labels, levels = tuple(labels), tuple(levels)
-    size = image_size or DEFAULT_IMAGE_SIZE
 
     def preprocessing_fn(inputs):
         mean, std = tft.experimental.ptransform_analyzer(
@@ -105,9 +103,9 @@ def make_preprocessing_fn(labels, statistics, fmt=features.EXAMPLES, levels=(), 
         batch = tf.shape(inputs[features.LABEL])[0]
         source = inputs[features.ENCODED if fmt == features.EXAMPLES else features.PATH]
         images = tf.map_fn(
-            lambda value: _resized(value, size, fmt == features.PATHS),
+            lambda value: _resized(value, image_size, fmt == features.PATHS),
             source,
-            fn_output_signature=tf.TensorSpec([size, size, CHANNELS], tf.float32),
+            fn_output_signature=tf.TensorSpec([image_size, image_size, CHANNELS], tf.float32),
         )
         outputs = {
             IMAGE: (images - mean) / std,

@@ -1,6 +1,6 @@
 """AnalyzeSplit: statistics of one split for dataset.json, from its metadata and a fixed sample.
 
-    ((split, shard), block) -> the split's blocks -> SummariseSplit: exact counts of every image
+    ((split, shard), block ref) -> the split's blocks -> SummariseSplit: exact counts of every image
         (sizes, aspect ratios, labels) and the sample, the N images of smallest sample hash
     sample, in chunks -> MeasureSample: read each image, check it, sum its pixels at the
         analysis size (Pillow), encode its record as the shards hold it
@@ -23,18 +23,21 @@ import bisect
 import collections
 import heapq
 import math
+import typing
 
 import apache_beam as beam
 from PIL import Image
 
+from imageshards import layout
+from imageshards import storage
 from imageshards import tfrecord
 from pipelines import blocks
-from pipelines import finalize
 from pipelines import images
+from pipelines import transform_output
 from pipelines.assign import shuffle_hash
+from pipelines.encode import read_checked
+from pipelines.encode import stored_bytes
 from pipelines.inputs import source_path
-from pipelines.write import read_checked
-from pipelines.write import stored_bytes
 
 # Bins of width / height: [0, 0.5), [0.5, 0.75), ..., [2, inf). 3:4 portraits fall in
 # [0.75, 0.95), squares in [0.95, 1.05), 4:3 in [1.05, 1.34), 3:2 in [1.5, 2), 16:9 too.
@@ -145,9 +148,9 @@ class _MeasureSample(beam.DoFn):
             for record in records:
                 yield beam.pvalue.TaggedOutput(self.RECORDS, record)
         else:
-            path = finalize.join(self._records_dir, SAMPLE_RECORDS.format(chunk=chunk))
-            finalize.make_parent(path)
-            finalize.write_atomically(path, b''.join(map(tfrecord.frame, records)))
+            path = storage.join(self._records_dir, SAMPLE_RECORDS.format(chunk=chunk))
+            storage.make_parent(path)
+            storage.write_atomically(path, b''.join(map(tfrecord.frame, records)))
 
 
 class _SumPixels(beam.CombineFn):
@@ -253,66 +256,70 @@ def summary_json(sums, summary, split, config, labels):
             name: summary['labels'][i] for i, name in enumerate(labels) if summary['labels'][i]
         },
         'transform_image_size': config.transform_image_size,
-        'transform_fn': 'transform_fn',
-        'transformed_metadata': 'transformed_metadata',
-        'raw_metadata': 'metadata',
+        'transform_fn': layout.TRANSFORM_FN_DIR,
+        'transformed_metadata': layout.TRANSFORMED_METADATA_DIR,
+        'raw_metadata': layout.RAW_METADATA_DIR,
     }
 
 
-def _in_split(piece, split):
-    (piece_split, _), ref = piece
-    return [ref] if piece_split == split else []
+def _in_split(placed, split):
+    (placed_split, _), ref = placed
+    return [ref] if placed_split == split else []
+
+
+class Analyzed(typing.NamedTuple):
+    """AnalyzeSplit's outputs."""
+
+    analysis: beam.PCollection  # the one dataset.json `analysis` entry
+    records: beam.PCollection  # the sample's serialized records (none with `handover_dir`)
+    handed_over: beam.PCollection  # one element once handed over (the analysis without it)
 
 
 class AnalyzeSplit(beam.PTransform):
-    """((split, shard), block) pieces -> {'analysis', 'records', 'handed_over'}.
+    """((split, shard), block ref) -> Analyzed.
 
-    `analysis` holds the one dataset.json `analysis` entry; `records` the sample's serialized
-    records, or, with `records_dir` (the local runner), nothing: they go to files there, with
-    what the tf.Transform helper process needs (pipelines/transform_output.py), and
-    `handed_over` gets one element when all is there.
+    With `handover_dir` (the local runner), the sample's records go to files there, with what
+    the tf.Transform helper process needs (pipelines/transform_output.py), instead of to
+    `records`.
 
     Args:
-        config: the BuildConfig (its seed, analysis_split, analysis_sample, analysis_size).
-        labels: every label name, by id (dataset.json `labels`).
-        encoder: the RecordEncoder of the build's records.
-        input_base: the listing's base, against which keys are paths.
-        store: the BlockStore of the pieces.
-        records_dir: a local folder to hand the sample's records and the analysis over in, or
+        config: the BuildConfig (its seed, format, analysis_split, analysis_sample,
+            analysis_size and transform_image_size).
+        encoder: the RecordEncoder of the build's records (its labels, levels and input base).
+        store: the BlockStore of the blocks.
+        handover_dir: a local folder to hand the sample's records and the analysis over in, or
             None to emit the records.
     """
 
-    def __init__(self, config, labels, encoder, input_base, store, records_dir=None):
+    def __init__(self, config, encoder, *, store, handover_dir=None):
         super().__init__()
         self._config = config
-        self._labels = tuple(labels)
         self._encoder = encoder
-        self._input_base = input_base
+        self._labels = tuple(encoder.label_names)
+        self._levels = tuple(level for level, _ in encoder.label_levels)
         self._store = store
-        self._records_dir = records_dir
+        self._handover_dir = handover_dir
 
-    def expand(self, pieces):
+    def expand(self, placed):
         config = self._config
         summary = (
-            pieces
+            placed
             | 'SelectSplit' >> beam.FlatMap(_in_split, config.analysis_split)
-            # block of ImageMeta of the split
+            # block ref of ImageMeta of the split
             | 'SummariseSplit'
             >> beam.CombineGlobally(
                 _SummariseSplit(self._store, config.seed, config.analysis_sample)
             )
+        )
+        measure = _MeasureSample(
+            self._encoder, self._encoder.input_base, config.analysis_size, self._handover_dir
         )
         measured = (
             summary
             | 'ChunkSample' >> beam.FlatMap(_chunks)
             # (chunk, [ImageMeta]): spread, so that every worker decodes some
             | 'SpreadSample' >> beam.Reshuffle()
-            | 'MeasureSample'
-            >> beam.ParDo(
-                _MeasureSample(
-                    self._encoder, self._input_base, config.analysis_size, self._records_dir
-                )
-            ).with_outputs(_MeasureSample.RECORDS, main='sums')
+            | 'MeasureSample' >> beam.ParDo(measure).with_outputs(measure.RECORDS, main='sums')
         )
         analysis = (
             measured.sums
@@ -326,15 +333,9 @@ class AnalyzeSplit(beam.PTransform):
                 self._labels,
             )
         )
-        handed_over = analysis
-        if self._records_dir:
-            from pipelines import transform_output  # pylint: disable=import-outside-toplevel
+        return Analyzed(analysis, measured[measure.RECORDS], self._hand_over(analysis))
 
-            handed_over = analysis | 'HandOver' >> beam.Map(
-                transform_output.hand_over, self._records_dir
-            )
-        return {
-            'analysis': analysis,
-            'records': measured[_MeasureSample.RECORDS],
-            'handed_over': handed_over,
-        }
+    def _hand_over(self, analysis):
+        if not self._handover_dir:
+            return analysis
+        return analysis | 'HandOver' >> beam.Map(transform_output.hand_over, self._handover_dir)

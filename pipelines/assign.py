@@ -21,12 +21,15 @@ import collections
 import dataclasses
 import hashlib
 import math
+import typing
 
 import apache_beam as beam
 
 from pipelines import blocks
+from pipelines.options import BuildConfig
 
 _RANK = 'rank'
+DEFAULT_SHARD_BYTES = BuildConfig.shard_size_mb * 1e6
 _ORDER = 'order'
 
 
@@ -173,7 +176,7 @@ class ShardPlan:
         return [(split, shard) for split in self.splits for shard in range(self.num_shards[split])]
 
 
-def make_plan(counts, fractions, num_shards=0, shard_bytes=128e6):
+def make_plan(counts, fractions, num_shards=0, shard_bytes=DEFAULT_SHARD_BYTES):
     """Builds the ShardPlan.
 
     Args:
@@ -235,7 +238,8 @@ def _rank_hash(seed, meta):
 
 
 class _KeyByRankGroup(beam.DoFn):
-    """Block -> ((group, label, bucket), (block of its images there, images, bytes)) per group."""
+    """Block ref -> ((group, label, bucket), (block ref of its images there, images, bytes)) per
+    group."""
 
     def __init__(self, seed, bucket_bits, store):
         self._seed, self._bucket_bits, self._store = seed, bucket_bits, store
@@ -265,14 +269,15 @@ def _sum_pairs(pairs):
 
 
 class _PlaceInShards(beam.DoFn):
-    """((group, label, bucket), [(block, images, bytes)]) -> ((split, shard), block) per shard."""
+    """((group, label, bucket), [(block ref, images, bytes)]) -> ((split, shard), block ref) per
+    shard."""
 
     def __init__(self, seed, store):
         self._seed, self._store = seed, store
 
     def process(self, grouped, plan):
-        (group, label, bucket), pieces = grouped
-        metas = self._store.metas(ref for ref, _, _ in pieces)
+        (group, label, bucket), counted = grouped
+        metas = self._store.metas(ref for ref, _, _ in counted)
         ranked = sorted(metas, key=lambda meta: (_rank_hash(self._seed, meta), meta.key))
         by_shard = collections.defaultdict(list)
         bounds = {}
@@ -285,13 +290,35 @@ class _PlaceInShards(beam.DoFn):
         yield from zip(by_shard, refs)
 
 
-class AssignShards(beam.PTransform):
-    """Blocks of ImageMeta -> ((split, shard), block) pieces, and the ShardPlan singleton.
+class Assigned(typing.NamedTuple):
+    """AssignShards' outputs."""
 
-    Returns a dict with `placed` (the pieces) and `plan` (a one-element PCollection).
+    placed: beam.PCollection  # ((split, shard), block ref)
+    plan: beam.PCollection  # the ShardPlan, one element
+
+
+class AssignShards(beam.PTransform):
+    """Block refs of ImageMeta -> Assigned: ((split, shard), block ref), and the ShardPlan.
+
+    Args:
+        seed: the build's seed.
+        fractions: (split, fraction) pairs for images without a manifest split.
+        num_shards: shards per split; 0 derives it from `shard_bytes`.
+        shard_bytes: target image bytes per shard.
+        bucket_bits: bits of the rank hash that cut a large class into groups (bucket_bits_for).
+        store: the BlockStore that keeps the blocks (default: inline).
     """
 
-    def __init__(self, seed, fractions, num_shards, shard_bytes, bucket_bits, store=None):
+    def __init__(
+        self,
+        seed,
+        fractions,
+        *,
+        num_shards=0,
+        shard_bytes=DEFAULT_SHARD_BYTES,
+        bucket_bits=0,
+        store=None,
+    ):
         super().__init__()
         self._seed = seed
         self._fractions = tuple(fractions)
@@ -300,11 +327,11 @@ class AssignShards(beam.PTransform):
         self._bucket_bits = bucket_bits
         self._store = store or blocks.BlockStore()
 
-    def expand(self, chunks):
-        keyed = chunks | 'KeyByRankGroup' >> beam.ParDo(
+    def expand(self, refs):
+        keyed = refs | 'KeyByRankGroup' >> beam.ParDo(
             _KeyByRankGroup(self._seed, self._bucket_bits, self._store)
         )
-        # ((group, label, bucket), (block, images, bytes))
+        # ((group, label, bucket), (block ref, images, bytes))
         plan = (
             keyed
             | 'CountGroups' >> beam.Map(_count)
@@ -321,5 +348,5 @@ class AssignShards(beam.PTransform):
                 _PlaceInShards(self._seed, self._store), plan=beam.pvalue.AsSingleton(plan)
             )
         )
-        # ((split, shard), block)
-        return {'placed': placed, 'plan': plan}
+        # ((split, shard), block ref)
+        return Assigned(placed, plan)

@@ -1,7 +1,8 @@
 """`imageshards build` (also `python -m pipelines.build`): images -> shuffled, balanced shards.
 
-    list inputs (launcher) -> ReadListing -> ValidateImages -> [DropDuplicates] -> AssignShards
-        -> WriteShards -> Finalize (rejected.jsonl, dataset.json, _SUCCESS)
+    list inputs (launcher) -> prepare the output -> the pipeline (pipelines/steps.py):
+        ReadListing -> ValidateImages -> [DropDuplicates] -> AssignShards -> WriteShards
+        -> Finalize (rejected.jsonl, dataset.json, _SUCCESS)
         -> [AnalyzeSplit: the train split's statistics and sample -> Finalize
             -> WriteTransformOutput: tf.Transform, as steps on Dataflow, locally by the launcher
                after the pipeline, before _SUCCESS (pipelines/transform_output.py)]
@@ -26,148 +27,31 @@ import tempfile
 import time
 import uuid
 
-import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import DirectOptions
 from apache_beam.options.pipeline_options import GoogleCloudOptions
 from apache_beam.options.pipeline_options import StandardOptions
 from apache_beam.options.pipeline_options import TestOptions
 
 from imageshards import console
-from imageshards import features
+from imageshards import dataset_json
+from imageshards import layout
+from imageshards import storage
 from imageshards import supervise
 from pipelines import blocks
+from pipelines import counters
 from pipelines import finalize
 from pipelines import inputs
 from pipelines import listing as listing_lib
 from pipelines import options
+from pipelines import overwrite
 from pipelines import progress
 from pipelines import runner
 from pipelines import transform_output
-from pipelines.analyze import AnalyzeSplit
-from pipelines.assign import AssignShards
-from pipelines.assign import bucket_bits_for
-from pipelines.dedup import DropDuplicates
-from pipelines.transform_output import WriteTransformOutput
-from pipelines.validate import NAMESPACE
-from pipelines.validate import ValidateImages
-from pipelines.write import RecordEncoder
-from pipelines.write import WriteShards
+from pipelines.context import BuildContext
+from pipelines.steps import build_pipeline
 
 _LOG = logging.getLogger(__name__)
-
-
-def build_pipeline(
-    pipeline,
-    config,
-    listing,
-    listing_path,
-    output_dir,
-    store=None,
-    transform_dir=None,
-    handover_dir=None,
-):
-    """Adds the build's steps to `pipeline`; returns the PCollection of final counts.
-
-    Args:
-        listing: the ListingSummary of the inputs, whose entries are in `listing_path`.
-        store: the BlockStore that keeps metadata between steps (default: inline).
-        transform_dir: where the tf.Transform output is staged and TFT keeps its temporary files
-            (default: the build's temporary folder).
-        handover_dir: the local folder where the analysis hands its sample over to the
-            tf.Transform helper process (the local runner; see pipelines/transform_output.py).
-    """
-    store = store or blocks.BlockStore()
-    label_ids = {name: i for i, name in enumerate(listing.labels)}
-    level_ids = [
-        (level, {name: i for i, name in enumerate(names)})
-        for level, names in listing.label_levels.items()
-    ]
-    temp_dir = finalize.join(output_dir, finalize.TEMP_DIR)
-    items = (
-        pipeline
-        | 'ReadListing' >> listing_lib.ReadListing(listing_path)
-        # Work items are few and small; spreading them lets every worker validate.
-        | 'SpreadWork' >> beam.Reshuffle()
-    )
-    # (start, end) of a line of the listing file (one work item)
-    validated = items | 'ValidateImages' >> ValidateImages(
-        listing_path,
-        label_ids,
-        config.max_pixels,
-        config.threads,
-        total=listing.num_inputs,
-        store=store,
-        reencode_dir=output_dir if config.format == features.PATHS else None,
-        levels=level_ids,
-        allow_missing_levels=config.allow_missing_levels,
-    )
-    chunks = validated.valid
-    # block of ImageMeta
-    if config.dedup:
-        unique = chunks | 'DropDuplicates' >> DropDuplicates(
-            listing.base, store, bucket_bits_for(listing.num_inputs)
-        )
-        chunks, duplicates = unique.unique, unique.duplicates
-    else:
-        duplicates = pipeline | 'NoDuplicates' >> beam.Create([])
-    assigned = chunks | 'AssignShards' >> AssignShards(
-        config.seed,
-        config.splits,
-        config.num_shards,
-        config.shard_size_mb * 1e6,
-        bucket_bits_for(listing.largest_group),
-        store,
-    )
-    # ((split, shard), block of ImageMeta)
-    in_pipeline = config.analyze and not handover_dir  # else the helper process writes it
-    transform_dir = transform_dir or temp_dir
-    analysis, transformed, handed_over = _analysis_steps(
-        pipeline,
-        config,
-        listing,
-        assigned['placed'],
-        store,
-        output_dir,
-        transform_dir,
-        handover_dir,
-    )
-    shards = assigned['placed'] | 'WriteShards' >> WriteShards(
-        assigned['plan'],
-        listing.base,
-        output_dir,
-        temp_dir,
-        config.format,
-        config.seed,
-        listing.labels,
-        config.threads,
-        store,
-        listing.label_levels,
-        # Locally, the tf.Transform helper process gets its sample before the shards are
-        # written, and transforms while they are.
-        after=handed_over,
-    )
-    # dataset.json entry of each shard
-    context = {
-        'output': output_dir,
-        'input': config.input,
-        'format': config.format,
-        'seed': config.seed,
-        'labels': listing.labels,
-        'inputs': listing.num_inputs,
-        'skipped': dict(listing.skipped),
-        'dedup': config.dedup,
-        'label_levels': listing.label_levels,
-        'allow_missing_levels': config.allow_missing_levels,
-        'transform_staging': finalize.join(transform_dir, finalize.TRANSFORM_STAGING),
-        'analysis_in_pipeline': in_pipeline,
-        # With the analysis outside the pipeline, the launcher completes the build after it.
-        'complete': not config.analyze or in_pipeline,
-    }
-    return pipeline | 'Finalize' >> finalize.Finalize(
-        shards, validated.rejected, duplicates, assigned['plan'], context, (analysis, transformed)
-    )
 
 
 def analysis_in_pipeline(pipeline, config):
@@ -179,33 +63,6 @@ def analysis_in_pipeline(pipeline, config):
     )
 
 
-def _analysis_steps(pipeline, config, listing, placed, store, output_dir, transform_dir, handover):
-    """(PCollection of dataset.json's `analysis`, PCollection that completes once the TFT
-    output is staged in the pipeline, PCollection that completes once the sample is handed over
-    to the helper process, or None); empty without the analysis."""
-    if not config.analyze:
-        return (pipeline | 'NoAnalysis' >> beam.Create([]),) * 2 + (None,)
-    encoder = RecordEncoder(
-        listing.base, output_dir, config.format, listing.labels, listing.label_levels
-    )
-    analyzed = placed | 'AnalyzeSplit' >> AnalyzeSplit(
-        config, listing.labels, encoder, listing.base, store, handover
-    )
-    if handover:
-        nothing = pipeline | 'TransformOutsidePipeline' >> beam.Create([])
-        return analyzed['analysis'], nothing, analyzed['handed_over']
-    transformed = analyzed['records'] | 'WriteTransformOutput' >> WriteTransformOutput(
-        analyzed['analysis'],
-        listing.labels,
-        config.format,
-        list(listing.label_levels),
-        config.transform_image_size,
-        finalize.join(transform_dir, finalize.TRANSFORM_STAGING),
-        finalize.join(transform_dir, 'tft'),
-    )
-    return analyzed['analysis'], transformed, None
-
-
 def _transform_work_dir(pipeline, config, output_dir, dry_run):
     """Where TFT writes its temporary files and its output before Finalize moves them.
 
@@ -215,14 +72,10 @@ def _transform_work_dir(pipeline, config, output_dir, dry_run):
     dry run traces the analysis (TFT saves its graph while the job is built) into a local
     folder too, removed afterwards: nothing runs that would read it.
     """
-    local = inputs.is_uri(output_dir) and runner.shuffles_in_memory(pipeline)
+    local = storage.is_uri(output_dir) and runner.shuffles_in_memory(pipeline)
     if config.analyze and (local or dry_run):
         return tempfile.mkdtemp(prefix='imageshards-transform-')
     return None
-
-
-def _absolute(path):
-    return path if inputs.is_uri(path) else os.path.abspath(path)
 
 
 def _listable(spec):
@@ -233,7 +86,7 @@ def _listable(spec):
     and labels are those of the folder.
     """
     if (
-        not inputs.is_uri(spec)
+        not storage.is_uri(spec)
         or inputs.is_manifest(spec)
         or any(char in spec for char in '*?[')
         or FileSystems.get_filesystem(spec).has_dirs()
@@ -249,7 +102,7 @@ def _listable(spec):
 def _check_dataflow_paths(pipeline_options, config):
     """Refuses local paths on Dataflow, whose workers cannot reach this machine's disk."""
     for flag, path in (('--input', config.input), ('--output', config.output)):
-        if not inputs.is_uri(path):
+        if not storage.is_uri(path):
             raise ValueError(
                 f'{flag} {path} is a local path, which Dataflow workers cannot read or write; '
                 f'use gs:// paths (gsutil -m cp -r ... gs://BUCKET/...) or the DirectRunner'
@@ -283,7 +136,7 @@ def run(argv=None, test_pipeline=None):
         _check_dataflow_paths(pipeline.options, config)
     # Only Dataflow honours --dry_run; the local runner would run the build anyway.
     dry_run = on_dataflow and pipeline.options.view_as(TestOptions).dry_run
-    output_dir = _absolute(config.output).rstrip('/')
+    output_dir = storage.absolute(config.output).rstrip('/')
     scan = listing_lib.scan_inputs(
         _listable(config.input), config.allow_roots, config.follow_symlinks, config.label_levels
     )
@@ -293,18 +146,18 @@ def run(argv=None, test_pipeline=None):
             f'would list its own output as images; choose another directory'
         )
     # A name of its own, so that a job that never ran removes its listing and nothing else.
-    listing_path = finalize.join(
-        output_dir, finalize.TEMP_DIR, f'listing-{uuid.uuid4().hex[:12]}.jsonl'
+    listing_path = storage.join(
+        output_dir, layout.TEMP_DIR, f'listing-{uuid.uuid4().hex[:12]}.jsonl'
     )
     transform_dir = _transform_work_dir(pipeline, config, output_dir, dry_run)
     helper = None
     if config.analyze and not analysis_in_pipeline(pipeline, config) and not dry_run:
         # Started now: it imports TensorFlow while this process lists and the workers validate.
-        root = transform_dir or finalize.join(output_dir, finalize.TEMP_DIR)
+        root = transform_dir or storage.join(output_dir, layout.TEMP_DIR)
         helper = transform_output.Helper(
             tempfile.mkdtemp(prefix='imageshards-analysis-'),
-            finalize.join(root, finalize.TRANSFORM_STAGING),
-            finalize.join(root, 'tft'),
+            storage.join(root, layout.TRANSFORM_STAGING),
+            storage.join(root, layout.TFT_TEMP_DIR),
         )
     try:
         if test_pipeline is not None or runner.mode_given(beam_args):
@@ -346,7 +199,6 @@ def _build(
             list(summary.label_levels),
             config.transform_image_size,
         )
-    if helper:
         pipeline = _share_cores(pipeline, helper, summary.num_inputs, beam_args)
     if runner.shuffles_in_memory(pipeline) and not dry_run:
         _LOG.info('running on %s', runner.describe(pipeline))
@@ -354,24 +206,23 @@ def _build(
     if runner.shuffles_in_memory(pipeline):
         # The local runner holds every shuffled element in this process: metadata goes to
         # files, and its shuffles move byte ranges of them (pipelines/blocks.py).
-        store = blocks.BlockStore(finalize.join(output_dir, finalize.TEMP_DIR, 'blocks'))
+        store = blocks.BlockStore(storage.join(output_dir, layout.TEMP_DIR, layout.BLOCKS_DIR))
     handover = helper.work_dir if helper else None
-    build_pipeline(
-        pipeline, config, summary, listing_path, output_dir, store, transform_dir, handover
+    context = BuildContext.create(
+        config, summary, listing_path, output_dir, transform_dir, handover
     )
+    build_pipeline(pipeline, context, store)
     watched = runner.shuffles_in_memory(pipeline) and not dry_run
     with progress.Watch({progress.VALIDATE: summary.num_inputs}, _UNITS, enabled=watched):
         result = _launch(pipeline, listing_path, on_dataflow, dry_run)
     if result is None:
         _LOG.info('--dry_run: built the job without running it; %s is as it was', output_dir)
         return None
-    dataset = finalize.load_dataset_json(output_dir)
+    # Not complete yet where the helper's tf.Transform output (and _SUCCESS) are still to come.
+    dataset = dataset_json.load(output_dir, complete=False)
     if helper:  # the local runner's last step: the tf.Transform output, then _SUCCESS
         helper.finish()
-        root = transform_dir or finalize.join(output_dir, finalize.TEMP_DIR)
-        finalize.publish_transform(
-            output_dir, finalize.join(root, finalize.TRANSFORM_STAGING), dataset['analysis']
-        )
+        finalize.publish_transform(output_dir, context.transform_staging, dataset['analysis'])
         finalize.complete(output_dir)
     _report(result, dataset, output_dir, time.monotonic() - started)
     return dataset
@@ -428,7 +279,7 @@ def _write_listing(scan, config, output_dir, listing_path, dry_run):
                 'the trainer refuses such a build; give images of two or more labels',
                 summary.labels[0],
             )
-        finalize.prepare_output(output_dir, config.overwrite, dry_run=dry_run)
+        overwrite.prepare_output(output_dir, config.overwrite, dry_run=dry_run)
         listing_lib.copy_listing(local, listing_path)
     return summary
 
@@ -456,22 +307,13 @@ def _launch(pipeline, listing_path, remote, dry_run):
 
 
 def _delete_listing(listing_path):
-    for path in (listing_path, listing_lib.index_path(listing_path)):
-        finalize.delete_if_present(path)
+    storage.delete([listing_path, listing_lib.index_path(listing_path)])
 
 
 def _report(result, dataset, output_dir, seconds):
-    counters = {}
-    try:
-        for counter in result.metrics().query(MetricsFilter().with_namespace(NAMESPACE))[
-            'counters'
-        ]:
-            value = counter.committed if counter.committed is not None else counter.attempted
-            counters[counter.key.metric.name] = counters.get(counter.key.metric.name, 0) + value
-    except Exception:  # pylint: disable=broad-except
-        _LOG.warning('the runner reported no metrics; dataset.json has the counts')
+    totals = counters.totals(result)
     lines = [f'imageshards build: {output_dir} in {console.duration(seconds)}']
-    lines += [f'  counter {name:<28} {value:>12,}' for name, value in sorted(counters.items())]
+    lines += [f'  counter {name:<28} {value:>12,}' for name, value in sorted(totals.items())]
     counts = dataset['counts']
     lines.append(
         '  inputs {inputs:,} = written {written:,} + rejected {rejected:,} + duplicates '
@@ -484,10 +326,10 @@ def _report(result, dataset, output_dir, seconds):
         )
     if counts['rejected']:
         lines.append(
-            f'  rejected by reason: {counts["rejected_by_reason"]} (see {finalize.REJECTED_JSONL})'
+            f'  rejected by reason: {counts["rejected_by_reason"]} (see {layout.REJECTED_JSONL})'
         )
     print('\n'.join(lines))
-    strays = finalize.stray_shards(output_dir, dataset)
+    strays = overwrite.stray_shards(output_dir, dataset)
     if strays:
         _LOG.warning(
             "%d files in %s look like shards but are not in this build's "
@@ -512,7 +354,7 @@ def main(argv=None):
         return 2
     except KeyboardInterrupt:
         print(interrupted_message(argv), file=sys.stderr)
-        return supervise.INTERRUPTED_EXIT_CODE
+        return console.INTERRUPTED_EXIT_CODE
     return 0
 
 
@@ -526,7 +368,7 @@ def command(argv):
 def interrupted_message(argv):
     """The line Ctrl-C leaves: what is left where, and how to go on."""
     try:
-        output = _absolute(options.build_arg_parser().parse_known_args(argv)[0].output or '')
+        output = storage.absolute(options.build_arg_parser().parse_known_args(argv)[0].output or '')
     except SystemExit:
         output = ''
     if not output:
@@ -538,7 +380,7 @@ def interrupted_message(argv):
         )
     return (
         f'imageshards build: interrupted; the unfinished build is in '
-        f'{finalize.join(output, finalize.TEMP_DIR)} (no {finalize.SUCCESS}): rerun the same '
+        f'{storage.join(output, layout.TEMP_DIR)} (no {layout.SUCCESS}): rerun the same '
         f'command with --overwrite to build again'
     )
 

@@ -5,12 +5,13 @@ in one group, and a group holds blocks of metadata rather than one element per i
 """
 
 import collections
+import typing
 
 import apache_beam as beam
 
 from pipelines import blocks
+from pipelines import counters
 from pipelines.inputs import source_path
-from pipelines.validate import NAMESPACE
 
 DUPLICATES = 'duplicates'
 
@@ -23,7 +24,7 @@ def digest_bucket(digest, bucket_bits):
 
 
 class _KeyByDigestBucket(beam.DoFn):
-    """Block -> (digest bucket, block of its images in that bucket) per bucket."""
+    """Block ref -> (digest bucket, block ref of its images in that bucket) per bucket."""
 
     def __init__(self, store, bucket_bits):
         self._store, self._bucket_bits = store, bucket_bits
@@ -37,13 +38,13 @@ class _KeyByDigestBucket(beam.DoFn):
 
 
 class _KeepFirst(beam.DoFn):
-    """(digest bucket, [block]) -> a block of the first of each content; the others to
+    """(digest bucket, [block ref]) -> a block of the first of each content; the others to
     DUPLICATES."""
 
     def __init__(self, input_base, store):
         self._input_base = input_base
         self._store = store
-        self._dropped = beam.metrics.Metrics.counter(NAMESPACE, 'duplicates')
+        self._dropped = counters.counter('duplicates')
 
     def process(self, grouped):
         _, refs = grouped
@@ -69,29 +70,38 @@ class _KeepFirst(beam.DoFn):
         }
 
 
+class Deduplicated(typing.NamedTuple):
+    """DropDuplicates' outputs."""
+
+    blocks: beam.PCollection  # block refs of the images kept
+    duplicates: beam.PCollection  # duplicates.jsonl lines
+
+
 class DropDuplicates(beam.PTransform):
-    """Blocks of ImageMeta -> blocks without byte-identical repeats, and the repeats.
+    """Block refs of ImageMeta -> Deduplicated: the blocks without byte-identical repeats, and
+    the repeats.
 
     Args:
         input_base: what image keys are relative to (for the paths of duplicates.jsonl).
-        store: the BlockStore that keeps the blocks.
+        store: the BlockStore that keeps the blocks (default: inline).
         bucket_bits: top bits of the digest that group images; 2**bits groups.
     """
 
-    def __init__(self, input_base, store=None, bucket_bits=0):
+    def __init__(self, input_base, *, store=None, bucket_bits=0):
         super().__init__()
         self._input_base = input_base
         self._store = store or blocks.BlockStore()
         self._bucket_bits = bucket_bits
 
-    def expand(self, chunks):
-        return (
-            chunks
+    def expand(self, refs):
+        outputs = (
+            refs
             | 'KeyBySha256' >> beam.ParDo(_KeyByDigestBucket(self._store, self._bucket_bits))
             | 'GroupBySha256' >> beam.GroupByKey()
-            # (digest bucket, [block])
+            # (digest bucket, [block ref])
             | 'KeepFirst'
             >> beam.ParDo(_KeepFirst(self._input_base, self._store)).with_outputs(
                 DUPLICATES, main='unique'
             )
         )
+        return Deduplicated(outputs.unique, outputs[DUPLICATES])

@@ -1,11 +1,11 @@
 """Validating one encoded image, and deciding which bytes a record stores.
 
-A plainly valid JPEG or PNG (pipelines/image_structure.py: every marker or chunk well formed as
-libjpeg and libpng require, the scans or the pixel stream complete) is accepted by its
-structure, without decoding its pixels; every other input is decoded once with Pillow (JPEGs at
-1/8 scale: the decoder still reads the whole compressed stream, so truncation is caught, at
-about half the cost of a full decode), which decides as it always did. A record keeps the
-original bytes when TensorFlow decodes them to the pixels Pillow shows (EXIF
+A plainly valid JPEG or PNG (pipelines/image_structure.py and png_structure.py: every marker
+or chunk well formed as libjpeg and libpng require, the scans or the pixel stream complete) is
+accepted by its structure, without decoding its pixels; every other input is decoded once with
+Pillow (JPEGs at 1/8 scale: the decoder still reads the whole compressed stream, so truncation
+is caught, at about half the cost of a full decode), which decides as it always did. A record
+keeps the original bytes when TensorFlow decodes them to the pixels Pillow shows (EXIF
 orientation applied, converted to RGB); otherwise it stores a lossless PNG of those pixels.
 Animated images (GIF, APNG, WebP, MPO) are their first frame, as `tf.io.decode_image(...,
 expand_animations=False)` reads them.
@@ -16,7 +16,8 @@ two conforming JPEG decoders may.
 
 Inputs are untrusted: only the formats the accepted extensions name are parsed (Pillow would
 otherwise try some forty plugins, EPS among them, which runs Ghostscript), and every way Pillow
-fails on hostile bytes becomes a `Rejected` with a reason code (see docs/reliability.md).
+fails on hostile bytes becomes a `Rejected` with a reason code (pipelines/image_errors.py; see
+docs/reliability.md).
 """
 
 import hashlib
@@ -29,6 +30,11 @@ from PIL import ImageFile
 from PIL import UnidentifiedImageError
 
 from pipelines import image_structure
+from pipelines import png_structure
+from pipelines.image_errors import Rejected
+from pipelines.image_errors import pillow_call
+from pipelines.image_errors import rejection
+from pipelines.image_errors import unidentified
 
 # The Pillow plugins of the extensions a build accepts (the JPEG plugin also opens MPO: a JPEG
 # with more images appended, as phones write).
@@ -66,15 +72,6 @@ class ImageInfo(typing.NamedTuple):
     reencoded: bool
 
 
-class Rejected(Exception):
-    """An input that cannot be written, with a reason code for rejected.jsonl and counters."""
-
-    def __init__(self, reason, detail):
-        super().__init__(f'{reason}: {detail}')
-        self.reason = reason
-        self.detail = detail
-
-
 def inspect_image(data, max_pixels):
     """Validates encoded image bytes.
 
@@ -98,7 +95,7 @@ def inspect_image(data, max_pixels):
     fault = None
     if image.format == 'PNG' and _png_mode_keeps(image, data):
         try:
-            image_structure.png_facts(data)
+            png_structure.png_facts(data)
         except image_structure.Unusual:
             pass
         except image_structure.Fault as e:
@@ -139,7 +136,7 @@ def _inspect_decoded(image, data):
     _decode(image, data, reduced=False)
     if _png_keeps_original(image, data):
         return _png_info(image, data), None
-    rgb = _pillow_call(data, to_rgb, image)
+    rgb = pillow_call(data, to_rgb, image)
     stored = encode_png(rgb)
     width, height = rgb.size
     return ImageInfo('png', height, width, 3, sha256_hex(stored), len(stored), True), stored
@@ -220,11 +217,11 @@ def _open(data, max_pixels):
     try:
         image = Image.open(io.BytesIO(data), formats=SUPPORTED_FORMATS)
     except UnidentifiedImageError:
-        raise _unidentified(data) from None
+        raise unidentified(data, SUPPORTED_FORMATS) from None
     except MemoryError:
         raise
     except Exception as e:  # pylint: disable=broad-except
-        raise _rejection(e, data) from None
+        raise rejection(e, data) from None
     _check_size(*image.size, max_pixels)
     return image
 
@@ -300,120 +297,8 @@ def _decode(image, data, reduced, min_size=0):
         image.draft(
             image.mode, (draft_side(image.width, min_size), draft_side(image.height, min_size))
         )
-    _pillow_call(data, image.load)
+    pillow_call(data, image.load)
 
 
 def draft_side(side, min_size):
     return max(1, side // 8, min(side, min_size))
-
-
-def _pillow_call(data, fn, *args):
-    """Calls Pillow on untrusted data: its failures become rejections, one input at a time.
-
-    Pillow's plugins raise many kinds of exception on hostile bytes (OSError, ValueError,
-    SyntaxError, struct.error, IndexError, ...); one bad file must never fail the build.
-    Running out of memory is the machine's problem, not the file's, and is not caught.
-    """
-    try:
-        return fn(*args)
-    except MemoryError:
-        raise
-    except Exception as e:  # pylint: disable=broad-except
-        raise _rejection(e, data) from None
-
-
-# What Pillow raises when a file's metadata would decompress past its safety limits.
-_METADATA_BOMBS = ('Decompressed data too large', 'Too much memory used in text chunks')
-_SIGNATURES = (
-    (b'\x89PNG\r\n\x1a\n', 'PNG'),
-    (b'\xff\xd8\xff', 'JPEG'),
-    (b'GIF8', 'GIF'),
-    (b'BM', 'BMP'),
-    (b'II*\x00', 'TIFF'),
-    (b'MM\x00*', 'TIFF'),
-)
-# Formats people save with an image extension that a build does not read.
-_UNSUPPORTED_SIGNATURES = (
-    (b'8BPS', 'Photoshop PSD'),
-    (b'%PDF', 'PDF'),
-    (b'%!PS', 'PostScript/EPS'),
-    (b'\xc5\xd0\xd3\xc6', 'EPS'),
-    (b'\x00\x00\x01\x00', 'ICO'),
-    (b'icns', 'ICNS'),
-    (b'\x00\x00\x00\x0cjP  \r\n\x87\n', 'JPEG 2000'),
-    (b'\xff\x4f\xff\x51', 'JPEG 2000'),
-    (b'\x00\x00\x00\x0cJXL \r\n\x87\n', 'JPEG XL'),
-    (b'\xff\x0a', 'JPEG XL'),
-    (b'qoif', 'QOI'),
-    (b'DDS ', 'DDS'),
-    (b'II\xbc', 'JPEG XR'),
-)
-_ISO_BRANDS = {b'avif': 'AVIF', b'avis': 'AVIF', b'mif1': 'HEIF', b'msf1': 'HEIF'}
-
-
-def _rejection(error, data):
-    message = f'{type(error).__name__}: {error}'
-    if isinstance(error, Image.DecompressionBombError) or any(
-        marker in message for marker in _METADATA_BOMBS
-    ):
-        return Rejected('decompression_bomb', message)
-    if isinstance(error, EOFError) or 'truncated' in message.lower():
-        return Rejected('truncated', message)
-    missing = _missing_bytes(data)
-    if missing:
-        return Rejected('truncated', f'{missing} ({message})')
-    return Rejected('decode_error', message)
-
-
-def _missing_bytes(data):
-    """Why the file is shorter than its own header says, or '' (for Pillow's vaguer errors)."""
-    if data[:4] == b'RIFF' and data[8:12] == b'WEBP':
-        declared = int.from_bytes(data[4:8], 'little') + 8
-        if len(data) < declared:
-            return f'WebP header declares {declared} bytes, the file has {len(data)}'
-    if data[:4] in (b'II*\x00', b'MM\x00*'):
-        offset = int.from_bytes(data[4:8], 'little' if data[:2] == b'II' else 'big')
-        if offset + 2 > len(data):
-            return f'TIFF directory at byte {offset}, past the end of the {len(data)}-byte file'
-    return ''
-
-
-def _unidentified(data):
-    """The rejection of bytes no supported Pillow plugin opens."""
-    unsupported = _unsupported_format(data)
-    if unsupported:
-        return Rejected(
-            'unsupported_format',
-            f'{unsupported} data; a build reads {", ".join(SUPPORTED_FORMATS)} ({_head(data)})',
-        )
-    missing = _missing_bytes(data)
-    if missing:
-        return Rejected('truncated', missing)
-    signature = _signature(data)
-    if signature:
-        return Rejected(
-            'decode_error', f'{signature} signature but an unreadable header ({_head(data)})'
-        )
-    return Rejected('not_an_image', f'not a recognised image format ({_head(data)})')
-
-
-def _signature(data):
-    if data[:4] == b'RIFF' and data[8:12] == b'WEBP':
-        return 'WebP'
-    return next((name for magic, name in _SIGNATURES if data.startswith(magic)), '')
-
-
-def _unsupported_format(data):
-    if data[4:8] == b'ftyp':
-        brand = data[8:12]
-        return _ISO_BRANDS.get(brand, 'HEIF' if brand.startswith(b'he') else '')
-    if data[:1] == b'P' and data[1:2] in b'1234567' and data[2:3] in b' \t\r\n':
-        return 'Netpbm'
-    head = data[:512].lstrip().lower()
-    if head.startswith(b'<svg') or (head.startswith(b'<?xml') and b'<svg' in head):
-        return 'SVG'
-    return next((name for magic, name in _UNSUPPORTED_SIGNATURES if data.startswith(magic)), '')
-
-
-def _head(data):
-    return f'{len(data)} bytes starting {data[:8]!r}'

@@ -13,11 +13,12 @@ import typing
 
 from apache_beam.io.filesystems import FileSystems
 
+from imageshards.storage import is_uri
+
 IMAGE_EXTENSIONS = frozenset(
     ['.jpg', '.jpeg', '.jpe', '.jfif', '.png', '.gif', '.bmp', '.webp', '.tif', '.tiff']
 )
 MANIFEST_COLUMNS = ('path', 'label', 'split')
-URI_SCHEME = re.compile(r'^[a-zA-Z][a-zA-Z0-9+.-]*://')
 # URL user info (user:password@), which must never be used or shown.
 USERINFO = re.compile(r'^([a-zA-Z][a-zA-Z0-9+.-]*://)[^/?#]*@')
 _WEB_SCHEMES = ('http://', 'https://', 'ftp://')
@@ -152,20 +153,12 @@ def is_manifest(spec):
     return spec.lower().endswith(('.csv', '.jsonl'))
 
 
-def is_uri(path):
-    return bool(URI_SCHEME.match(path))
-
-
 def redact(path):
     """`path` without credentials: URL user info, and the query of web URLs (signed URLs)."""
     path = USERINFO.sub(r'\1***@', path)
     if path.lower().startswith(_WEB_SCHEMES) and '?' in path:
         path = path.split('?', 1)[0] + '?***'
     return path
-
-
-def absolute(path):
-    return path if is_uri(path) else os.path.abspath(path)
 
 
 def inside(path, root):

@@ -22,7 +22,6 @@ import logging
 import os
 import posixpath
 import re
-import shutil
 import stat
 import struct
 import sys
@@ -32,6 +31,9 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystem import FileSystem
 from apache_beam.io.filesystems import FileSystems
 
+from imageshards import storage
+from imageshards.storage import absolute
+from imageshards.storage import is_uri
 from pipelines import manifests
 from pipelines.inputs import IMAGE_EXTENSIONS
 from pipelines.inputs import USERINFO
@@ -39,10 +41,8 @@ from pipelines.inputs import InputEntry
 from pipelines.inputs import InputScan
 from pipelines.inputs import Listing
 from pipelines.inputs import ListingCounts
-from pipelines.inputs import absolute
 from pipelines.inputs import inside
 from pipelines.inputs import is_manifest
-from pipelines.inputs import is_uri
 from pipelines.inputs import printable
 from pipelines.inputs import redact
 
@@ -350,9 +350,7 @@ def parse_listing_line(line):
 def copy_listing(source, destination):
     """Copies a listing file and its index (local or gs://, either way)."""
     for src, dst in ((source, destination), (index_path(source), index_path(destination))):
-        with FileSystems.open(src, compression_type=_UNCOMPRESSED) as f_in:
-            with FileSystems.create(dst) as f_out:
-                shutil.copyfileobj(f_in, f_out, 1 << 20)
+        storage.copy(src, dst)
 
 
 class ReadListing(beam.PTransform):

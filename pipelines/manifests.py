@@ -22,19 +22,18 @@ import stat
 
 from apache_beam.io.filesystems import FileSystems
 
+from imageshards import features
+from imageshards import layout
+from imageshards.storage import absolute
+from imageshards.storage import is_uri
 from pipelines.inputs import MANIFEST_COLUMNS
 from pipelines.inputs import USERINFO
 from pipelines.inputs import InputEntry
 from pipelines.inputs import InputScan
-from pipelines.inputs import absolute
 from pipelines.inputs import inside
-from pipelines.inputs import is_uri
 from pipelines.inputs import is_utf8
 from pipelines.inputs import printable
 from pipelines.inputs import redact
-from pipelines.options import LEVEL_NAME
-from pipelines.options import SPLIT_NAME
-from pipelines.options import check_level_name
 
 LEVEL_COLUMN = 'label/'  # prefix of a label level's column: label/<level>
 
@@ -71,7 +70,7 @@ class _LevelColumns:
         """Raises ValueError for unusable, repeated, missing or undeclared level columns."""
         found = [column[len(LEVEL_COLUMN) :] for column in header if self.is_level(column)]
         for level in found:
-            check_level_name(level, f'{manifest}: column {LEVEL_COLUMN}{level}')
+            features.check_level_name(level, f'{manifest}: column {LEVEL_COLUMN}{level}')
         repeated = sorted({column for column in header if header.count(column) > 1})
         if repeated:
             raise ValueError(f'{manifest}: columns {repeated} appear more than once')
@@ -94,7 +93,7 @@ class _LevelColumns:
     def key_problem(self, key):
         """Why a JSONL key `label/<level>` cannot be used ('' if it can); learns new levels."""
         level = key[len(LEVEL_COLUMN) :]
-        if not LEVEL_NAME.match(level):
+        if not features.LEVEL_NAME.match(level):
             return f'{key!r} does not name a usable label level'
         if level not in self.levels:
             if self._declared:
@@ -221,7 +220,7 @@ def _manifest_entry(position, row, problem, manifest, confinement, first_line_of
     entry = InputEntry(entry_id, path, key, label, split)
     if not label:
         return entry._replace(reject='empty_label', detail=f'line {line} has an empty label')
-    if split and not SPLIT_NAME.match(split):
+    if split and not layout.SPLIT_NAME.match(split):
         return entry._replace(
             reject='invalid_split', detail=f'split {split!r} is not a usable folder name'
         )

@@ -7,16 +7,12 @@ file given with `--config` supplies defaults for both: its top-level keys are th
 """
 
 import dataclasses
-import re
 
 from imageshards import configfile
 from imageshards import features
 from imageshards import flags
-
-SPLIT_NAME = re.compile(r'^[A-Za-z0-9][A-Za-z0-9_.-]*$')
-# A label level names features (image/label/<level>), dataset.json keys and the trainer's heads.
-LEVEL_NAME = re.compile(r'^[A-Za-z0-9_][A-Za-z0-9_.-]*$')
-DEFAULT_SHARD_SIZE_MB = 128.0
+from imageshards import layout
+from imageshards import storage
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,7 +25,7 @@ class BuildConfig:
     seed: int = 0
     splits: tuple = (('train', 1.0),)
     num_shards: int = 0  # per split; 0 means derive from shard_size_mb
-    shard_size_mb: float = DEFAULT_SHARD_SIZE_MB
+    shard_size_mb: float = 128.0  # target image bytes per shard, when num_shards is 0
     dedup: bool = False
     overwrite: bool = False
     max_pixels: int = 89_478_485  # Pillow's own decompression-bomb threshold
@@ -61,7 +57,7 @@ class BuildConfig:
         """
         if self.io_threads:
             return self.io_threads
-        return 32 if re.match(r'^[a-z][a-z0-9+.-]*://', self.input) else 1
+        return 32 if storage.is_uri(self.input) else 1
 
 
 def parse_splits(text):
@@ -70,7 +66,7 @@ def parse_splits(text):
     for part in str(text).split(','):
         name, sep, fraction = part.strip().partition('=')
         name = name.strip()
-        if not sep or not SPLIT_NAME.match(name):
+        if not sep or not layout.SPLIT_NAME.match(name):
             raise ValueError(f'--splits: expected name=fraction, got {part!r} in {text!r}')
         try:
             value = float(fraction)
@@ -85,27 +81,6 @@ def parse_splits(text):
     if abs(total - 1.0) > 1e-6:
         raise ValueError(f'--splits: fractions sum to {total:g}, not 1, in {text!r}')
     return tuple(splits)
-
-
-def check_level_name(name, where):
-    """Raises ValueError unless `name` can name a label level."""
-    if not LEVEL_NAME.match(name):
-        raise ValueError(
-            f'{where}: label level {name!r} must be non-empty letters, digits, _ . - '
-            f'(no /, not starting with . or -)'
-        )
-
-
-def parse_label_levels(text):
-    """`family,species` (or a YAML list) -> ('family', 'species'): valid, unique names."""
-    names = text if isinstance(text, (list, tuple)) else str(text).split(',')
-    levels = tuple(str(name).strip() for name in names)
-    for name in levels:
-        check_level_name(name, '--label-levels')
-    repeated = sorted({name for name in levels if levels.count(name) > 1})
-    if repeated:
-        raise ValueError(f'--label-levels: {repeated} named more than once in {text!r}')
-    return levels
 
 
 def build_arg_parser():
@@ -127,24 +102,29 @@ def build_arg_parser():
     parser.add_argument(
         '--format',
         choices=features.FORMATS,
-        default=features.EXAMPLES,
+        default=BuildConfig.format,
         help='examples: image bytes in tf.train.Example; paths: shuffled path manifests',
     )
-    parser.add_argument('--seed', type=flags.integer(), default=0, help='shuffle and split seed')
+    parser.add_argument(
+        '--seed', type=flags.integer(), default=BuildConfig.seed, help='shuffle and split seed'
+    )
     parser.add_argument(
         '--splits',
         type=flags.words(parse_splits),
-        default=(('train', 1.0),),
+        default=BuildConfig.splits,
         help='e.g. train=0.8,val=0.1,test=0.1 (a manifest split column wins)',
     )
     shards = parser.add_mutually_exclusive_group()
     shards.add_argument(
-        '--num-shards', type=flags.integer(minimum=1), default=0, help='shards per split'
+        '--num-shards',
+        type=flags.integer(minimum=1),
+        default=BuildConfig.num_shards,
+        help='shards per split',
     )
     shards.add_argument(
         '--shard-size-mb',
         type=flags.number(above=0),
-        default=DEFAULT_SHARD_SIZE_MB,
+        default=BuildConfig.shard_size_mb,
         help='target shard size in MB of image bytes (default %(default)s)',
     )
     parser.add_argument(
@@ -186,8 +166,8 @@ def build_arg_parser():
     )
     parser.add_argument(
         '--label-levels',
-        type=flags.words(parse_label_levels),
-        default=(),
+        type=flags.words(features.parse_label_levels),
+        default=BuildConfig.label_levels,
         help='label levels, coarse to fine, e.g. family,species: a tree takes them from nested '
         'folders (<root>/<family>/<species>/...); a manifest has label/<level> columns',
     )
@@ -258,7 +238,7 @@ def _yaml_splits(value):
 
 def beam_option_names():
     """Every flag of Beam's PipelineOptions classes (`--runner`, `--direct_num_workers`, ...)."""
-    return [name for action in _beam_parser()._actions for name in action.option_strings]  # pylint: disable=protected-access
+    return flags.flag_names(_beam_parser())
 
 
 def _beam_parser():
@@ -300,7 +280,7 @@ def parse_build_args(argv):
         passthrough_key='beam',
         convert={
             'splits': _yaml_splits,
-            'label_levels': parse_label_levels,
+            'label_levels': features.parse_label_levels,
             'allow_roots': lambda roots: [roots] if isinstance(roots, str) else list(roots),
         },
     )

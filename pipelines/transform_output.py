@@ -25,10 +25,11 @@ import sys
 import time
 
 import apache_beam as beam
-from apache_beam.io.filesystems import FileSystems
 
+from imageshards import console
+from imageshards import layout
+from imageshards import storage
 from imageshards import tfrecord
-from pipelines import finalize
 
 _LOG = logging.getLogger(__name__)
 SETTINGS = 'settings.json'  # what the Helper's pipeline is made of, from the launcher
@@ -87,7 +88,7 @@ class WriteTransformOutput(beam.PTransform):
                 self._staging_dir
             )
         return written | 'WriteRawMetadata' >> beam.Map(
-            _write_raw_metadata, schema, FileSystems.join(self._staging_dir, 'metadata')
+            _write_raw_metadata, schema, storage.join(self._staging_dir, layout.RAW_METADATA_DIR)
         )
 
 
@@ -154,13 +155,13 @@ def prepare(work_dir, labels, fmt, levels, image_size):
         'levels': list(levels),
         'image_size': image_size,
     }
-    finalize.write_atomically(os.path.join(work_dir, SETTINGS), json.dumps(settings).encode())
+    storage.write_atomically(os.path.join(work_dir, SETTINGS), json.dumps(settings).encode())
 
 
 def hand_over(analysis, work_dir):
     """The pipeline's last analysis step on the local runner: dataset.json's `analysis` for the
     Helper, as JOB, once the sample's records are in `work_dir`."""
-    finalize.write_atomically(os.path.join(work_dir, JOB), json.dumps(analysis).encode('utf-8'))
+    storage.write_atomically(os.path.join(work_dir, JOB), json.dumps(analysis).encode('utf-8'))
     return JOB
 
 
@@ -206,7 +207,7 @@ def write(work_dir, settings, staging_dir, temp_dir):
 def main(argv=None):
     """The Helper process: WORK_DIR STAGING_DIR TEMP_DIR."""
     work_dir, staging_dir, temp_dir = (sys.argv[1:] if argv is None else argv)[:3]
-    logging.basicConfig(level=logging.WARNING)
+    console.configure_logging()
     # pylint: disable=import-outside-toplevel,unused-import
     import tensorflow_transform.beam  # noqa: F401  (the seconds this process is for)
     from tfx_bsl.tfxio import tf_example_record  # noqa: F401

@@ -9,33 +9,24 @@ hide per-object latency. The metadata of a chunk's valid images leaves as one bl
 """
 
 import concurrent.futures
-import functools
 import hashlib
-import logging
-import os
-import threading
-import time
+import typing
 
 import apache_beam as beam
-import google.auth
 import google_crc32c
-from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.filesystems import FileSystems
-from google.auth import exceptions as auth_exceptions
-from google.cloud import storage
 from PIL import Image
 
 from imageshards import features
+from imageshards import storage
+from imageshards.storage import read_input
 from pipelines import blocks
+from pipelines import counters
 from pipelines import images
 from pipelines import progress
 from pipelines.blocks import ImageMeta
-from pipelines.inputs import is_uri
+from pipelines.encode import reencoded_path
 from pipelines.listing import read_work_item
 
-_LOG = logging.getLogger(__name__)
-
-NAMESPACE = 'imageshards'
 REJECTED = 'rejected'
 MISSING_LEVEL_REASON = 'missing_label_level'
 
@@ -43,72 +34,6 @@ MISSING_LEVEL_REASON = 'missing_label_level'
 def rejection(entry, reason, detail):
     """One line of rejected.jsonl."""
     return {'id': entry.id, 'path': entry.path, 'reason': reason, 'detail': detail}
-
-
-def read_file(path):
-    """All bytes of an input file or object.
-
-    gs:// objects are read with a google-cloud-storage client kept per thread, in one request.
-    Beam's FileSystems makes a new client for every call and fetches the object's metadata
-    before its bytes: about 6 ms of CPU per object, more than decoding the image (measured
-    against a GCS emulator; see docs/dataflow.md).
-    """
-    if path.startswith('gs://'):
-        bucket, _, name = path[len('gs://') :].partition('/')
-        return _gcs_client().bucket(bucket).blob(name).download_as_bytes()
-    if not is_uri(path):  # Beam's FileSystems costs ~20 us per call to find the local one
-        return _read_local(path)
-    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-        return f.read()
-
-
-def _read_local(path):
-    """A local file's bytes in as few calls as the OS allows (a third of `open().read()`'s
-    cost, which goes to Python's buffered file objects)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        size = os.fstat(fd).st_size
-        parts = [os.read(fd, size)]
-        while len(parts[-1]) and sum(map(len, parts)) < size:  # reads stop at 2 GiB
-            parts.append(os.read(fd, size - sum(map(len, parts))))
-        return b''.join(parts) if len(parts) > 1 else parts[0]
-    finally:
-        os.close(fd)
-
-
-_THREAD_STATE = threading.local()
-
-
-def _gcs_client():
-    """This thread's GCS client (a client's connection pool is not meant to be shared)."""
-    client = getattr(_THREAD_STATE, 'gcs_client', None)
-    if client is None:
-        credentials, project = _gcs_credentials()
-        if credentials is None:
-            client = storage.Client.create_anonymous_client()
-        else:
-            client = storage.Client(project=project, credentials=credentials)
-        _THREAD_STATE.gcs_client = client
-    return client
-
-
-@functools.cache
-def _gcs_credentials():
-    """(credentials, project) of Application Default Credentials, looked up once per process.
-
-    On Dataflow, those of the worker service account. (None, None) where there are none: public
-    data can still be read anonymously, as Beam does.
-    """
-    try:
-        return google.auth.default()
-    except auth_exceptions.DefaultCredentialsError as e:
-        _LOG.warning('no Google credentials (%s); reading gs:// anonymously', e)
-        return None, None
-
-
-def reencoded_path(output_dir, sha256):
-    """Where a `paths` build keeps the lossless copy of an image TensorFlow cannot decode as is."""
-    return FileSystems.join(output_dir, 'reencoded', f'{sha256}.png')
 
 
 def level_ids(entry, levels, allow_missing):
@@ -134,7 +59,7 @@ class MissingLevel(ValueError):
     """An input without a value for a label level."""
 
 
-class _ValidateChunk(beam.DoFn):
+class _ValidateWorkItem(beam.DoFn):
     """Work item -> a block of its valid images' ImageMeta; rejections to the REJECTED output.
 
     Its arguments are those of ValidateImages.
@@ -144,27 +69,25 @@ class _ValidateChunk(beam.DoFn):
         self,
         listing_path,
         label_ids,
+        store,
         max_pixels,
         io_threads,
-        total,
-        store,
-        reencode_dir=None,
-        levels=(),
-        allow_missing_levels=False,
+        reencode_dir,
+        levels,
+        allow_missing_levels,
     ):
         self._listing_path = listing_path
         self._label_ids = label_ids
-        self._levels = levels  # [(level, {name: id})]
-        self._allow_missing_levels = allow_missing_levels
+        self._store = store
         self._max_pixels = max_pixels
         self._io_threads = io_threads
-        self._total = total
-        self._store = store
         self._reencode_dir = reencode_dir  # set for `paths` builds
+        self._levels = levels  # [(level, {name: id})]
+        self._allow_missing_levels = allow_missing_levels
         self._pool = None
-        self._listed = beam.metrics.Metrics.counter(NAMESPACE, 'listed')
-        self._valid = beam.metrics.Metrics.counter(NAMESPACE, 'validated')
-        self._reencoded = beam.metrics.Metrics.counter(NAMESPACE, 'reencoded')
+        self._listed = counters.counter('listed')
+        self._valid = counters.counter('validated')
+        self._reencoded = counters.counter('reencoded')
 
     def setup(self):
         # Pillow refuses at open beyond twice this; our own check rejects beyond it.
@@ -184,7 +107,7 @@ class _ValidateChunk(beam.DoFn):
         valid = []
         for outcome in (self._pool.map if self._pool else map)(self._validate, entries):
             if isinstance(outcome, dict):
-                beam.metrics.Metrics.counter(NAMESPACE, f'rejected_{outcome["reason"]}').inc()
+                counters.counter(f'rejected_{outcome["reason"]}').inc()
                 yield beam.pvalue.TaggedOutput(REJECTED, outcome)
                 continue
             meta, stored = outcome
@@ -208,9 +131,9 @@ class _ValidateChunk(beam.DoFn):
         except MissingLevel as e:
             return rejection(entry, MISSING_LEVEL_REASON, str(e))
         try:
-            data = read_file(entry.path)
+            data = read_input(entry.path)
         except Exception as e:  # every failure to read becomes a rejection with its cause
-            reason = 'missing_file' if not _exists(entry.path) else 'read_error'
+            reason = 'missing_file' if not storage.input_exists(entry.path) else 'read_error'
             return rejection(entry, reason, f'{type(e).__name__}: {e}')
         try:
             info, stored = images.inspect_image(data, self._max_pixels)
@@ -221,61 +144,72 @@ class _ValidateChunk(beam.DoFn):
             self._reencoded.inc()
             source_sha256 = hashlib.sha256(data).digest()
             if self._reencode_dir:
-                _write_once(reencoded_path(self._reencode_dir, info.sha256), stored)
+                storage.write_once(reencoded_path(self._reencode_dir, info.sha256), stored)
         meta = ImageMeta(
-            entry.id,
-            entry.key,
-            self._label_ids[entry.label],
-            entry.split,
-            info.format,
-            info.height,
-            info.width,
-            info.channels,
-            bytes.fromhex(info.sha256),
-            info.num_bytes,
-            source_sha256,
-            google_crc32c.value(data),
-            info.reencoded,
-            levels,
+            id=entry.id,
+            key=entry.key,
+            label=self._label_ids[entry.label],
+            split=entry.split,
+            format=info.format,
+            height=info.height,
+            width=info.width,
+            channels=info.channels,
+            sha256=bytes.fromhex(info.sha256),
+            num_bytes=info.num_bytes,
+            source_sha256=source_sha256,
+            source_crc32c=google_crc32c.value(data),
+            reencoded=info.reencoded,
+            levels=levels,
         )
         return meta, data if stored is None else stored
 
 
-def _exists(path):
-    try:
-        return FileSystems.exists(path)
-    except Exception:  # an unreachable store is not a missing file
-        return True
+class Validated(typing.NamedTuple):
+    """ValidateImages' outputs."""
 
-
-def _write_once(path, data):
-    """Content-addressed write: an existing file already holds these bytes."""
-    if FileSystems.exists(path):
-        return
-    temporary = f'{path}.tmp-{threading.get_ident()}-{time.monotonic_ns()}'
-    with FileSystems.create(temporary) as f:
-        f.write(data)
-    FileSystems.rename([temporary], [path])
+    blocks: beam.PCollection  # block refs of the valid images' ImageMeta
+    rejected: beam.PCollection  # rejected.jsonl lines
 
 
 class ValidateImages(beam.PTransform):
-    """Work items -> blocks of ImageMeta (main output) and rejections (`REJECTED` output).
+    """Work items -> Validated: blocks of the valid images' ImageMeta, and rejections.
 
     Args:
         listing_path: the listing file whose byte ranges the work items are.
         label_ids: label name -> id.
         store: the BlockStore that keeps the blocks.
+        max_pixels: images declaring more pixels are rejected (decompression bombs).
+        io_threads: inputs read and checked at once per worker (1: one after the other).
         reencode_dir: for `paths` builds, the output folder of lossless copies.
         levels: [(level, {name: id})] of a build with label levels, in level order.
         allow_missing_levels: an input missing a level value gets id -1 instead of being
             rejected as `missing_label_level`.
-
-    The arguments go to `_ValidateChunk`, the DoFn that does the work.
     """
 
-    def __init__(self, *args, **kwargs):
+    def __init__(
+        self,
+        listing_path,
+        label_ids,
+        store,
+        *,
+        max_pixels,
+        io_threads=1,
+        reencode_dir=None,
+        levels=(),
+        allow_missing_levels=False,
+    ):
         super().__init__()
-        self._fn = _ValidateChunk(*args, **kwargs)
+        self._fn = _ValidateWorkItem(
+            listing_path,
+            label_ids,
+            store,
+            max_pixels,
+            io_threads,
+            reencode_dir,
+            levels,
+            allow_missing_levels,
+        )
 
     def expand(self, items):
-        return items | 'Decode' >> beam.ParDo(self._fn).with_outputs(REJECTED, main='valid')
+        outputs = items | 'Decode' >> beam.ParDo(self._fn).with_outputs(REJECTED, main='valid')
+        return Validated(outputs.valid, outputs[REJECTED])

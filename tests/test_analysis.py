@@ -16,7 +16,7 @@ from imageshards import tfrecord
 from pipelines import analyze
 from pipelines import build
 from trainer import export
-from trainer import input as input_lib
+from trainer import input_pipeline
 from trainer import transform
 from trainer.dataset_info import DatasetInfo
 from trainer.model import build_model
@@ -288,7 +288,7 @@ def test_served_model_matches_the_evaluation_pipeline_on_raw_bytes(analyzed, tf,
         info.counts,
         info.raw,
     )
-    evaluation = input_lib.make_dataset(
+    evaluation = input_pipeline.make_dataset(
         str(out), 'val', 8, training=False, image_size=image_size, info=single
     )
     expected = np.concatenate([model(images, training=False).numpy() for images, _ in evaluation])

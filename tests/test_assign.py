@@ -1,4 +1,4 @@
-"""The seeded, stratified split and shard assignment: pure functions and the Beam transform."""
+"""The seeded, stratified split and shard assignment: pure functions and the Beam step."""
 
 import collections
 import random
@@ -130,9 +130,9 @@ def test_assign_shards_places_the_lowest_ranked_images_in_the_first_shard():
         assigned = (
             p
             | beam.Create([blocks.pack(metas[:3]), blocks.pack(metas[3:])])
-            | assign.AssignShards(0, [('train', 1.0)], 2, 1e9, 0)
+            | assign.AssignShards(0, [('train', 1.0)], num_shards=2, shard_bytes=1e9)
         )
-        ids = assigned['placed'] | beam.FlatMap(
+        ids = assigned.placed | beam.FlatMap(
             lambda kv: [(kv[0], m.id) for m in blocks.unpack(kv[1])]
         )
         assert_that(ids, equal_to(expected))
@@ -149,9 +149,16 @@ def _placements(tmp_path, chunks, fractions, num_shards, bucket_bits, spill=Fals
         assigned = (
             p
             | beam.Create([blocks.pack(chunk) for chunk in chunks])
-            | assign.AssignShards(0, fractions, num_shards, 1e9, bucket_bits, store)
+            | assign.AssignShards(
+                0,
+                fractions,
+                num_shards=num_shards,
+                shard_bytes=1e9,
+                bucket_bits=bucket_bits,
+                store=store,
+            )
         )
-        return assigned['placed'] | beam.FlatMap(
+        return assigned.placed | beam.FlatMap(
             lambda kv: [(m.id, kv[0]) for m in store.metas([kv[1]])]
         )
 

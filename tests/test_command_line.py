@@ -12,9 +12,9 @@ import psutil
 import pytest
 
 import imageshards
-from imageshards import cli
 from imageshards import console
 from imageshards import supervise
+from imageshards.cli import main as cli
 from pipelines import progress
 
 import images_for_tests as imgs
@@ -50,7 +50,7 @@ def test_help_comes_before_tensorflow_is_imported(command):
         [
             sys.executable,
             '-c',
-            'import sys\nfrom imageshards import cli\n'
+            'import sys\nfrom imageshards.cli import main as cli\n'
             f'try:\n    cli.main([{command!r}, "--help"])\nexcept SystemExit:\n    pass\n'
             'print(sorted(m for m in ("tensorflow", "keras") if m in sys.modules))',
         ],

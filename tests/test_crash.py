@@ -15,9 +15,13 @@ import time
 
 import pytest
 
+from imageshards import layout
 from pipelines import assign
 from pipelines import build
 from pipelines import finalize
+from pipelines import options
+from pipelines.context import BuildContext
+from pipelines.inputs import ListingSummary
 
 import images_for_tests as imgs
 
@@ -60,7 +64,7 @@ def _shards(out):
 def _temp_shards(out):
     """Names of the shard files being written below the build's temporary folder."""
     names = set()
-    for _, _, files in os.walk(os.path.join(out, finalize.TEMP_DIR)):
+    for _, _, files in os.walk(os.path.join(out, layout.TEMP_DIR)):
         names.update(name for name in files if name.endswith('.tfrecord'))
     return names
 
@@ -121,8 +125,8 @@ def killed(slow_to_write, tmp_path_factory):
 @pytest.mark.slow
 def test_a_killed_build_is_not_marked_complete(killed):
     out, files = killed
-    assert finalize.SUCCESS not in files and finalize.DATASET_JSON not in files
-    assert any(path.startswith(finalize.TEMP_DIR + '/') for path in files)
+    assert layout.SUCCESS not in files and layout.DATASET_JSON not in files
+    assert any(path.startswith(layout.TEMP_DIR + '/') for path in files)
 
 
 @pytest.mark.slow
@@ -143,7 +147,7 @@ def test_a_rerun_with_overwrite_gives_the_uninterrupted_bytes(killed, slow_to_wr
     out, _ = killed
     build.run(['--input', str(slow_to_write), '--output', str(out), '--overwrite', *FLAGS])
     assert _shards(out) == uninterrupted
-    assert (out / finalize.SUCCESS).exists() and not (out / finalize.TEMP_DIR).exists()
+    assert (out / layout.SUCCESS).exists() and not (out / layout.TEMP_DIR).exists()
 
 
 @pytest.mark.slow
@@ -163,25 +167,27 @@ def _finalize_inputs(out, dataset):
         for index, shard in enumerate(info['shards']):
             shards.append(dict(shard, split=split, index=index, reencoded=0))
     shards[0]['reencoded'] = dataset['counts']['reencoded']
-    rejections = [json.loads(line) for line in (out / finalize.REJECTED_JSONL).open()]
+    rejections = [json.loads(line) for line in (out / layout.REJECTED_JSONL).open()]
     labels = dataset['labels']
     counts = {
         ('', label, 0): (dataset['splits']['train']['class_counts'][label], 0) for label in labels
     }
     plan = assign.make_plan(counts, [('train', 1.0)], num_shards=len(shards))
-    context = {
-        'output': str(out),
-        'input': dataset['input'],
-        'format': dataset['format'],
-        'seed': dataset['seed'],
-        'labels': labels,
-        'inputs': dataset['counts']['inputs'],
-        'skipped': dataset['counts']['skipped_by_reason'],
-        'dedup': False,
-        'transform_staging': finalize.join(str(out), finalize.TEMP_DIR, finalize.TRANSFORM_STAGING),
-        'analysis_in_pipeline': True,  # as on Dataflow: Finalize moves the TFT output
-        'complete': True,
-    }
+    config = options.BuildConfig(
+        input=dataset['input'],
+        output=str(out),
+        format=dataset['format'],
+        seed=dataset['seed'],
+        analysis_in_pipeline=True,  # as on Dataflow: Finalize moves the TFT output
+    )
+    listing = ListingSummary(
+        labels=labels,
+        num_inputs=dataset['counts']['inputs'],
+        skipped=dataset['counts']['skipped_by_reason'],
+        base=dataset['input'],
+        largest_group=0,
+    )
+    context = BuildContext.create(config, listing, '', str(out))
     # The analysis entry, and the (empty) signal that the TFT output was staged.
     return shards, rejections, [], plan, context, [dataset['analysis']], [None]
 
@@ -208,7 +214,7 @@ def test_finalizing_twice_is_harmless(tmp_path):
     for files in (after_one, after_two):
         # Everything but the time in dataset.json is as the build left it.
         assert set(files) == set(before)
-        for name in set(before) - {finalize.DATASET_JSON}:
+        for name in set(before) - {layout.DATASET_JSON}:
             assert files[name] == before[name], name
-        rewritten = json.loads(files[finalize.DATASET_JSON])
+        rewritten = json.loads(files[layout.DATASET_JSON])
         assert {**rewritten, 'created': None} == {**dataset, 'created': None}

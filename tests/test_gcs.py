@@ -246,7 +246,7 @@ def test_a_gs_output_left_by_an_unfinished_build_is_refused_with_the_reason(gcs,
 
 @pytest.mark.parametrize('builds', ['tree_builds', 'manifest_builds'])
 def test_verify_passes_on_a_gs_output_and_names_a_damaged_gs_shard(request, gcs, builds, capsys):
-    from imageshards import verify  # pylint: disable=import-outside-toplevel
+    from imageshards.cli import verify  # pylint: disable=import-outside-toplevel
 
     remote_out, dataset = request.getfixturevalue(builds)[1]
     assert verify.main([remote_out]) == 0, capsys.readouterr().out

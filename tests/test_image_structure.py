@@ -17,6 +17,7 @@ from PIL import Image
 
 from pipelines import image_structure
 from pipelines import images
+from pipelines import png_structure
 
 import images_for_tests as imgs
 
@@ -27,7 +28,7 @@ def _interlaced_png(array):
     """An Adam7-interlaced RGB PNG (Pillow does not write them), filter type 0 on every row."""
     height, width, _ = array.shape
     raw = b''
-    for top, left, row_step, column_step in image_structure._ADAM7:
+    for top, left, row_step, column_step in png_structure._ADAM7:
         for row in array[top::row_step, left::column_step]:
             if row.size:
                 raw += b'\0' + row.tobytes()
@@ -71,7 +72,7 @@ SEEDS = _seeds()
 def _facts(kind, data):
     if kind == 'jpeg':
         return image_structure.jpeg_facts(data, images.MAX_JPEG_SCANS)
-    return image_structure.png_facts(data)
+    return png_structure.png_facts(data)
 
 
 @pytest.mark.parametrize('index', range(len(SEEDS)))
@@ -237,17 +238,17 @@ UNUSUAL_PNGS = {
 def test_unusual_pngs_go_to_the_decode(name):
     data = UNUSUAL_PNGS[name]
     if name == 'sixteen_bit':  # plainly valid, but stored re-encoded: the decode path's call
-        assert image_structure.png_facts(data).bit_depth == 16
+        assert png_structure.png_facts(data).bit_depth == 16
         return
     with pytest.raises(image_structure.Unusual):
-        image_structure.png_facts(data)
+        png_structure.png_facts(data)
 
 
 def test_a_png_crc_mismatch_is_a_fault_even_where_pillow_reads_the_file():
     data = imgs.png_flipped_byte(2, 'IEND', crc=True)
     Image.open(io.BytesIO(data)).load()  # Pillow does not look
     with pytest.raises(image_structure.Fault, match='CRC'):
-        image_structure.png_facts(data)
+        png_structure.png_facts(data)
     with pytest.raises(images.Rejected) as caught:
         images.inspect_image(data, MAX_PIXELS)
     assert caught.value.reason == 'decode_error'
@@ -256,7 +257,7 @@ def test_a_png_crc_mismatch_is_a_fault_even_where_pillow_reads_the_file():
 def test_interlaced_png_is_plain_and_pixels_match(tf):
     array = imgs.pixels(5, 2, size=(21, 30))
     data = _interlaced_png(array)
-    assert image_structure.png_facts(data).interlaced
+    assert png_structure.png_facts(data).interlaced
     np.testing.assert_array_equal(np.asarray(Image.open(io.BytesIO(data))), array)
     np.testing.assert_array_equal(tf.io.decode_png(data).numpy(), array)
     info, stored = images.inspect_image(data, MAX_PIXELS)

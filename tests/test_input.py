@@ -8,14 +8,15 @@ import pytest
 
 from imageshards import features
 from imageshards import tfrecord
-from trainer import input as input_lib
+from trainer import corrupt_shards
+from trainer import input_pipeline
 from trainer.dataset_info import DatasetInfo
 
 SIZE = (16, 16)
 
 
 def _batches(data_dir, split='train', batch=8, training=True, **options):
-    dataset = input_lib.make_dataset(
+    dataset = input_pipeline.make_dataset(
         str(data_dir), split, batch, training=training, image_size=SIZE, with_ids=True, **options
     )
     return [(x.numpy(), y.numpy(), i.numpy()) for x, y, i in dataset]
@@ -23,7 +24,7 @@ def _batches(data_dir, split='train', batch=8, training=True, **options):
 
 def test_training_batches_are_full_shuffled_and_cover_each_epoch(color_builds):
     info = DatasetInfo.load(str(color_builds['examples']))
-    per_epoch = input_lib.steps_per_epoch(info, 'train', 8)
+    per_epoch = input_pipeline.steps_per_epoch(info, 'train', 8)
     batches = _batches(color_builds['examples'], epochs=2, seed=1)
     assert len(batches) == 2 * per_epoch
     images, labels, _ = batches[0]
@@ -112,7 +113,7 @@ def test_more_workers_than_shards_is_a_clear_error(tf, color_builds):
         num_input_pipelines=5, input_pipeline_id=0, num_replicas_in_sync=5
     )
     with pytest.raises(ValueError, match='has 4 shards but .* 5 input pipelines'):
-        input_lib.make_dataset(
+        input_pipeline.make_dataset(
             str(color_builds['examples']), 'train', 10, training=True, input_context=context
         )
 
@@ -160,14 +161,14 @@ def test_a_corrupt_shard_is_named(tf, tmp_path, color_builds):
         return bytes(data)
 
     copy, shard = _copy_with_shard(tmp_path, color_builds['examples'], flip_a_byte)
-    dataset = input_lib.make_dataset(str(copy), 'train', 8, training=True, epochs=1)
+    dataset = input_pipeline.make_dataset(str(copy), 'train', 8, training=True, epochs=1)
     with pytest.raises(tf.errors.DataLossError) as caught:
         for _ in dataset:
             pass
-    named = input_lib.name_corrupt_shards(
+    named = corrupt_shards.name_corrupt_shards(
         caught.value, DatasetInfo.load(str(copy)).shard_paths('train')
     )
-    assert isinstance(named, input_lib.CorruptShardError)
+    assert isinstance(named, corrupt_shards.CorruptShardError)
     assert str(shard) in str(named)
 
 
@@ -182,8 +183,8 @@ def test_an_undecodable_image_fails_loudly_or_is_skipped_and_counted(tf, tmp_pat
     copy, _ = _copy_with_shard(tmp_path, color_builds['examples'], _with_an_undecodable_image)
     with pytest.raises(tf.errors.InvalidArgumentError):
         _batches(copy, epochs=1)
-    skipped = input_lib.SkippedImages()
-    dataset = input_lib.make_dataset(
+    skipped = input_pipeline.SkippedImages()
+    dataset = input_pipeline.make_dataset(
         str(copy),
         'train',
         8,
@@ -239,10 +240,10 @@ def _stored_ids(tf, build, split):
 
 
 def _epoch_ids(build, **options):
-    dataset = input_lib.make_dataset(
+    dataset = input_pipeline.make_dataset(
         str(build), 'train', 4, training=True, with_ids=True, decode_images=False, **options
     )
-    per_epoch = input_lib.steps_per_epoch(DatasetInfo.load(str(build)), 'train', 4)
+    per_epoch = input_pipeline.steps_per_epoch(DatasetInfo.load(str(build)), 'train', 4)
     ids = [int(i) for _, batch_ids in dataset for i in batch_ids.numpy()]
     return [ids[e * per_epoch * 4 : (e + 1) * per_epoch * 4] for e in range(options['epochs'])]
 
@@ -261,7 +262,7 @@ def _starts(stored, epoch_ids):
 
 def test_few_shards_are_read_from_a_start_that_changes_each_epoch(tf, color_builds):
     stored = _stored_ids(tf, color_builds['examples'], 'train')
-    assert len(stored) < input_lib.ROTATE_BELOW * input_lib.InputOptions().cycle_length
+    assert len(stored) < input_pipeline.ROTATE_BELOW * input_pipeline.InputOptions().cycle_length
     # A one-record shuffle buffer leaves the order the shards are read in.
     epochs = _epoch_ids(color_builds['examples'], epochs=3, seed=7, shuffle_buffer=1)
     starts = [_starts(stored, ids) for ids in epochs]

@@ -6,8 +6,8 @@ import re
 import pytest
 
 from imageshards import features
-from imageshards import inspect
 from imageshards import records
+from imageshards.cli import inspect
 from pipelines import build
 
 import images_for_tests as imgs

@@ -8,14 +8,14 @@ import json
 import numpy as np
 import pytest
 
+from imageshards import dataset_json
 from imageshards import features
-from imageshards import inspect as inspect_lib
 from imageshards import records
 from imageshards import tfrecord
-from imageshards import verify as verify_lib
+from imageshards.cli import inspect as inspect_lib
+from imageshards.cli import verify as verify_lib
 from pipelines import build
 from pipelines import listing
-from pipelines import options
 
 import images_for_tests as imgs
 
@@ -163,11 +163,11 @@ def test_verify_finds_level_counts_that_do_not_add_up(lenient_build):
     damaged = json.loads(json.dumps(dataset))
     shard = damaged['splits']['train']['shards'][0]
     shard['level_counts']['family']['birds'] += 1
-    problems = [message for _, message in records.accounting_problems(str(out), damaged)]
+    problems = [message for _, message in verify_lib.accounting_problems(str(out), damaged)]
     assert any('level family counts' in message for message in problems), problems
     assert any('splits.train.level_counts.family' in message for message in problems)
     del damaged['splits']['val']['level_missing']
-    assert any('level_missing' in p for p in records.structure_problems(damaged))
+    assert any('level_missing' in p for p in dataset_json.structure_problems(damaged))
 
 
 def test_tree_levels_come_from_nested_folders(tmp_path):
@@ -198,10 +198,10 @@ def test_tree_levels_come_from_nested_folders(tmp_path):
 
 
 def test_level_names_are_checked(tmp_path):
-    assert options.parse_label_levels('family, species') == ('family', 'species')
+    assert features.parse_label_levels('family, species') == ('family', 'species')
     for bad in ('', 'a,,b', 'a/b', 'a,a', '.hidden'):
         with pytest.raises(ValueError):
-            options.parse_label_levels(bad)
+            features.parse_label_levels(bad)
     (tmp_path / 'x.jpg').write_bytes(imgs.jpeg(0))
     for header, message in (
         ('path,label,label/', 'label level'),
@@ -253,16 +253,16 @@ def test_masked_loss_and_accuracy_leave_missing_labels_out(tf):
 
 
 def test_make_dataset_yields_a_dict_of_level_labels(tf, lenient_build):
-    from trainer import input as input_lib  # pylint: disable=import-outside-toplevel
+    from trainer import input_pipeline  # pylint: disable=import-outside-toplevel
 
     out, dataset = lenient_build
-    batches = input_lib.make_dataset(
+    batches = input_pipeline.make_dataset(
         str(out), 'val', 8, training=False, image_size=(16, 16), label_levels=['species'], **{}
     )
     images, labels = next(iter(batches))
     assert images.shape == (8, 16, 16, 3) and set(labels) == {'species'}
     for training in (True, False):
-        order = input_lib.make_dataset(
+        order = input_pipeline.make_dataset(
             str(out),
             'train',
             8,
@@ -276,12 +276,12 @@ def test_make_dataset_yields_a_dict_of_level_labels(tf, lenient_build):
             labels.update(batch['family'].numpy().tolist())
         assert set(labels) <= {-1, 0, 1}
     with pytest.raises(ValueError, match='not label levels'):
-        input_lib.make_dataset(str(out), 'val', 8, training=False, label_levels=['genus'])
+        input_pipeline.make_dataset(str(out), 'val', 8, training=False, label_levels=['genus'])
     del dataset
 
 
 def test_report_measures_every_level(lenient_build, tmp_path):
-    from imageshards import report  # pylint: disable=import-outside-toplevel
+    from imageshards.cli import report  # pylint: disable=import-outside-toplevel
 
     out, _ = lenient_build
     path, metrics = report.report(
@@ -350,9 +350,9 @@ def test_the_served_model_answers_for_both_levels_from_raw_bytes(tf, trained, le
 
 
 def _evaluation(out, **options):
-    from trainer import input as input_lib  # pylint: disable=import-outside-toplevel
+    from trainer import input_pipeline  # pylint: disable=import-outside-toplevel
 
-    return input_lib.make_dataset(
+    return input_pipeline.make_dataset(
         str(out),
         'val',
         64,

@@ -21,7 +21,7 @@ import time
 
 import pytest
 
-from trainer import input as input_lib
+from trainer import input_pipeline
 from trainer import transform
 from trainer.dataset_info import DatasetInfo
 from trainer.model import build_model
@@ -161,7 +161,7 @@ def test_each_worker_validates_on_every_record(tf, two_workers):
     model.compile(loss='sparse_categorical_crossentropy', metrics=['accuracy'])
     latest = tf.train.latest_checkpoint(str(tmp_path / 'job' / 'checkpoints'))
     tf.train.Checkpoint(model=model).restore(latest).expect_partial()
-    val = input_lib.make_dataset(info.data_dir, 'val', 4, training=False, image_size=(16, 16))
+    val = input_pipeline.make_dataset(info.data_dir, 'val', 4, training=False, image_size=(16, 16))
     _, chief_accuracy = model.evaluate(val, verbose=0)
     records = info.num_records('val')
     worker_correct = (2 * final['val_accuracy'] - chief_accuracy) * records

@@ -1,8 +1,8 @@
 """--overwrite replaces an earlier build and what the imageshards tools wrote into it, and nothing
 of anyone else's; `verify` names every file in a build that is not part of it."""
 
-from imageshards import cli
-from imageshards import verify
+from imageshards.cli import main as cli
+from imageshards.cli import verify
 from pipelines import build
 
 import images_for_tests as imgs

@@ -5,11 +5,11 @@ import io
 import numpy as np
 from PIL import Image
 
-from imageshards import cli
 from imageshards import features
-from imageshards import preview
 from imageshards import tfrecord
-from trainer import input as input_lib
+from imageshards.cli import main as cli
+from imageshards.cli import preview
+from trainer import input_pipeline
 from trainer.dataset_info import DatasetInfo
 
 
@@ -44,7 +44,7 @@ def test_grid_is_the_first_training_images_captioned_with_their_labels(color_bui
     assert len(set(grid.ids)) == 25
     # The same images, in the same order, as training reads them (crops are fixed by position,
     # whatever the batch size).
-    dataset = input_lib.make_dataset(
+    dataset = input_pipeline.make_dataset(
         str(build), 'train', 5, training=True, seed=2, image_size=(32, 32), with_ids=True
     )
     batches = list(dataset.take(5))

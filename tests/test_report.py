@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from imageshards import cli
-from imageshards import shuffle_metrics as sm
-from trainer import input as input_lib
+from imageshards.cli import main as cli
+from imageshards.cli import shuffle_metrics as sm
+from trainer import input_pipeline
 
 CLASSES = 5
 PER_CLASS = 400
@@ -160,7 +160,7 @@ def test_order_csv_is_the_order_the_trainer_reads(report_dir, sorted_build):
         rows = list(csv.DictReader(f))
     assert list(rows[0]) == ['epoch', 'position', 'id', 'label']
     # The trainer's pipeline, decoding (tiny) images: what order.csv says without decoding.
-    dataset = input_lib.make_dataset(
+    dataset = input_pipeline.make_dataset(
         str(sorted_build),
         'train',
         BATCH,
@@ -205,8 +205,8 @@ def test_figures_and_page(report_dir):
 def test_skipping_decodes_keeps_the_order(color_builds, fmt, options):
     common = dict(training=True, seed=4, image_size=(8, 8), epochs=2, **options)
     data = str(color_builds[fmt])
-    decoded = input_lib.make_dataset(data, 'train', 8, with_ids=True, **common)
-    undecoded = input_lib.make_dataset(data, 'train', 8, decode_images=False, **common)
+    decoded = input_pipeline.make_dataset(data, 'train', 8, with_ids=True, **common)
+    undecoded = input_pipeline.make_dataset(data, 'train', 8, decode_images=False, **common)
     got = [(y.numpy().tolist(), i.numpy().tolist()) for y, i in undecoded]
     expected = [(y.numpy().tolist(), i.numpy().tolist()) for _, y, i in decoded]
     assert len(expected) > 10 and got == expected
@@ -228,7 +228,7 @@ def test_a_baseline_buffer_holding_the_split_is_called_a_full_shuffle(
 
 
 def test_the_shard_heatmap_numbers_shards_and_labels_with_whole_numbers():
-    from imageshards import report_figures  # pylint: disable=import-outside-toplevel
+    from imageshards.cli import report_figures  # pylint: disable=import-outside-toplevel
 
     one_shard = report_figures._shard_figure(np.array([[3, 4]]), ['a', 'b'], 'one')  # pylint: disable=protected-access
     assert one_shard.axes[0].get_yticks().tolist() == [0]

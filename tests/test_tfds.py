@@ -15,10 +15,10 @@ import pytest
 import tensorflow_datasets as tfds
 
 from imageshards import features
+from imageshards import layout
 from imageshards import records
-from imageshards import tfds_metadata
 from imageshards import tfrecord
-from imageshards import verify
+from imageshards.cli import verify
 from pipelines import build
 
 import images_for_tests as imgs
@@ -219,7 +219,7 @@ def test_finalize_writes_the_metadata_without_importing_tensorflow(tree, tmp_pat
         [sys.executable, '-c', script], cwd=REPOSITORY, capture_output=True, text=True, check=True
     )
     assert done.stdout.strip().splitlines()[-1] == "['tensorflow_datasets']"
-    assert (tmp_path / 'out' / tfds_metadata.DATASET_INFO_JSON).exists()
+    assert (tmp_path / 'out' / layout.DATASET_INFO_JSON).exists()
 
 
 @pytest.mark.parametrize(

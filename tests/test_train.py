@@ -8,7 +8,7 @@ import pytest
 from imageshards import features
 from imageshards import tfrecord
 from trainer import config as config_lib
-from trainer import input as input_lib
+from trainer import input_pipeline
 from trainer import train as train_lib
 from trainer import transform
 from trainer.dataset_info import DatasetInfo
@@ -68,7 +68,7 @@ def test_exported_model_serves_raw_bytes_like_the_evaluation_pipeline(tf, traine
     info = DatasetInfo.load(config.data)
     model = _restored_model(config, info)
     served = tf.saved_model.load(config.resolved_model_dir).signatures['serving_default']
-    evaluation = input_lib.make_dataset(
+    evaluation = input_pipeline.make_dataset(
         config.data, 'val', 16, training=False, image_size=config.image_size
     )
     expected = np.concatenate([model(images, training=False).numpy() for images, _ in evaluation])
@@ -191,7 +191,7 @@ def test_the_crop_range_suits_the_training_set():
 @pytest.fixture(scope='module')
 def digits_build(tmp_path_factory):
     """scikit-learn's 1,797 digits (8x8, upscaled) in train, val and test splits."""
-    from imageshards import sample_data  # pylint: disable=import-outside-toplevel
+    from imageshards.cli import sample_data  # pylint: disable=import-outside-toplevel
     from pipelines import build  # pylint: disable=import-outside-toplevel
 
     tree = tmp_path_factory.mktemp('digits')

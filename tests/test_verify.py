@@ -9,7 +9,7 @@ import pytest
 from imageshards import features
 from imageshards import records
 from imageshards import tfrecord
-from imageshards import verify
+from imageshards.cli import verify
 from pipelines import build
 
 import images_for_tests as imgs

@@ -8,8 +8,8 @@ import socket
 import pytest
 
 import imageshards
-from imageshards import cli
 from imageshards import distribution
+from imageshards.cli import main as cli
 from trainer import config as config_lib
 from trainer import submit
 

@@ -146,7 +146,7 @@ def affine_warp(images, config, seed):
     zoom = _uniform([batch], s[2], 1.0 - config.zoom_range, 1.0 + config.zoom_range)
     shift_x = _uniform([batch], s[3], -1.0, 1.0) * config.shift_fraction * width
     shift_y = _uniform([batch], s[4], -1.0, 1.0) * config.shift_fraction * height
-    # The transform maps each output pixel (x, y) to the input pixel it samples: a zoomed,
+    # The projective map takes each output pixel (x, y) to the input pixel it samples: a zoomed,
     # rotated, sheared copy of the offset from the centre, plus the shift.
     cos, sin, tan = tf.cos(angle), tf.sin(angle), tf.tan(shear)
     a00, a01 = zoom * cos, zoom * (cos * tan - sin)

@@ -11,6 +11,7 @@ import os
 import posixpath
 
 from imageshards import configfile
+from imageshards import features
 from imageshards import flags
 
 # The models of trainer/model.py; named here so that parsing flags imports no Keras.
@@ -55,6 +56,23 @@ class TrainConfig:
     checkpoint_dir: str = ''
     log_dir: str = ''
     verbose: bool = False
+
+    def input_options(self):
+        """make_dataset's arguments for training that this configuration sets
+        (trainer/input_pipeline.py)."""
+        return {
+            'seed': self.seed,
+            'image_size': self.image_size,
+            'augment': self.augment,
+            'label_levels': self.label_levels,
+            'patches_per_image': self.patches_per_image,
+            'patch_size': self.patch_size,
+            'skip_bad_images': self.skip_bad_images,
+            'deterministic': self.deterministic,
+            'shuffle_buffer': self.shuffle_buffer,
+            'cycle_length': self.cycle_length,
+            'area_range': self.crop_area,
+        }
 
     @property
     def resolved_model_dir(self):
@@ -101,15 +119,6 @@ def parse_image_size(text):
     if len(sizes) != 2 or min(sizes) < 1:
         raise ValueError(f'expected H,W or one number of pixels, got {text!r}')
     return sizes
-
-
-def parse_label_levels(text):
-    """`family,species` (or a YAML list) -> ('family', 'species'), unique and non-empty."""
-    names = text if isinstance(text, (list, tuple)) else str(text).split(',')
-    levels = tuple(str(name).strip() for name in names if str(name).strip())
-    if len(set(levels)) != len(levels) or any('/' in level for level in levels):
-        raise ValueError(f'expected unique level names without /, got {text!r}')
-    return levels
 
 
 def parse_range(text):
@@ -161,7 +170,7 @@ def build_arg_parser():
     add(
         '--steps-per-epoch',
         type=flags.integer(minimum=0),
-        default=0,
+        default=TrainConfig.steps_per_epoch,
         help="0: from the split's record count in dataset.json",
     )
     add(
@@ -169,19 +178,34 @@ def build_arg_parser():
         default=TrainConfig.augment,
         help="'none', 'standard', or name[=value],... (see trainer/augment.py)",
     )
-    add('--seed', type=flags.integer(), default=0, help='fixes initial weights, order and crops')
+    add(
+        '--seed',
+        type=flags.integer(),
+        default=TrainConfig.seed,
+        help='fixes initial weights, order and crops',
+    )
     add('--learning-rate', type=positive, default=TrainConfig.learning_rate, help='Adam')
     add('--train-split', default=TrainConfig.train_split, help='the split to train on')
     add('--val-split', default=TrainConfig.val_split, help='evaluated each epoch, if present')
     add('--test-split', default=TrainConfig.test_split, help='evaluated at the end, if present')
-    add('--crop-area', type=flags.words(parse_crop_area), default='auto', help=_CROP_HELP)
+    add(
+        '--crop-area',
+        type=flags.words(parse_crop_area),
+        default=TrainConfig.crop_area,
+        help=_CROP_HELP,
+    )
     add(
         '--patches-per-image',
         type=flags.integer(minimum=0),
-        default=0,
+        default=TrainConfig.patches_per_image,
         help='K random patches per image instead of one crop (0: crops)',
     )
-    add('--patch-size', type=flags.integer(minimum=0), default=0, help='side of a patch')
+    add(
+        '--patch-size',
+        type=flags.integer(minimum=0),
+        default=TrainConfig.patch_size,
+        help='side of a patch',
+    )
     add(
         '--skip-bad-images',
         action='store_true',
@@ -204,7 +228,7 @@ def build_arg_parser():
     add(
         '--mixed-precision',
         choices=('auto', 'on', 'off'),
-        default='auto',
+        default=TrainConfig.mixed_precision,
         help='mixed_float16; auto: when a GPU is present',
     )
     add('--xla', action='store_true', help='compile the train step with XLA (jit_compile)')
@@ -216,7 +240,7 @@ def build_arg_parser():
     )
     add(
         '--label-levels',
-        type=flags.words(parse_label_levels),
+        type=flags.words(features.parse_label_levels),
         default=(),
         help='e.g. family,species: one softmax head per label level of the build (its '
         'dataset.json label_levels) on a shared backbone, instead of the primary label',
@@ -231,7 +255,7 @@ def build_arg_parser():
 CONVERT = {
     'image_size': parse_image_size,
     'crop_area': parse_crop_area,
-    'label_levels': parse_label_levels,
+    'label_levels': features.parse_label_levels,
 }
 
 
@@ -254,29 +278,10 @@ def parse_train_args(argv):
     return TrainConfig(**values)
 
 
-def apply_trainer_yaml(parser, argv):
-    """Defaults of `parser`'s flags from the trainer YAML that `--config` in `argv` names.
-
-    For the tools that show what training sees (`imageshards preview`, `report`): the file is
-    checked as the trainer checks it, and its settings that `parser` has no flag for (the
-    model, the epochs, ...) are left aside.
-    """
-    known, _ = parser.parse_known_args(argv)
-    if not known.config:
-        return
-    trainer = build_arg_parser()
-    configfile.apply_defaults(trainer, ['--config', known.config], convert=CONVERT)
-    named = configfile.load(known.config)
-    own = {action.dest for action in parser._actions}  # pylint: disable=protected-access
-    parser.set_defaults(
-        **{key: trainer.get_default(key) for key in named if key in own and key != 'config'}
-    )
-
-
 def parse_with_trainer_yaml(parser, argv):
     """A tool's flags, defaulting to the trainer YAML's settings (a wrong file: usage error)."""
     try:
-        apply_trainer_yaml(parser, argv)
+        configfile.apply_defaults_of(parser, argv, build_arg_parser(), convert=CONVERT)
     except ValueError as e:
         parser.error(str(e))
     return parser.parse_args(argv)

@@ -3,16 +3,27 @@
 The trainer takes shard paths from here, never from a glob, so stray files in the data
 directory cannot leak into training. `tf.io.gfile` reads local paths, `gs://` (TensorFlow's
 own GCS filesystem) and Vertex AI's Cloud Storage FUSE mounts (`/gcs/<bucket>/...`) alike.
+Loading and the rule that a build without `_SUCCESS` is refused are imageshards/dataset_json.py's.
 """
 
 import dataclasses
-import json
 import posixpath
 
 import tensorflow as tf
 
-DATASET_JSON = 'dataset.json'
-SUCCESS = '_SUCCESS'
+from imageshards import dataset_json
+
+
+class GFiles:
+    """The file layer dataset_json reads with, over tf.io.gfile."""
+
+    join = staticmethod(posixpath.join)
+    exists = staticmethod(tf.io.gfile.exists)
+
+    @staticmethod
+    def read(path):
+        with tf.io.gfile.GFile(path, 'rb') as f:
+            return f.read()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,20 +37,9 @@ class DatasetInfo:
 
     @classmethod
     def load(cls, data_dir):
+        """The complete build in `data_dir` (FileNotFoundError: none, or not finished)."""
         data_dir = data_dir.rstrip('/')
-        path = posixpath.join(data_dir, DATASET_JSON)
-        if not tf.io.gfile.exists(path):
-            raise FileNotFoundError(
-                f'{path} does not exist: --data must be the output directory of '
-                f'`imageshards build` (where dataset.json and _SUCCESS are)'
-            )
-        if not tf.io.gfile.exists(posixpath.join(data_dir, SUCCESS)):
-            raise FileNotFoundError(
-                f'{data_dir} has no {SUCCESS}: the build there did not finish (or is still '
-                f'running); rerun `imageshards build` with --overwrite'
-            )
-        with tf.io.gfile.GFile(path, 'r') as f:
-            raw = json.load(f)
+        raw = dataset_json.load(data_dir, complete=True, files=GFiles)
         return cls(data_dir, raw['format'], tuple(raw['labels']), raw['splits'], raw['counts'], raw)
 
     @property
@@ -62,18 +62,12 @@ class DatasetInfo:
             )
 
     def split(self, name):
-        if name not in self.splits:
-            raise ValueError(
-                f'split {name!r} is not in {self.data_dir}/{DATASET_JSON} '
-                f'(splits: {", ".join(self.splits) or "none"})'
-            )
-        return self.splits[name]
+        """The split's entry in dataset.json (ValueError: the build has no such split)."""
+        return dataset_json.split_entry(self.data_dir, self.splits, name)
 
     def shard_paths(self, split):
         """The split's shard files, in the build's order."""
-        return [
-            posixpath.join(self.data_dir, shard['path']) for shard in self.split(split)['shards']
-        ]
+        return dataset_json.shard_paths(self.data_dir, self.splits, split, join=posixpath.join)
 
     def num_records(self, split):
         return self.split(split)['num_records']

@@ -13,6 +13,7 @@ import tensorflow as tf
 
 from imageshards.decode import DCT_METHOD  # evaluation and serving: exactly Pillow's pixels
 from imageshards.decode import decode  # noqa: F401  (all pixels, uint8 RGB)
+from trainer.config import IMAGENET_CROP_AREA
 
 TRAINING_DCT_METHOD = 'INTEGER_FAST'  # training crops: a few levels off, 6% faster to decode
 EVAL_CROP_FRACTION = 0.875  # the central crop of the Inception/ResNet evaluation recipe
@@ -66,7 +67,7 @@ def for_eval(encoded, image_size, crop_fraction=EVAL_CROP_FRACTION):
     return resize(window, image_size)
 
 
-def random_window(shape, seed, area_range=(0.08, 1.0), aspect_ratio_range=(3 / 4, 4 / 3)):
+def random_window(shape, seed, area_range=IMAGENET_CROP_AREA, aspect_ratio_range=(3 / 4, 4 / 3)):
     """A random-resized-crop window (the Inception recipe), fixed by a stateless seed."""
     begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
         tf.stack([shape[0], shape[1], 3]),
@@ -81,7 +82,7 @@ def random_window(shape, seed, area_range=(0.08, 1.0), aspect_ratio_range=(3 / 4
     return tf.stack([begin[0], begin[1], size[0], size[1]])
 
 
-def for_training(encoded, image_size, seed, area_range=(0.08, 1.0)):
+def for_training(encoded, image_size, seed, area_range=IMAGENET_CROP_AREA):
     """Training: a random-resized crop, decoded from the JPEG's crop window only."""
     window = decode_window(
         encoded, lambda shape: random_window(shape, seed, area_range), TRAINING_DCT_METHOD

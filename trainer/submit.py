@@ -157,32 +157,11 @@ def trainer_args(args, passthrough):
 
 def yaml_to_flags(path):
     """The trainer flags that say what a trainer YAML (configs/train_*.yaml) says."""
-    values = configfile.load(path)
-    actions = {
-        action.dest: action
-        for action in trainer_config.build_arg_parser()._actions  # pylint: disable=protected-access
-        if action.option_strings
-    }
-    unknown = sorted(set(values) - set(actions))
-    if unknown:
-        raise ValueError(f'{path}: unknown trainer settings {unknown}')
-    own = sorted(set(values) & set(_OWN_TRAINER_FLAGS))
+    found = configfile.as_flags(path, trainer_config.build_arg_parser(), 'trainer settings')
+    own = sorted(set(configfile.load(path)) & set(_OWN_TRAINER_FLAGS))
     if own:
         raise ValueError(f'{path}: {own} are set by submit-training itself, not in train_config')
-    flags = []
-    for key, value in values.items():
-        if value is None:  # an empty YAML value: the trainer's default
-            continue
-        action = actions[key]
-        option = action.option_strings[0]
-        if isinstance(action, argparse._StoreConstAction):  # pylint: disable=protected-access
-            if value == action.const:  # store_true / store_false: the flag, or nothing
-                flags.append(option)
-        elif isinstance(value, (list, tuple)):
-            flags.append(f'{option}={",".join(str(v) for v in value)}')
-        else:
-            flags.append(f'{option}={value}')
-    return flags
+    return found
 
 
 def worker_pool_specs(args, package_uris, flags):

@@ -9,7 +9,6 @@ import sys
 from imageshards import console
 
 _LOG = logging.getLogger('trainer.task')
-INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
 
 
 def main(argv=None):
@@ -23,12 +22,12 @@ def main(argv=None):
     except ValueError as e:  # a wrong --config file (the command line's errors exit in argparse)
         _LOG.error('%s', e)
         return 2
-    from trainer import input as input_lib  # pylint: disable=import-outside-toplevel
+    from trainer import corrupt_shards  # pylint: disable=import-outside-toplevel
     from trainer import train  # pylint: disable=import-outside-toplevel
 
     try:
         metrics = train.train(config)
-    except (ValueError, FileNotFoundError, input_lib.CorruptShardError) as e:
+    except (ValueError, FileNotFoundError, corrupt_shards.CorruptShardError) as e:
         _LOG.error('%s', e)
         return 2
     except KeyboardInterrupt:
@@ -37,7 +36,7 @@ def main(argv=None):
             f'the same command to resume from the last one',
             file=sys.stderr,
         )
-        return INTERRUPTED_EXIT_CODE
+        return console.INTERRUPTED_EXIT_CODE
     if metrics.get('preempted'):
         _LOG.warning('stopped at step %d on SIGTERM; rerun to resume', metrics['steps'])
         return train.PREEMPTED_EXIT_CODE

@@ -21,10 +21,11 @@ import tensorflow as tf
 
 from imageshards import console
 from trainer import config as config_lib
+from trainer import corrupt_shards
 from trainer import distribute
 from trainer import export
 from trainer import heads as heads_lib
-from trainer import input as input_lib
+from trainer import input_pipeline
 from trainer import job
 from trainer import transform
 from trainer.dataset_info import DatasetInfo
@@ -96,8 +97,56 @@ def _train(config, checkpoint_dir, model_dir):
     info = DatasetInfo.load(config.data)
     check_classes(info, config.label_levels)
     config = _with_crop_area(config, info)
+    steps = _steps_per_epoch(config, info)
+    # The same initial weights (and dropout) for a seed. Never a global seed of 0 (mod 2**31-1):
+    # tf.data would then compare the per-epoch shuffle seed tensors with 0 in Python and fail.
+    keras.utils.set_random_seed(config.seed % (2**31 - 2) + 1)
+    heads = heads_lib.level_heads(info, config.label_levels)  # {} without --label-levels
+    transform_output = transform.load(info)
+    model, checkpoint = _compiled_model(config, info, strategy, heads, transform_output)
+    manager = tf.train.CheckpointManager(checkpoint, checkpoint_dir, max_to_keep=3)
+    run = job.check_rerun(config, info, config.resolved_checkpoint_dir)
+    _restore(checkpoint, config)
+    done = int(model.optimizer.iterations.numpy())
+    finished = job.finished_metrics(config, done, steps)
+    if finished is not None:
+        return finished
+    if distribute.is_chief():
+        job.record_run(checkpoint_dir, run)
+    _LOG.info(
+        '%s%s on %s, %s, %d steps per epoch, from epoch %d step %d',
+        config.model,
+        '' if config.model == 'small_cnn' else ' (from scratch: random initial weights)',
+        console.plural(strategy.num_replicas_in_sync, 'replica'),
+        policy,
+        steps,
+        *divmod(done, steps),
+    )
+    checkpoints = ResumableCheckpoints(manager, config.checkpoint_every)
+    skipped = input_pipeline.SkippedImages() if config.skip_bad_images else None
+    started = time.monotonic()
+    history = _fit(model, config, info, strategy, (steps, done), checkpoints, skipped)
+    if checkpoints.preempted:
+        return {'preempted': True, 'steps': int(model.optimizer.iterations.numpy())}
+    metrics = _final_metrics(model, history, steps, config, time.monotonic() - started, done)
+    metrics.update(_test_metrics(model, config, info, strategy))
+    if skipped:
+        metrics['skipped_images'] = skipped.skipped
+    if heads:
+        metrics['label_levels'] = heads_lib.level_metrics(history, heads)
+    labels = transform.class_names(transform_output) if transform_output else info.labels
+    levels = {level: info.label_levels[level] for level in heads}
+    export.export_saved_model(model, labels, config.image_size, model_dir, levels)
+    if distribute.is_chief():
+        _LOG.info('exported the model to %s', model_dir)
+        job.write_metrics(config, metrics)
+    return metrics
+
+
+def _steps_per_epoch(config, info):
+    """Steps per epoch (the same on every worker); warns where workers' shares are uneven."""
     pipelines = distribute.cluster_spec()[2]  # one input pipeline per worker
-    steps = config.steps_per_epoch or input_lib.steps_per_epoch(
+    steps = config.steps_per_epoch or input_pipeline.steps_per_epoch(
         info, config.train_split, config.batch_size, pipelines, config.patches_per_image
     )
     if steps < 1:
@@ -107,11 +156,11 @@ def _train(config, checkpoint_dir, model_dir):
         )
     if pipelines > 1:
         _warn_if_uneven(info, config.train_split, pipelines, config.batch_size // pipelines)
-    # The same initial weights (and dropout) for a seed. Never a global seed of 0 (mod 2**31-1):
-    # tf.data would then compare the per-epoch shuffle seed tensors with 0 in Python and fail.
-    keras.utils.set_random_seed(config.seed % (2**31 - 2) + 1)
-    heads = heads_lib.level_heads(info, config.label_levels)  # {} without --label-levels
-    transform_output = transform.load(info)
+    return steps
+
+
+def _compiled_model(config, info, strategy, heads, transform_output):
+    """(the compiled model, the tf.train.Checkpoint of everything a resume restores)."""
     with strategy.scope():
         model = build_model(
             config.model,
@@ -131,35 +180,22 @@ def _train(config, checkpoint_dir, model_dir):
         checkpoint = tf.train.Checkpoint(
             model=model, optimizer=model.optimizer, random_states=random_states
         )
-    manager = tf.train.CheckpointManager(checkpoint, checkpoint_dir, max_to_keep=3)
-    run = job.check_rerun(config, info, config.resolved_checkpoint_dir)
-    _restore(checkpoint, config)
-    done = int(model.optimizer.iterations.numpy())
-    finished = job.finished_metrics(config, done, steps)
-    if finished is not None:
-        return finished
-    if distribute.is_chief():
-        job.record_run(checkpoint_dir, run)
-    start_epoch, skip = divmod(done, steps)
-    _LOG.info(
-        '%s%s on %s, %s, %d steps per epoch, from epoch %d step %d',
-        config.model,
-        '' if config.model == 'small_cnn' else ' (from scratch: random initial weights)',
-        console.plural(strategy.num_replicas_in_sync, 'replica'),
-        policy,
-        steps,
-        start_epoch,
-        skip,
-    )
-    checkpoints = ResumableCheckpoints(manager, config.checkpoint_every)
-    skipped = input_lib.SkippedImages() if config.skip_bad_images else None
+    return model, checkpoint
+
+
+def _fit(model, config, info, strategy, progress, checkpoints, skipped):
+    """Trains the epochs left after `done` steps; returns the last value of each metric.
+
+    Args:
+        progress: (steps per epoch, steps done before this run).
+    """
+    steps, done = progress
     callbacks = [checkpoints] + ([SkippedImagesLog(skipped)] if skipped else [])
     if distribute.is_chief():
         callbacks.append(keras.callbacks.TensorBoard(config.resolved_log_dir))
     validation = _validation(config, info, strategy)
-    started = time.monotonic()
     history = {}
-    for first, last, skip_now in _phases(start_epoch, skip, config.epochs):
+    for first, last, skip_now in _phases(*divmod(done, steps), config.epochs):
         if checkpoints.preempted:
             break
         data = _training_data(config, info, strategy, (first, last, skip_now), skipped, steps)
@@ -178,23 +214,9 @@ def _train(config, checkpoint_dir, model_dir):
             shards = info.shard_paths(config.train_split) + (
                 info.shard_paths(config.val_split) if validation is not None else []
             )
-            raise input_lib.name_corrupt_shards(e, shards) from e
+            raise corrupt_shards.name_corrupt_shards(e, shards) from e
         history.update({k: v[-1] for k, v in fitted.history.items() if v})
-    if checkpoints.preempted:
-        return {'preempted': True, 'steps': int(model.optimizer.iterations.numpy())}
-    metrics = _final_metrics(model, history, steps, config, time.monotonic() - started, done)
-    metrics.update(_test_metrics(model, config, info, strategy))
-    if skipped:
-        metrics['skipped_images'] = skipped.skipped
-    if heads:
-        metrics['label_levels'] = heads_lib.level_metrics(history, heads)
-    levels = {level: info.label_levels[level] for level in heads}
-    labels = transform.class_names(transform_output) if transform_output else info.labels
-    export.export_saved_model(model, labels, config.image_size, model_dir, levels)
-    if distribute.is_chief():
-        _LOG.info('exported the model to %s', model_dir)
-        job.write_metrics(config, metrics)
-    return metrics
+    return history
 
 
 def _warn_if_uneven(info, split, pipelines, pipeline_batch):
@@ -203,13 +225,12 @@ def _warn_if_uneven(info, split, pipelines, pipeline_batch):
     Every worker runs the steps the one with the fewest records can fill, so the others do
     not reach the end of their shards within an epoch.
     """
-    shards = info.split(split)['shards']
-    held = [sum(s['num_records'] for s in shards[i::pipelines]) for i in range(pipelines)]
+    held = input_pipeline.records_per_worker(info, split, pipelines)
     if max(held) - min(held) >= pipeline_batch:
         _LOG.warning(
             '%d shards of split %r fall unevenly on %d workers (%d to %d records each): an '
             'epoch covers the smallest share only; build with --num-shards a multiple of %d',
-            len(shards),
+            len(info.split(split)['shards']),
             split,
             pipelines,
             min(held),
@@ -239,29 +260,19 @@ def _training_data(config, info, strategy, phase, skipped, steps):
     )
 
     def dataset(input_context):
-        return input_lib.make_dataset(
+        return input_pipeline.make_dataset(
             config.data,
             config.train_split,
             config.batch_size,
             training=True,
-            seed=config.seed,
-            image_size=config.image_size,
-            augment=config.augment,
             input_context=input_context,
             info=info,
+            skipped=skipped,
             start_epoch=first_epoch,
             epochs=last_epoch,
             skip_batches=skip_steps * replicas_per_pipeline,
             batches_per_epoch=steps * replicas_per_pipeline,
-            patches_per_image=config.patches_per_image,
-            patch_size=config.patch_size,
-            skip_bad_images=config.skip_bad_images,
-            skipped=skipped,
-            deterministic=config.deterministic,
-            shuffle_buffer=config.shuffle_buffer,
-            cycle_length=config.cycle_length,
-            area_range=config.crop_area,
-            label_levels=config.label_levels,
+            **config.input_options(),
         )
 
     return strategy.distribute_datasets_from_function(dataset)
@@ -282,7 +293,7 @@ def _validation(config, info, strategy, split=None):
             _LOG.info('no %r split in the build: training without validation', split)
         return None
     return strategy.distribute_datasets_from_function(
-        lambda input_context: input_lib.make_dataset(
+        lambda input_context: input_pipeline.make_dataset(
             config.data,
             split,
             input_context.get_per_replica_batch_size(config.batch_size),

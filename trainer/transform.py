@@ -14,6 +14,7 @@ import keras
 import tensorflow as tf
 
 from imageshards import features
+from imageshards import layout
 from imageshards import transform as transform_lib
 
 _LOG = logging.getLogger(__name__)
@@ -25,7 +26,7 @@ def load(info):
     Raises:
         ValueError: its label vocabulary is not dataset.json's `labels` (ids would differ).
     """
-    if not tf.io.gfile.exists(posixpath.join(info.data_dir, 'transform_fn', 'saved_model.pb')):
+    if not tf.io.gfile.exists(posixpath.join(info.data_dir, layout.TRANSFORM_SAVED_MODEL)):
         _LOG.info(
             'no transform_fn in %s (built with --no-analyze): pixels are scaled to [0, 1] '
             'instead of normalized with the train split statistics',

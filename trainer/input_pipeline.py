@@ -29,9 +29,10 @@ import logging
 import tensorflow as tf
 
 from imageshards import features
-from imageshards import tfrecord
 from trainer import augment as augment_lib
 from trainer import preprocess
+from trainer.config import IMAGENET_CROP_AREA
+from trainer.config import TrainConfig
 from trainer.dataset_info import DatasetInfo
 
 _LOG = logging.getLogger(__name__)
@@ -40,15 +41,18 @@ AUTOTUNE = tf.data.AUTOTUNE
 
 @dataclasses.dataclass(frozen=True)
 class InputOptions:
-    """Knobs of the input pipeline beyond make_dataset's own arguments."""
+    """Knobs of the input pipeline beyond make_dataset's own arguments (defaults: the
+    trainer's, trainer/config.py)."""
 
-    cycle_length: int = 8  # shards read at once
-    shuffle_buffer: int = 4096  # records
-    deterministic: bool = True  # keep the seeded order through parallel steps
+    cycle_length: int = TrainConfig.cycle_length  # shards read at once
+    shuffle_buffer: int = TrainConfig.shuffle_buffer  # records
+    deterministic: bool = TrainConfig.deterministic  # keep the seeded order in parallel steps
     parse_batch: int = 64  # records per vectorized parse
-    skip_bad_images: bool = False  # drop undecodable images (counted, logged) instead of failing
-    patches_per_image: int = 0  # > 0: K random patches per decoded image instead of one crop
-    patch_size: int = 0
+    # Drop undecodable images (counted, logged) instead of failing.
+    skip_bad_images: bool = TrainConfig.skip_bad_images
+    # > 0: K random patches per decoded image instead of one crop.
+    patches_per_image: int = TrainConfig.patches_per_image
+    patch_size: int = TrainConfig.patch_size
     patch_shuffle_images: int = 64  # the patch shuffle buffer spans this many images (0: none)
     with_ids: bool = False  # also yield image/id, for measuring the order
     decode_images: bool = True  # False: batches of (labels, ids) in the same order, no pixels
@@ -56,7 +60,7 @@ class InputOptions:
     epochs: int = 0  # 0: repeat without end
     skip_batches: int = 0  # batches of this dataset in start_epoch already trained on (resume)
     batches_per_epoch: int = 0  # cut each epoch to this many batches (0: every full batch)
-    area_range: tuple = (0.08, 1.0)  # random-resized crop area
+    area_range: tuple = IMAGENET_CROP_AREA  # random-resized crop area
     # Start each shard at a record fixed by (seed, epoch, shard) and wrap around, so that the
     # epochs' orders differ even when every shard is read at once. It costs reading that part
     # of each shard twice (half a shard on average). None: only when a split has fewer than
@@ -86,8 +90,8 @@ def make_dataset(
     batch_size,
     *,
     training,
-    seed=0,
-    image_size=(224, 224),
+    seed=TrainConfig.seed,
+    image_size=TrainConfig.image_size,
     augment=None,
     input_context=None,
     info=None,
@@ -125,35 +129,51 @@ def make_dataset(
     levels = tuple(label_levels or ())
     info.check_levels(levels)
     files, counts = _files_for(info, split, input_context)
-    num_records = sum(counts)
     if input_context:
         batch_size = input_context.get_per_replica_batch_size(batch_size)
     image_size = tuple(image_size)
     parse = _parser(info.format, opts.parse_batch, with_source=opts.decode_images, levels=levels)
     if not training:
-        records = _read(tf.data.Dataset.from_tensor_slices(files), opts, deterministic=True)
-        images = _decode(
-            parse(records),
-            lambda encoded, _: preprocess.for_eval(encoded, image_size),
-            opts,
-            skipped,
-        )
-        batches = images.batch(batch_size)
-        if not opts.skip_bad_images:  # a known length lets Keras see the end of a pass
-            batches = batches.apply(
-                tf.data.experimental.assert_cardinality(-(-num_records // batch_size))
-            )
+        batches = _evaluation(files, sum(counts), batch_size, image_size, parse, opts, skipped)
         return _finish(batches, opts)
     config = augment_lib.parse_augment(augment)
     epochs = tf.data.Dataset.range(opts.start_epoch, opts.epochs or 2**62)
-    rotate = opts.rotate_shards
-    if rotate is None:
-        rotate = len(files) < ROTATE_BELOW * opts.cycle_length
-    shards = (files, counts, list(range(len(files)))) if rotate else (files,)
+    shards = _shard_list(files, counts, opts)
     per_epoch = lambda epoch: _training_epoch(
         shards, epoch, batch_size, seed, image_size, config, parse, opts, skipped
     )
     return _finish(epochs.flat_map(per_epoch), opts)
+
+
+def _shard_list(files, counts, opts):
+    """(paths,), or (paths, record counts, shard indices) where each shard's start rotates."""
+    rotate = opts.rotate_shards
+    if rotate is None:
+        rotate = len(files) < ROTATE_BELOW * opts.cycle_length
+    return (files, counts, list(range(len(files)))) if rotate else (files,)
+
+
+def _evaluation(files, num_records, batch_size, image_size, parse, opts, skipped):
+    """One ordered pass over `files`: central crops, every record."""
+    records = _read(tf.data.Dataset.from_tensor_slices(files), opts, deterministic=True)
+    images = _decode(
+        parse(records),
+        lambda encoded, _: preprocess.for_eval(encoded, image_size),
+        opts,
+        skipped,
+    )
+    batches = images.batch(batch_size)
+    if not opts.skip_bad_images:  # a known length lets Keras see the end of a pass
+        batches = batches.apply(
+            tf.data.experimental.assert_cardinality(-(-num_records // batch_size))
+        )
+    return batches
+
+
+def worker_shards(shards, worker, workers):
+    """What input pipeline `worker` of `workers` reads of a split's shards (or of anything
+    listed per shard, in the build's order): every `workers`-th, from its own index."""
+    return shards[worker::workers]
 
 
 def _files_for(info, split, input_context):
@@ -169,8 +189,8 @@ def _files_for(info, split, input_context):
             f'input pipelines (workers); each needs its own shards: rebuild with '
             f'--num-shards {pipelines} or more'
         )
-    mine = slice(input_context.input_pipeline_id, None, pipelines)
-    return files[mine], counts[mine]
+    worker = input_context.input_pipeline_id
+    return worker_shards(files, worker, pipelines), worker_shards(counts, worker, pipelines)
 
 
 def _epoch_seed(seed, epoch, salt):
@@ -363,44 +383,17 @@ def _finish(dataset, opts):
     return dataset.with_options(options)
 
 
+def records_per_worker(info, split, workers):
+    """[records of the split that each of `workers` input pipelines reads]."""
+    shards = info.split(split)['shards']
+    return [
+        sum(shard['num_records'] for shard in worker_shards(shards, i, workers))
+        for i in range(workers)
+    ]
+
+
 def steps_per_epoch(info, split, batch_size, num_pipelines=1, patches_per_image=0):
     """Full batches each pipeline yields per epoch (the same for every pipeline)."""
-    shards = info.split(split)['shards']
-    per_pipeline = [
-        sum(s['num_records'] for s in shards[i::num_pipelines]) for i in range(num_pipelines)
-    ]
+    per_pipeline = records_per_worker(info, split, num_pipelines)
     per_replica = batch_size // num_pipelines
     return min(per_pipeline) * max(1, patches_per_image) // per_replica
-
-
-class CorruptShardError(RuntimeError):
-    """A shard whose TFRecord framing or checksums fail; the message names the file."""
-
-
-def find_corrupt_shards(paths):
-    """['path: problem'] for each of `paths` whose records do not all check out.
-
-    tf.data reports a corrupt record without naming its file; this reads the shards again with
-    the project's own TFRecord reader, which does.
-    """
-    problems = []
-    for path in paths:
-        try:
-            with tf.io.gfile.GFile(path, 'rb') as f:
-                for _ in tfrecord.read_records(f, path):
-                    pass
-        except tfrecord.CorruptRecordError as e:
-            problems.append(str(e))
-    return problems
-
-
-def name_corrupt_shards(error, paths):
-    """A CorruptShardError naming the files behind a tf.data DataLossError (or `error` itself)."""
-    problems = find_corrupt_shards(paths)
-    if not problems:
-        return error
-    return CorruptShardError(
-        'corrupt shard(s): '
-        + '; '.join(problems)
-        + ' (rebuild them, or check them with `imageshards verify`)'
-    )

@@ -12,7 +12,7 @@ the whole split would be a full shuffle, and the comparison says so. Training se
 YAML with `--config`. Prints the headline figures and writes into DIR (default OUT/report):
 
     order.csv      epoch,position,id,label of the training order (epochs counted from 0)
-    metrics.json   the measures of imageshards/shuffle_metrics.py, for both orders (and, for a
+    metrics.json   the measures of imageshards/cli/shuffle_metrics.py, for both orders (and, for a
                    build with label levels, of the trainer's order labelled by each level)
     *.png          id and label against read position, distinct labels per batch against the
                    ideal, and a shard-by-class heatmap, for both orders
@@ -33,9 +33,9 @@ import numpy as np
 
 from imageshards import console
 from imageshards import flags
-from imageshards import report_figures
-from imageshards import report_text
-from imageshards import shuffle_metrics
+from imageshards.cli import report_figures
+from imageshards.cli import report_text
+from imageshards.cli import shuffle_metrics
 from trainer import config as config_lib
 
 # TensorFlow (and the trainer's input pipeline) are imported where used, so that `--help` and
@@ -56,15 +56,15 @@ class Order:
 
 def training_order(info, split, epochs, batch_size, seed, **options):
     """The order `make_dataset(training=True)` delivers a split's records in, epoch by epoch."""
-    from trainer import input as input_lib
+    from trainer import input_pipeline
 
-    per_epoch = input_lib.steps_per_epoch(info, split, batch_size) * batch_size
+    per_epoch = input_pipeline.steps_per_epoch(info, split, batch_size) * batch_size
     if not per_epoch:
         raise ValueError(
             f'split {split!r} has {info.num_records(split)} records, fewer than one batch of '
             f'{batch_size}: lower --batch-size'
         )
-    dataset = input_lib.make_dataset(
+    dataset = input_pipeline.make_dataset(
         info.data_dir,
         split,
         batch_size,
@@ -100,9 +100,9 @@ def level_orders(info, split, order):
     own, after the level's names, where the split has any."""
     if not info.label_levels:
         return {}
-    from trainer import input as input_lib
+    from trainer import input_pipeline
 
-    records = input_lib.make_dataset(
+    records = input_pipeline.make_dataset(
         info.data_dir,
         split,
         1 << 16,
@@ -138,9 +138,9 @@ def baseline_order(info, split, epochs, batch_size, buffer, seed):
     buffer of `buffer` records (reshuffled each epoch), full batches of each epoch kept."""
     import tensorflow as tf
 
-    from trainer import input as input_lib
+    from trainer import input_pipeline
 
-    records = input_lib.make_dataset(
+    records = input_pipeline.make_dataset(
         info.data_dir, split, 1 << 16, training=False, info=info, decode_images=False
     )
     labels, ids = _gather(records)
@@ -244,12 +244,12 @@ def build_arg_parser():
     add = parser.add_argument
     add('build', help='output directory of `imageshards build`')
     add('--config', help="the trainer's YAML: its seed, batch size and input settings")
-    add('--split', default='train', help='the split to read')
+    trainer = config_lib.TrainConfig
+    add('--split', default=trainer.train_split, help='the split to read')
     add('--epochs', type=flags.integer(minimum=1), default=2, help='epochs to read')
     add('--batch-size', type=flags.integer(minimum=1), default=20, help='as the trainer batches')
     add('--out', help='directory to write into (default BUILD/report)')
-    add('--seed', type=flags.integer(), default=0, help="the trainer's --seed")
-    trainer = config_lib.TrainConfig
+    add('--seed', type=flags.integer(), default=trainer.seed, help="the trainer's --seed")
     count = flags.integer(minimum=1)
     add('--shuffle-buffer', type=count, default=trainer.shuffle_buffer, help="the trainer's")
     add('--cycle-length', type=count, default=trainer.cycle_length, help="the trainer's")

@@ -1,4 +1,4 @@
-"""Each Beam transform of the build on a TestPipeline: validate, deduplicate, write shards."""
+"""Each Beam step of the build on a TestPipeline: validate, deduplicate, write shards."""
 
 import hashlib
 import pathlib
@@ -10,15 +10,17 @@ from apache_beam.testing.util import assert_that
 from apache_beam.testing.util import equal_to
 
 from imageshards import features
+from imageshards import layout
+from imageshards import storage
 from imageshards import tfrecord
 from pipelines import assign
 from pipelines import blocks
-from pipelines import finalize
 from pipelines import images
 from pipelines import listing
+from pipelines.blocks import ImageMeta
 from pipelines.dedup import DropDuplicates
+from pipelines.encode import RecordEncoder
 from pipelines.inputs import InputEntry
-from pipelines.validate import ImageMeta
 from pipelines.validate import ValidateImages
 from pipelines.write import WriteShards
 
@@ -32,6 +34,25 @@ def _listing(tmp_path, entries, chunk_size):
     path = str(tmp_path / 'listing.jsonl')
     listing.write_listing(entries, path, chunk_size)
     return path, listing.work_items(path)
+
+
+def _expected_meta(entry_id, key, split, data, info, label=0):
+    """The ImageMeta validation makes of an input of `data` that inspects as `info`."""
+    return ImageMeta(
+        id=entry_id,
+        key=key,
+        label=label,
+        split=split,
+        format=info.format,
+        height=info.height,
+        width=info.width,
+        channels=info.channels,
+        sha256=bytes.fromhex(info.sha256),
+        num_bytes=info.num_bytes,
+        source_sha256=hashlib.sha256(data).digest() if info.reencoded else b'',
+        source_crc32c=google_crc32c.value(data),
+        reencoded=info.reencoded,
+    )
 
 
 def test_validate_images_keeps_metadata_and_rejects_with_reasons(tmp_path):
@@ -50,7 +71,13 @@ def test_validate_images_keeps_metadata_and_rejects_with_reasons(tmp_path):
         InputEntry(4, 'm.csv#row=4', 'm.csv#row=4', '', reject='empty_path', detail='no path'),
     ]
     good_info, _ = images.inspect_image(good.read_bytes(), 10**8)
-    bmp_info, _ = images.inspect_image(bmp.read_bytes(), 10**8)
+    bmp_info, bmp_stored = images.inspect_image(bmp.read_bytes(), 10**8)
+    assert (good_info.format, good_info.reencoded, bmp_info.format, bmp_info.reencoded) == (
+        'jpeg',
+        False,
+        'png',
+        True,
+    )
     listing_path, items = _listing(tmp_path, entries, chunk_size=2)
     assert len(items) == 3
     store = blocks.BlockStore(str(tmp_path / 'blocks'))
@@ -58,47 +85,20 @@ def test_validate_images_keeps_metadata_and_rejects_with_reasons(tmp_path):
         result = (
             p
             | beam.Create(items)
-            | ValidateImages(listing_path, {'cat': 0}, 10**8, io_threads=2, total=5, store=store)
+            | ValidateImages(listing_path, {'cat': 0}, store, max_pixels=10**8, io_threads=2)
         )
-        metas = result.valid | beam.FlatMap(lambda ref: store.metas([ref]))
-        assert_that(
-            metas,
-            equal_to(
-                [
-                    ImageMeta(
-                        0,
-                        'cat/a.jpg',
-                        0,
-                        '',
-                        'jpeg',
-                        24,
-                        32,
-                        3,
-                        bytes.fromhex(good_info.sha256),
-                        good_info.num_bytes,
-                        b'',
-                        google_crc32c.value(good.read_bytes()),
-                        False,
-                    ),
-                    ImageMeta(
-                        1,
-                        'cat/b.bmp',
-                        0,
-                        'val',
-                        'png',
-                        24,
-                        32,
-                        3,
-                        bytes.fromhex(bmp_info.sha256),
-                        bmp_info.num_bytes,
-                        hashlib.sha256(bmp.read_bytes()).digest(),
-                        google_crc32c.value(bmp.read_bytes()),
-                        True,
-                    ),
-                ]
-            ),
-            label='valid',
+        # Each valid image's metadata, and the bytes its record stores, kept in a payload file.
+        kept = result.blocks | beam.FlatMap(
+            lambda ref: [
+                (meta._replace(payload=0, payload_offset=0), stored)
+                for meta, stored in zip(store.metas([ref]), store.read_payloads(store.metas([ref])))
+            ]
         )
+        expected = [
+            (_expected_meta(0, 'cat/a.jpg', '', good.read_bytes(), good_info), good.read_bytes()),
+            (_expected_meta(1, 'cat/b.bmp', 'val', bmp.read_bytes(), bmp_info), bmp_stored),
+        ]
+        assert_that(kept, equal_to(expected), label='valid')
         reasons = result.rejected | beam.Map(lambda r: (r['id'], r['reason']))
         assert_that(
             reasons,
@@ -127,14 +127,14 @@ def _meta(i, sha, label=0):
 
 @pytest.mark.parametrize('bucket_bits', [0, 3])
 def test_drop_duplicates_keeps_the_first_in_listing_order(tmp_path, bucket_bits):
-    chunks = [[_meta(5, b'a'), _meta(1, b'b')], [_meta(3, b'a'), _meta(9, b'a'), _meta(2, b'c')]]
+    groups = [[_meta(5, b'a'), _meta(1, b'b')], [_meta(3, b'a'), _meta(9, b'a'), _meta(2, b'c')]]
     with new_test_pipeline() as p:
         result = (
             p
-            | beam.Create([blocks.pack(chunk) for chunk in chunks])
+            | beam.Create([blocks.pack(metas) for metas in groups])
             | DropDuplicates('/in', bucket_bits=bucket_bits)
         )
-        kept = result.unique | beam.FlatMap(lambda block: [m.id for m in blocks.unpack(block)])
+        kept = result.blocks | beam.FlatMap(lambda block: [m.id for m in blocks.unpack(block)])
         assert_that(kept, equal_to([1, 2, 3]), label='kept')
         dropped = result.duplicates | beam.Map(
             lambda d: (d['id'], d['path'], d['duplicate_of_id'], d['duplicate_of_path'])
@@ -155,23 +155,7 @@ def _tree_metas(tmp_path, count):
         path.parent.mkdir(exist_ok=True)
         path.write_bytes(data)
         info, _ = images.inspect_image(data, 10**8)
-        metas.append(
-            ImageMeta(
-                i,
-                f'{i}.img',
-                i % 2,
-                '',
-                info.format,
-                info.height,
-                info.width,
-                info.channels,
-                bytes.fromhex(info.sha256),
-                info.num_bytes,
-                b'',
-                google_crc32c.value(data),
-                False,
-            )
-        )
+        metas.append(_expected_meta(i, f'{i}.img', '', data, info, label=i % 2))
     return metas
 
 
@@ -187,12 +171,9 @@ def _write_shards(p, pieces, plan, tmp_path, fmt=features.EXAMPLES, labels=('a',
         | 'Pieces' >> beam.Create([(key, blocks.pack(metas)) for key, metas in pieces])
         | WriteShards(
             p | 'Plan' >> beam.Create([plan]),
-            str(tmp_path / 'in'),
-            str(out),
-            str(out / 'tmp'),
-            fmt,
-            0,
-            list(labels),
+            RecordEncoder(str(tmp_path / 'in'), str(out), fmt, list(labels)),
+            seed=0,
+            temp_dir=str(out / 'tmp'),
             io_threads=2,
         )
     )
@@ -200,7 +181,7 @@ def _write_shards(p, pieces, plan, tmp_path, fmt=features.EXAMPLES, labels=('a',
 
 def _staged(out, relative):
     """Where WriteShards leaves a shard for Finalize to move into place."""
-    return pathlib.Path(finalize.staged_path(str(out), relative))
+    return pathlib.Path(storage.join(str(out), layout.staged_shard(relative)))
 
 
 def _read_shard(path, tf):

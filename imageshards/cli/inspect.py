@@ -16,13 +16,12 @@ import hashlib
 import itertools
 import sys
 
-from apache_beam.io.filesystem import CompressionTypes
-
 from imageshards import console
+from imageshards import dataset_json
 from imageshards import features
 from imageshards import records
+from imageshards import storage
 from imageshards import tfrecord
-from pipelines import finalize
 
 _TEXT_LIMIT = 256  # bytes values up to this long that are printable UTF-8 are shown as text
 _VALUES_SHOWN = 8  # of a multi-value feature
@@ -126,7 +125,7 @@ def _read(paths, display, limit):
 
     def every_record():
         for path in paths:
-            with records.open_file(path, CompressionTypes.AUTO) as f:
+            with storage.open_read(path, guess_compression=True) as f:
                 for offset, record in records.framed_records(f, path):
                     yield display(path), offset, record
 
@@ -165,11 +164,11 @@ def inspect(paths, display, num_shown, num_scanned):
 def _build_files(output_dir, split):
     """The shard paths of a build's split, and a description printed before them."""
     output_dir = output_dir.rstrip('/')
-    dataset = finalize.load_dataset_json(output_dir)
+    dataset = dataset_json.load(output_dir, complete=False)
     split = split or next(iter(dataset['splits']), None)
     if split is None:
         raise ValueError(f'{output_dir}/dataset.json lists no splits')
-    shards = records.split_shards(output_dir, dataset, split)
+    shards = dataset_json.shard_paths(output_dir, dataset['splits'], split)
     info = dataset['splits'][split]
     shown_labels = _shown(dataset['labels'])
     levels = [
@@ -187,7 +186,7 @@ def _build_files(output_dir, split):
         + ''.join(f'{line}\n' for line in levels)
         + f'  split {split}: {info["num_records"]:,} records in {len(shards)} shards'
     )
-    return [path for path, _ in shards], lambda path: path[len(output_dir) + 1 :]
+    return shards, lambda path: path[len(output_dir) + 1 :]
 
 
 def _shown(names):
@@ -210,7 +209,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     console.configure_logging()
     try:
-        if records.is_build(args.path):
+        if dataset_json.is_build(args.path):
             paths, display = _build_files(args.path, args.split)
         elif args.split:
             raise ValueError(f'--split needs a build directory; {args.path} has no dataset.json')

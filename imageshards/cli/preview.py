@@ -55,7 +55,7 @@ def training_images(data_dir, split='train', *, count=GRID * GRID, **dataset_arg
             patches_per_image, patch_size, ...), as the trainer passes them; an `area_range`
             of 'auto' is resolved for the split's size, as the trainer does.
     """
-    from trainer import input as input_lib
+    from trainer import input_pipeline
     from trainer.dataset_info import DatasetInfo
 
     info = DatasetInfo.load(data_dir)
@@ -65,7 +65,7 @@ def training_images(data_dir, split='train', *, count=GRID * GRID, **dataset_arg
     count = min(count, available)
     if not count:
         raise ValueError(f'split {split!r} of {data_dir} has no records to show')
-    dataset = input_lib.make_dataset(
+    dataset = input_pipeline.make_dataset(
         data_dir, split, count, training=True, info=info, with_ids=True, epochs=1, **dataset_args
     )
     images, labels, ids = (tensor.numpy() for tensor in next(iter(dataset)))
@@ -120,10 +120,15 @@ def build_arg_parser():
     add(
         '--patches-per-image',
         type=flags.integer(minimum=0),
-        default=0,
+        default=trainer.patches_per_image,
         help='K patches per image instead of crops',
     )
-    add('--patch-size', type=flags.integer(minimum=0), default=0, help='side of a patch')
+    add(
+        '--patch-size',
+        type=flags.integer(minimum=0),
+        default=trainer.patch_size,
+        help='side of a patch',
+    )
     add('--out', help='PNG file to write (default BUILD/preview.png)')
     add('--verbose', action='store_true', help="also show TensorFlow's own log lines")
     return parser

@@ -6,30 +6,30 @@ import os
 import sys
 
 import imageshards
+from imageshards import console
 from imageshards import supervise
 
-INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT, as a shell reports a command stopped by Ctrl-C
 # command -> (module whose main(argv) runs it, what it does)
 COMMANDS = {
     'build': ('pipelines.build', 'globally shuffle labeled images into balanced TFRecord shards'),
     'inspect': (
-        'imageshards.inspect',
+        'imageshards.cli.inspect',
         "show the schema and first records of a build's shards or any TFRecord files",
     ),
     'verify': (
-        'imageshards.verify',
+        'imageshards.cli.verify',
         'read a build completely and check every shard, record and count against it',
     ),
     'report': (
-        'imageshards.report',
+        'imageshards.cli.report',
         'measure and plot how well training sees a build shuffled, against a baseline',
     ),
     'preview': (
-        'imageshards.preview',
+        'imageshards.cli.preview',
         'draw a 5x5 grid of augmented training images (or patches) with their labels',
     ),
     'sample-data': (
-        'imageshards.sample_data',
+        'imageshards.cli.sample_data',
         "write a small labeled image tree made from scikit-learn's digits",
     ),
     'submit-training': (
@@ -73,7 +73,7 @@ def main(argv=None):
         return getattr(module, 'command', module.main)(rest)
     except KeyboardInterrupt:
         print(f'imageshards {command}: interrupted', file=sys.stderr)
-        return INTERRUPTED_EXIT_CODE
+        return console.INTERRUPTED_EXIT_CODE
 
 
 def _module(command):

@@ -1,0 +1,211 @@
+"""The checks `imageshards verify` runs on every record: keys and kinds, label and level ids
+against their texts and dataset.json, ids seen once, and (in batches, with TensorFlow) each
+image's sha256 and decoded size."""
+
+import concurrent.futures
+import hashlib
+import typing
+
+from imageshards import features
+from imageshards import records
+from imageshards import storage
+
+
+class ImageJob(typing.NamedTuple):
+    """What the image check needs of one record."""
+
+    offset: int
+    payload: object  # the encoded bytes, or for a `paths` build the path (str) to read them from
+    height: int
+    width: int
+    sha256: str
+
+
+class RecordChecker:
+    """Checks each record's keys, label and id; keeps what the image and count checks need."""
+
+    def __init__(self, dataset, problems):
+        self._levels = dataset.get('label_levels') or {}
+        self._schema = features.record_schema(dataset['format'], self._levels)
+        self._payload_key = features.ENCODED if features.ENCODED in self._schema else features.PATH
+        self._labels = dataset['labels']
+        self._problems = problems
+        # One bit per input: ids are positions in the listing, below counts.inputs.
+        self._num_ids = max(dataset['counts']['inputs'], 0)
+        self._seen = bytearray((self._num_ids + 7) // 8)
+
+    def check(self, where, offset, record):
+        """Returns (label name or None, ImageJob or None, {level: name, '' if missing}) for one
+        record."""
+        try:
+            example = records.parse_example(record)
+        except records.NotAnExampleError as e:
+            self._problems.add(where, str(e), offset)
+            return None, None, {}
+        values = self._scalars(where, offset, records.example_values(example))
+        if features.ID in values:
+            self._check_id(where, offset, values[features.ID])
+        needed = (features.HEIGHT, features.WIDTH, features.SHA256, self._payload_key)
+        job = None
+        if all(key in values for key in needed):
+            payload = values[self._payload_key]
+            job = ImageJob(
+                offset,
+                payload if self._payload_key == features.ENCODED else payload.decode('utf-8'),
+                values[features.HEIGHT],
+                values[features.WIDTH],
+                values[features.SHA256].decode('ascii', 'replace'),
+            )
+        levels = {
+            level: self._level_name(where, offset, values, level, names)
+            for level, names in self._levels.items()
+        }
+        return self._label_name(where, offset, values), job, levels
+
+    def _level_name(self, where, offset, values, level, names):
+        """The record's name in `level` ('' where missing), or None if it cannot be told."""
+        level_id = values.get(features.level_label(level))
+        text = values.get(features.level_text(level))
+        if level_id is None or text is None:
+            return None
+        text = text.decode('utf-8', 'replace')
+        if level_id == features.MISSING_LEVEL and not text:
+            return ''
+        if not 0 <= level_id < len(names) or names[level_id] != text:
+            self._problems.add(
+                where,
+                f'{features.level_label(level)} {level_id} with text {text!r} does not match '
+                f'dataset.json label_levels.{level}',
+                offset,
+            )
+            return None
+        return text
+
+    def _scalars(self, where, offset, values):
+        """{key: value} of the schema's keys that hold exactly one value of the right kind."""
+        for key in sorted(set(values) - set(self._schema)):
+            self._problems.add(where, f'unexpected feature {key}', offset)
+        scalars = {}
+        for key, kind in self._schema.items():
+            found, items = values.get(key, (None, []))
+            if key not in values:
+                self._problems.add(where, f'missing feature {key}', offset)
+            elif found != kind or len(items) != 1:
+                self._problems.add(
+                    where, f'{key} holds {len(items)} {found} values, not one {kind}', offset
+                )
+            else:
+                scalars[key] = items[0]
+        return scalars
+
+    def _label_name(self, where, offset, values):
+        label, text = values.get(features.LABEL), values.get(features.LABEL_TEXT)
+        if label is None or text is None:
+            return None
+        text = text.decode('utf-8', 'replace')
+        if not 0 <= label < len(self._labels):
+            self._problems.add(
+                where, f'image/class/label {label} is not an index of dataset.json labels', offset
+            )
+            return text
+        if self._labels[label] != text:
+            self._problems.add(
+                where,
+                f'image/class/label {label} is {self._labels[label]!r} in dataset.json but '
+                f'image/class/text is {text!r}',
+                offset,
+            )
+        return self._labels[label]
+
+    def _check_id(self, where, offset, record_id):
+        if not 0 <= record_id < self._num_ids:
+            self._problems.add(
+                where, f'image/id {record_id} is outside [0, counts.inputs={self._num_ids})', offset
+            )
+            return
+        byte, bit = divmod(record_id, 8)
+        if self._seen[byte] >> bit & 1:
+            self._problems.add(
+                where, f'image/id {record_id} occurs again (an earlier record has it)', offset
+            )
+        self._seen[byte] |= 1 << bit
+
+
+class ImageChecker:
+    """Checks a batch of images: sha256 of their bytes, and decoded size with TensorFlow."""
+
+    def __init__(self, io_threads):
+        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
+        self._tf = tf
+        self._io = concurrent.futures.ThreadPoolExecutor(io_threads)
+
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+        def decoded_shapes(encoded):
+            def shape(data):
+                image = tf.io.decode_image(data, channels=3, expand_animations=False)
+                return tf.shape(image)[:2]
+
+            # In a graph, map_fn decodes in parallel on TensorFlow's threads, without the GIL.
+            return tf.map_fn(shape, encoded, fn_output_signature=tf.int32, parallel_iterations=16)
+
+        self._decoded_shapes = decoded_shapes
+
+    def close(self):
+        self._io.shutdown()
+
+    def check(self, shard_batch):
+        """Checks one (where, [ImageJob]) batch: returns ([(where, offset, message)], decoded)."""
+        where, jobs = shard_batch
+        # Only a `paths` build has files to read; their latency (on gs://) is hidden by threads.
+        in_records = isinstance(jobs[0].payload, bytes)
+        reads = map(_image_bytes, jobs) if in_records else self._io.map(_image_bytes, jobs)
+        found, readable = [], []
+        for job, data in zip(jobs, reads):
+            if isinstance(data, Exception):
+                found.append((where, job.offset, f'cannot read image/path {job.payload}: {data}'))
+                continue
+            if hashlib.sha256(data).hexdigest() != job.sha256:
+                found.append((where, job.offset, 'image/key/sha256 does not match the image bytes'))
+            readable.append((job, data))
+        shapes = self._shapes([data for _, data in readable])
+        for (job, _), shape in zip(readable, shapes):
+            if isinstance(shape, str):
+                found.append((where, job.offset, f'image does not decode: {shape}'))
+            elif shape != (job.height, job.width):
+                found.append(
+                    (
+                        where,
+                        job.offset,
+                        f'image decodes to {shape[0]}x{shape[1]} (height x width), '
+                        f'but the record says {job.height}x{job.width}',
+                    )
+                )
+        return found, len(shapes)
+
+    def _shapes(self, encoded):
+        """[(height, width) or error text] of each encoded image."""
+        if not encoded:
+            return []
+        try:
+            shapes = self._decoded_shapes(self._tf.constant(encoded)).numpy().tolist()
+            return [tuple(shape) for shape in shapes]
+        except self._tf.errors.OpError:
+            # One undecodable image fails the whole batch; decode one at a time to say which.
+            return [self._shape(data) for data in encoded]
+
+    def _shape(self, data):
+        try:
+            return tuple(self._decoded_shapes(self._tf.constant([data])).numpy()[0].tolist())
+        except self._tf.errors.OpError as e:
+            return e.message.strip().split('\n')[0]
+
+
+def _image_bytes(job):
+    """The bytes of a record's image, or the exception that reading them raised."""
+    if isinstance(job.payload, bytes):
+        return job.payload
+    try:
+        return storage.read(job.payload)
+    except OSError as e:
+        return e

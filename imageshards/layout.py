@@ -1,0 +1,105 @@
+"""The output directory of a build: what each file and folder is called, and which are ours.
+
+Layout of a build (the contract the trainer and the tools read; paths relative to OUT):
+    <split>/<split>-SSSSS-of-NNNNN.tfrecord   shards (`shard_path`)
+    rejected.jsonl      one object per rejected input: id, path, reason, detail
+    duplicates.jsonl    with --dedup: each dropped input and the one kept instead
+    dataset.json        labels, counts, splits and their shards (imageshards/dataset_json.py)
+    dataset_info.json, features.json, image.*.labels.txt   the same build described for
+                        TensorFlow Datasets (imageshards/tfds_metadata.py)
+    _SUCCESS            written last: a build without it is not complete
+    reencoded/          `paths` builds: lossless copies of images TensorFlow cannot decode as is
+    transform_fn/, transformed_metadata/, metadata/   the tf.Transform output (unless
+                        --no-analyze), with the analysis also in transform_fn/assets.extra/
+    .imageshards-tmp/   the build's temporary folder, gone once it is complete
+and what the imageshards tools write into a build by default: `preview` its grid, `report`
+the files of imageshards/cli/report.py (order.csv, metrics.json, report.md and its figures).
+
+Only names live here (no file is read or written), so that every reader, with whichever file
+layer it uses, takes them from one place.
+"""
+
+import re
+
+DATASET_JSON = 'dataset.json'
+REJECTED_JSONL = 'rejected.jsonl'
+DUPLICATES_JSONL = 'duplicates.jsonl'
+SUCCESS = '_SUCCESS'
+TEMP_DIR = '.imageshards-tmp'
+REENCODED_DIR = 'reencoded'
+# TFT's standard layout: the graph, its output schema and the raw schema of the records.
+TRANSFORM_FN_DIR = 'transform_fn'
+TRANSFORMED_METADATA_DIR = 'transformed_metadata'
+RAW_METADATA_DIR = 'metadata'
+TRANSFORM_DIRS = (TRANSFORM_FN_DIR, TRANSFORMED_METADATA_DIR, RAW_METADATA_DIR)
+TRANSFORM_SAVED_MODEL = f'{TRANSFORM_FN_DIR}/saved_model.pb'
+ANALYSIS_JSON = f'{TRANSFORM_FN_DIR}/assets.extra/analysis.json'
+OWN_FILES = (SUCCESS, DATASET_JSON, REJECTED_JSONL, DUPLICATES_JSONL)
+# TensorFlow Datasets' metadata, beside dataset.json; TFDS names the labels files itself.
+DATASET_INFO_JSON = 'dataset_info.json'
+FEATURES_JSON = 'features.json'
+LABELS_TXT_SUFFIX = '.labels.txt'
+PREVIEW_PNG = 'preview.png'
+REPORT_DIR = 'report'
+# Under TEMP_DIR: finished shards waiting for Finalize, the metadata blocks the local runner
+# spills, and where the tf.Transform output and TFT's own temporary files are staged.
+STAGED_SHARDS_DIR = 'shards'
+BLOCKS_DIR = 'blocks'
+TRANSFORM_STAGING = 'transform'
+TFT_TEMP_DIR = 'tft'
+
+# A split names a folder of the build and its shards (--splits, a manifest's split column).
+SPLIT_NAME = re.compile(r'^[A-Za-z0-9][A-Za-z0-9_.-]*$')
+_SHARD_NAME = re.compile(r'^([^/]+)/\1-\d{5}-of-\d{5}\.tfrecord$')  # split/split-SSSSS-of-NNNNN
+# The same names in TFDS's template language (tfds.core.ShardedFileTemplate).
+TFDS_SHARD_TEMPLATE = '{SPLIT}/{SPLIT}-{SHARD_X_OF_Y}.tfrecord'
+_REPORT_FILE = re.compile(r'^(order\.csv|metrics\.json|report\.md|[a-z]+_[A-Za-z0-9_.-]+\.png)$')
+
+
+def shard_name(split, index, num_shards):
+    return f'{split}-{index:05d}-of-{num_shards:05d}.tfrecord'
+
+
+def shard_path(split, index, num_shards):
+    """A shard's path relative to the output directory (as listed in dataset.json)."""
+    return f'{split}/{shard_name(split, index, num_shards)}'
+
+
+def is_shard_path(relative):
+    """Whether a path relative to the output directory is named like a shard."""
+    return bool(_SHARD_NAME.match(relative))
+
+
+def staged_shard(relative):
+    """Where a finished shard waits for Finalize, relative to the output directory."""
+    return f'{TEMP_DIR}/{STAGED_SHARDS_DIR}/{relative}'
+
+
+def reencoded_file(sha256_hex):
+    """A `paths` build's lossless copy of an image, relative to the output directory."""
+    return f'{REENCODED_DIR}/{sha256_hex}.png'
+
+
+def is_own_file(relative):
+    """Whether a file of an output directory (its path relative to it) is one that an
+    imageshards build or tool writes there, or a temporary file of theirs."""
+    top, _, rest = relative.partition('/')
+    if not rest:
+        name = relative.removesuffix('.tmp')  # write_atomically's temporary name
+        return name in OWN_FILES or name == PREVIEW_PNG or is_tfds_metadata_file(name)
+    if top in (TEMP_DIR, REENCODED_DIR, *TRANSFORM_DIRS):
+        return True
+    return is_tool_output(relative) or is_shard_path(relative)
+
+
+def is_tool_output(relative):
+    """Whether a file of a build is what `imageshards preview` or `report` writes by default."""
+    top, _, rest = relative.partition('/')
+    return relative == PREVIEW_PNG or (top == REPORT_DIR and bool(_REPORT_FILE.match(rest)))
+
+
+def is_tfds_metadata_file(name):
+    """Whether a top-level file name of a build is one of the TFDS metadata files."""
+    return name in (DATASET_INFO_JSON, FEATURES_JSON) or (
+        name.startswith('image.') and name.endswith(LABELS_TXT_SUFFIX)
+    )

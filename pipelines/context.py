@@ -1,0 +1,99 @@
+"""BuildContext: what every step of a build knows once its inputs are listed.
+
+The flags (`BuildConfig`), the listing's facts (`ListingSummary`), and where things go. The
+launcher makes one; `build_pipeline` hands each step what it needs of it, and Finalize takes it
+whole (it pickles into the step: everything in it is plain data).
+"""
+
+import dataclasses
+
+from imageshards import dataset_json
+from imageshards import layout
+from imageshards import storage
+from pipelines.inputs import ListingSummary
+from pipelines.options import BuildConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildContext:
+    """A build's configuration, inputs and folders.
+
+    Attributes:
+        config: the flags.
+        listing: the ListingSummary of the inputs.
+        listing_path: the listing file (its lines are the work items).
+        output_dir: OUT, absolute, without a trailing '/'.
+        transform_dir: where the tf.Transform output is staged and TFT keeps its temporary files
+            (the build's temporary folder, but for a local run with an object-store output).
+        handover_dir: the local folder where the analysis hands its sample over to the
+            tf.Transform helper process (the local runner; pipelines/transform_output.py), or
+            None where the pipeline writes the tf.Transform output itself.
+    """
+
+    config: BuildConfig
+    listing: ListingSummary
+    listing_path: str
+    output_dir: str
+    transform_dir: str
+    handover_dir: str | None = None
+
+    @classmethod
+    def create(
+        cls, config, listing, listing_path, output_dir, transform_dir=None, handover_dir=None
+    ):
+        """A context whose tf.Transform work goes to `transform_dir`, by default the build's
+        temporary folder."""
+        transform_dir = transform_dir or storage.join(output_dir, layout.TEMP_DIR)
+        return cls(config, listing, listing_path, output_dir, transform_dir, handover_dir)
+
+    @property
+    def temp_dir(self):
+        """OUT/.imageshards-tmp: everything a build writes before it is complete."""
+        return storage.join(self.output_dir, layout.TEMP_DIR)
+
+    @property
+    def transform_staging(self):
+        """Where transform_fn/, transformed_metadata/ and metadata/ wait for Finalize."""
+        return storage.join(self.transform_dir, layout.TRANSFORM_STAGING)
+
+    @property
+    def tft_temp_dir(self):
+        return storage.join(self.transform_dir, layout.TFT_TEMP_DIR)
+
+    @property
+    def analysis_in_pipeline(self):
+        """Whether steps of the pipeline write the tf.Transform output (else the helper)."""
+        return self.config.analyze and not self.handover_dir
+
+    @property
+    def completes_in_pipeline(self):
+        """Whether Finalize writes `_SUCCESS`; else the launcher does, after the tf.Transform
+        output of the helper process."""
+        return not self.config.analyze or self.analysis_in_pipeline
+
+    @property
+    def label_ids(self):
+        """{label name: id}."""
+        return {name: i for i, name in enumerate(self.listing.labels)}
+
+    @property
+    def level_ids(self):
+        """[(level, {name: id})] in the build's level order."""
+        return [
+            (level, {name: i for i, name in enumerate(names)})
+            for level, names in self.listing.label_levels.items()
+        ]
+
+    @property
+    def facts(self):
+        """What dataset.json states about the build (imageshards/dataset_json.py)."""
+        return dataset_json.BuildFacts(
+            format=self.config.format,
+            seed=self.config.seed,
+            input=self.config.input,
+            labels=self.listing.labels,
+            label_levels=self.listing.label_levels,
+            allow_missing_levels=self.config.allow_missing_levels,
+            inputs=self.listing.num_inputs,
+            skipped=dict(self.listing.skipped),
+        )

@@ -1,0 +1,55 @@
+"""The output directory before a build: refused when not empty, or with --overwrite cleared of
+an earlier build, by name (imageshards/layout.py says which files are ours)."""
+
+import logging
+
+from imageshards import layout
+from imageshards import storage
+
+_LOG = logging.getLogger(__name__)
+
+
+def prepare_output(output_dir, overwrite, dry_run=False):
+    """Refuses a non-empty output directory unless `overwrite`; then removes the earlier build.
+
+    Only what an imageshards build or tool writes is removed, known by its name
+    (`layout.is_own_file`): its top-level files (TFDS metadata included), shards, temporary
+    folder, re-encoded copies and tf.Transform output, and the tools' `preview.png` and
+    `report/` files; then the local folders those leave empty. By name, not by the earlier
+    dataset.json, so that what an unfinished or older build left goes too. Anything else is
+    left alone. A `dry_run` checks, and removes nothing.
+    """
+    existing = storage.list_files(output_dir)
+    if not existing:
+        return
+    if not overwrite:
+        temp_prefix = storage.join(output_dir, layout.TEMP_DIR) + '/'
+        unfinished = all(path.startswith(temp_prefix) for path in existing)
+        what = f'{len(existing)} files'
+        if unfinished:
+            what += f' in {layout.TEMP_DIR}/, of a build that did not finish or is still running'
+        raise FileExistsError(
+            f'--output {output_dir} is not empty ({what}); pass --overwrite to replace an '
+            f'earlier build there, or choose another directory'
+        )
+    if dry_run:
+        _LOG.info('--dry_run: --overwrite would replace the earlier build in %s', output_dir)
+        return
+    # First: from here on, no reader (ours or TFDS) may take the directory for a finished build.
+    storage.delete(
+        [
+            storage.join(output_dir, layout.SUCCESS),
+            storage.join(output_dir, layout.DATASET_INFO_JSON),
+        ]
+    )
+    ours = [path for path in storage.relative_files(output_dir) if layout.is_own_file(path)]
+    removed = storage.delete([storage.join(output_dir, path) for path in ours])
+    storage.remove_empty_folders(output_dir, ours)
+    _LOG.info('--overwrite: removed %d files of an earlier build in %s', removed, output_dir)
+
+
+def stray_shards(output_dir, dataset):
+    """Files named like shards in the output that the new dataset.json does not list."""
+    listed = {shard['path'] for split in dataset['splits'].values() for shard in split['shards']}
+    relative = storage.relative_files(output_dir)
+    return sorted(path for path in relative if layout.is_shard_path(path) and path not in listed)
