@@ -55,6 +55,10 @@ def _expected_meta(entry_id, key, split, data, info, label=0):
     )
 
 
+def _unexpected_read(meta):
+    raise AssertionError(f'{meta.key} should have been kept by validation (a small image)')
+
+
 def test_validate_images_keeps_metadata_and_rejects_with_reasons(tmp_path):
     good = tmp_path / 'cat' / 'a.jpg'
     good.parent.mkdir()
@@ -91,7 +95,9 @@ def test_validate_images_keeps_metadata_and_rejects_with_reasons(tmp_path):
         kept = result.blocks | beam.FlatMap(
             lambda ref: [
                 (meta._replace(payload=0, payload_offset=0), stored)
-                for meta, stored in zip(store.metas([ref]), store.read_payloads(store.metas([ref])))
+                for meta, stored in zip(
+                    store.metas([ref]), store.read_payloads(store.metas([ref]), _unexpected_read)
+                )
             ]
         )
         expected = [
