@@ -28,7 +28,6 @@ import time
 import uuid
 
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import DirectOptions
 from apache_beam.options.pipeline_options import GoogleCloudOptions
 from apache_beam.options.pipeline_options import StandardOptions
 from apache_beam.options.pipeline_options import TestOptions
@@ -150,15 +149,7 @@ def run(argv=None, test_pipeline=None):
         output_dir, layout.TEMP_DIR, f'listing-{uuid.uuid4().hex[:12]}.jsonl'
     )
     transform_dir = _transform_work_dir(pipeline, config, output_dir, dry_run)
-    helper = None
-    if config.analyze and not analysis_in_pipeline(pipeline, config) and not dry_run:
-        # Started now: it imports TensorFlow while this process lists and the workers validate.
-        root = transform_dir or storage.join(output_dir, layout.TEMP_DIR)
-        helper = transform_output.Helper(
-            tempfile.mkdtemp(prefix='imageshards-analysis-'),
-            storage.join(root, layout.TRANSFORM_STAGING),
-            storage.join(root, layout.TFT_TEMP_DIR),
-        )
+    helper = _start_helper(pipeline, config, output_dir, transform_dir, dry_run)
     try:
         if test_pipeline is not None or runner.mode_given(beam_args):
             beam_args = None  # the pipeline or its mode is the caller's: keep it
@@ -181,6 +172,19 @@ def run(argv=None, test_pipeline=None):
             shutil.rmtree(transform_dir, ignore_errors=True)
 
 
+def _start_helper(pipeline, config, output_dir, transform_dir, dry_run):
+    """The tf.Transform helper process of a local build with the analysis, or None. Started
+    before listing: it imports TensorFlow while this process lists and the workers validate."""
+    if not config.analyze or analysis_in_pipeline(pipeline, config) or dry_run:
+        return None
+    root = transform_dir or storage.join(output_dir, layout.TEMP_DIR)
+    return transform_output.Helper(
+        tempfile.mkdtemp(prefix='imageshards-analysis-'),
+        storage.join(root, layout.TRANSFORM_STAGING),
+        storage.join(root, layout.TFT_TEMP_DIR),
+    )
+
+
 def _build(
     pipeline, config, scan, output_dir, listing_path, transform_dir, helper, started, beam_args
 ):
@@ -199,7 +203,7 @@ def _build(
             list(summary.label_levels),
             config.transform_image_size,
         )
-        pipeline = _share_cores(pipeline, helper, summary.num_inputs, beam_args)
+        pipeline = runner.share_cores(pipeline, helper, summary.num_inputs, beam_args)
     if runner.shuffles_in_memory(pipeline) and not dry_run:
         _LOG.info('running on %s', runner.describe(pipeline))
     store = blocks.BlockStore()
@@ -226,25 +230,6 @@ def _build(
         finalize.complete(output_dir)
     _report(result, dataset, output_dir, time.monotonic() - started)
     return dataset
-
-
-# Below this many inputs, a 2-core machine builds faster in one process, leaving the other core to
-# the tf.Transform helper, than with a worker per core (bench/RESULTS.md: 20,000 photos 9.7 s
-# against 12.9 s; 200,000 small images 22 s against 17.5 s).
-IN_MEMORY_BELOW = 50_000
-
-
-def _share_cores(pipeline, helper, num_inputs, beam_args):
-    """The local pipeline to run beside the tf.Transform helper on a machine of two cores or
-    fewer: where the mode is ours to choose (`beam_args` given), one process for a small build;
-    with worker processes, the helper at low priority, so that it takes the time they leave."""
-    if (os.cpu_count() or 1) > 2:
-        return pipeline
-    if beam_args is not None and num_inputs < IN_MEMORY_BELOW:
-        return runner.make_pipeline([*beam_args, '--direct_running_mode=in_memory'])
-    if pipeline.options.view_as(DirectOptions).direct_running_mode == 'multi_processing':
-        helper.lower_priority()
-    return pipeline
 
 
 def _write_listing(scan, config, output_dir, listing_path, dry_run):

@@ -99,6 +99,25 @@ def is_local(runner):
     return runner in (None, 'DirectRunner')
 
 
+# Below this many inputs, a 2-core machine builds faster in one process, leaving the other core to
+# the tf.Transform helper, than with a worker per core (bench/RESULTS.md: 20,000 photos 9.7 s
+# against 12.9 s; 200,000 small images 22 s against 17.5 s).
+IN_MEMORY_BELOW = 50_000
+
+
+def share_cores(pipeline, helper, num_inputs, beam_args):
+    """The local pipeline to run beside the tf.Transform helper on a machine of two cores or
+    fewer: where the mode is ours to choose (`beam_args` given), one process for a small build;
+    with worker processes, the helper at low priority, so that it takes the time they leave."""
+    if (os.cpu_count() or 1) > 2:
+        return pipeline
+    if beam_args is not None and num_inputs < IN_MEMORY_BELOW:
+        return make_pipeline([*beam_args, '--direct_running_mode=in_memory'])
+    if pipeline.options.view_as(DirectOptions).direct_running_mode == 'multi_processing':
+        helper.lower_priority()
+    return pipeline
+
+
 def describe(pipeline):
     """How a local pipeline runs, for the log: its mode and workers."""
     direct = pipeline.options.view_as(DirectOptions)
