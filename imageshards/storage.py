@@ -107,6 +107,12 @@ def delete(paths):
 
 def delete_tree(directory):
     """Deletes a folder of ours and every file below it (a local folder goes last, once empty)."""
+    if is_local(directory):  # one call, not a lookup and a delete per file (thousands at scale)
+        if not os.path.isdir(directory):
+            return delete([directory])
+        count = sum(len(files) for _, _, files in os.walk(directory))
+        shutil.rmtree(directory)
+        return count + 1
     return delete(list_files(directory) + [directory])
 
 

@@ -171,6 +171,8 @@ def printable(path):
 
 
 def is_utf8(text):
+    if text.isascii():  # nearly every path, checked in C without encoding it
+        return True
     try:
         text.encode('utf-8')
         return True
