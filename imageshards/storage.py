@@ -221,6 +221,43 @@ def _read_local(path):
         os.close(fd)
 
 
+PREFETCH_AHEAD = 64  # files asked for ahead of the one being read
+
+
+def prefetching(items, path_of, ahead=PREFETCH_AHEAD):
+    """Yields `items` (a sequence), having asked the kernel for the local files of the next
+    `ahead` of them (`prefetch_local`) before each run of `ahead`: a file is then read from the
+    page cache while the disk fetches those after it. `path_of(item)` may be None: nothing to
+    fetch."""
+    for start in range(0, len(items), ahead):
+        if start == 0:
+            prefetch_local(map(path_of, items[:ahead]))
+        prefetch_local(map(path_of, items[start + ahead : start + 2 * ahead]))
+        yield from items[start : start + ahead]
+
+
+def prefetch_local(paths):
+    """Asks the kernel to start reading the local files among `paths` into the page cache, and
+    returns at once: the reads that follow find them there instead of each waiting on the disk
+    in turn (on a cold cache, this halved a build of 200,000 small JPEGs: bench/RESULTS.md).
+    Files that cannot be opened are left to the read that reports them."""
+    if not hasattr(os, 'posix_fadvise'):
+        return
+    for path in paths:
+        if path is None or is_uri(path):
+            continue
+        try:  # not blocking: a FIFO among the inputs must not hang the build here
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        except OSError:
+            continue
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+
 def input_exists(path):
     """Whether an input that could not be read exists (an unreachable store: assumed so)."""
     try:

@@ -105,7 +105,11 @@ class _ValidateWorkItem(beam.DoFn):
         # The bytes each record will store, kept for the writer (local runner, examples).
         payloads = None if self._reencode_dir else self._store.payloads()
         valid = []
-        for outcome in (self._pool.map if self._pool else map)(self._validate, entries):
+        if self._pool:
+            outcomes = self._pool.map(self._validate, entries)
+        else:
+            outcomes = map(self._validate, storage.prefetching(entries, _path_to_read))
+        for outcome in outcomes:
             if isinstance(outcome, dict):
                 counters.counter(f'rejected_{outcome["reason"]}').inc()
                 yield beam.pvalue.TaggedOutput(REJECTED, outcome)
@@ -162,6 +166,10 @@ class _ValidateWorkItem(beam.DoFn):
             levels=levels,
         )
         return meta, data if stored is None else stored
+
+
+def _path_to_read(entry):
+    return None if entry.reject else entry.path
 
 
 class Validated(typing.NamedTuple):

@@ -117,15 +117,20 @@ class _WriteShard(beam.DoFn):
                 yield tfrecord.frame(self._encoder.encode(meta, stored))
         elif self._pool:
             yield from bounded_map(self._pool, self._framed_record, metas, 4 * self._io_threads)
-        else:
+        elif self._format == features.EXAMPLES:
+            yield from map(self._framed_record, storage.prefetching(metas, self._source))
+        else:  # a `paths` build reads no image
             yield from map(self._framed_record, metas)
 
+    def _source(self, meta):
+        return source_path(self._input_base, meta.key)
+
     def _stored_bytes(self, meta):
-        source = source_path(self._input_base, meta.key)
+        source = self._source(meta)
         return stored_bytes(read_checked(source, meta), meta, source)
 
     def _framed_record(self, meta):
-        source = source_path(self._input_base, meta.key)
+        source = self._source(meta)
         stored = None
         if self._format == features.EXAMPLES:
             stored = stored_bytes(read_checked(source, meta), meta, source)
