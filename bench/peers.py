@@ -1,8 +1,9 @@
 """imageshards against the tools a user would pick instead, on the same images, in one run.
 
 Building (`build`, the default): one image tree (JPEGs cut from scikit-learn's sample photos,
-stored label-sorted in 10 class folders), page cache warm, 16 shards for everyone, contenders
-alternated round by round so that the machine's drift hits all alike:
+stored label-sorted in 10 class folders), the images' page cache warm (or, with `--cache cold`,
+dropped before each build: a first pass over data larger than memory), 16 shards for everyone,
+contenders alternated round by round so that the machine's drift hits all alike:
   tfds           TensorFlow Datasets' GeneratorBasedBuilder (bench/peer_tfds.py)
   hf             Hugging Face datasets: imagefolder -> shuffle -> save_to_disk (bench/peer_hf.py)
   imageshards    `imageshards build` as a user runs it (analysis on)
@@ -18,6 +19,7 @@ carries TFDS metadata).
 
     python -m bench.peers --count 20000                      # 500x375 photos (47 KB)
     python -m bench.peers --count 200000 --size 64x64 --no-hf
+    python -m bench.peers --count 200000 --size 64x64 --no-hf --cache cold
     python -m bench.peers read --count 20000
 """
 
@@ -90,7 +92,10 @@ def run_builds(args):
             command = contenders[name]
             out = os.path.join(args.work_dir, 'peer-' + name.replace(' ', '').replace('-', ''))
             shutil.rmtree(out, ignore_errors=True)
-            datasets.warm_page_cache(data)
+            if args.cache == 'cold':
+                datasets.evict_page_cache(data)
+            else:
+                datasets.warm_page_cache(data)
             seconds, peak = run_measured(command(out), env=env)[:2]
             runs[name].append((seconds, peak))
             print(f'  round {round_ + 1}: {name:<26}{seconds:>7.1f} s {peak / 2**20:>7.0f} MiB')
@@ -129,6 +134,12 @@ def main(argv=None):
     parser.add_argument('--only', default='', help='comma-separated contenders')
     parser.add_argument('--no-hf', action='store_true', help='leave out Hugging Face datasets')
     parser.add_argument('--naive', action='store_true', help='add the naive one-process writer')
+    parser.add_argument(
+        '--cache',
+        choices=('warm', 'cold'),
+        default='warm',
+        help="the images' pages before each build: read once (warm) or dropped (cold)",
+    )
     parser.add_argument('--keep', action='store_true', help='keep the outputs (for `read`)')
     parser.add_argument('--batches', type=int, default=60, help='read: batches per measurement')
     args = parser.parse_args(argv)
