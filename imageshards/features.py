@@ -128,24 +128,38 @@ def encode_example(fmt, values, levels=()):
             `bytes` or `str` (UTF-8), int64 features take `int`.
         levels: the build's label level names.
     """
-    schema = record_schema(fmt, levels)
-    if values.keys() != schema.keys():
+    ordered = _sorted_schema(fmt, tuple(levels))
+    if values.keys() != _schema_keys(fmt, tuple(levels)):
         raise ValueError(
-            f'record keys {sorted(values)} do not match the {fmt} schema {sorted(schema)}'
+            f'record keys {sorted(values)} do not match the {fmt} schema '
+            f'{sorted(key for key, _, _ in ordered)}'
         )
-    entries = []
-    for key, kind in _sorted_schema(fmt, tuple(levels)):
+    parts = []
+    for key, kind, repeating in ordered:
         value = values[key]
-        if key in _REPEATING:  # a handful of values across a whole build: encoded once each
+        if repeating:  # a handful of values across a whole build: encoded once each
             entry = _ENTRIES.get((key, value))
             if entry is None:
                 if len(_ENTRIES) > _MAX_ENTRIES:
                     _ENTRIES.clear()
                 entry = _ENTRIES[(key, value)] = _entry(key, kind, value)
-            entries.append(entry)
-        else:
-            entries.append(_entry(key, kind, value))
-    return _delimited(0x0A, b''.join(entries))  # Example.features
+            parts.append(entry)
+        elif kind == 'int64':
+            parts.append(_entry(key, kind, value))
+        else:  # the image's bytes among them: headers only, the bytes copied once by the join
+            _append_bytes_entry(parts, _KEY_FIELDS[key], value)
+    features_bytes = b''.join(parts)
+    return _header(0x0A, len(features_bytes)) + features_bytes  # Example.features
+
+
+def _append_bytes_entry(parts, key_field, value):
+    """Appends to `parts` the pieces of the map entry `_entry` makes of a bytes feature."""
+    data = value.encode('utf-8') if isinstance(value, str) else value
+    bytes_list = _header(0x0A, len(data))  # BytesList.value
+    feature = _header(0x0A, len(bytes_list) + len(data))  # Feature.bytes_list
+    entry_value = _header(0x12, len(feature) + len(bytes_list) + len(data))  # entry value
+    size = len(key_field) + len(entry_value) + len(feature) + len(bytes_list) + len(data)
+    parts += (_header(0x0A, size), key_field, entry_value, feature, bytes_list, data)
 
 
 def _entry(key, kind, value):
@@ -166,9 +180,15 @@ _MAX_ENTRIES = 100_000
 
 
 @functools.cache
+def _schema_keys(fmt, levels):
+    return frozenset(record_schema(fmt, levels))
+
+
+@functools.cache
 def _sorted_schema(fmt, levels):
-    """[(key, kind)] in the order the protobuf runtime's deterministic serialization writes map
-    entries: by key bytes, a key after the longer keys it is a prefix of (upb's order)."""
+    """[(key, kind, whether its values repeat)] in the order the protobuf runtime's
+    deterministic serialization writes map entries: by key bytes, a key after the longer keys it
+    is a prefix of (upb's order)."""
     pairs = sorted(
         record_schema(fmt, levels).items(),
         key=functools.cmp_to_key(lambda a, b: _upb_key_order(a[0], b[0])),
@@ -176,7 +196,7 @@ def _sorted_schema(fmt, levels):
     for key, _ in pairs:
         if key not in _KEY_FIELDS:
             _KEY_FIELDS[key] = _delimited(0x0A, key.encode('utf-8'))
-    return pairs
+    return tuple((key, kind, key in _REPEATING) for key, kind in pairs)
 
 
 def _upb_key_order(a, b):
@@ -209,10 +229,19 @@ _ONE_BYTE = [bytes((i,)) for i in range(0x80)]
 
 def _delimited(tag, payload):
     """A length-delimited field: its tag byte, the payload's length, the payload."""
-    size = len(payload)
+    return _header(tag, len(payload)) + payload
+
+
+def _header(tag, size):
+    """The tag byte and length of a length-delimited field of `size` bytes."""
     if size < 0x80:
-        return bytes((tag, size)) + payload
-    return bytes((tag,)) + _varint(size) + payload
+        return _HEADERS[tag][size]
+    if size < 0x4000:  # two bytes of varint: most images' lengths
+        return bytes((tag, (size & 0x7F) | 0x80, size >> 7))
+    return bytes((tag,)) + _varint(size)
+
+
+_HEADERS = {tag: [bytes((tag, size)) for size in range(0x80)] for tag in (0x0A, 0x12)}
 
 
 @functools.cache

@@ -102,13 +102,18 @@ def test_encoding_equals_the_protobuf_runtime_on_random_records():
     rng = random.Random(3)
     levels = ('family', 'species')
     ints = [0, 1, -1, 127, 128, 2**31, -(2**63), 2**63 - 1, 300, -300]
+    # Lengths around the one-, two- and three-byte varints of each nested length field.
+    lengths = [122, 123, 124, 125, 126, 127, 128, 16375, 16377, 16379, 16381, 16383, 16384, 70000]
     for _ in range(300):
         values = {}
         for key, kind in features.record_schema(features.EXAMPLES, levels).items():
             if kind == 'int64':
                 values[key] = rng.choice(ints + [rng.randrange(-(2**63), 2**63)])
             else:
-                values[key] = rng.choice([b'', 'ü', bytes(rng.randrange(256) for _ in range(200))])
+                values[key] = rng.choice(
+                    [b'', 'ü', bytes(rng.randrange(256) for _ in range(200))]
+                    + [bytes([rng.randrange(256)]) * rng.choice(lengths)] * 3
+                )
         message = features.example_class()()
         for key, kind in features.record_schema(features.EXAMPLES, levels).items():
             value = values[key]
