@@ -3,7 +3,8 @@
 Contenders, each delivering batches of 64 images of 224x224 with their labels, on all cores:
   make_dataset   the trainer's input pipeline on an imageshards build (training=True: per-epoch
                  shard shuffle, interleave, record shuffle, random-resized crop cut while
-                 decoding, flip and erasing)
+                 decoding), and the same with `--augment standard` on top (a flip
+                 and random erasing, which the peers do not do)
   keras          keras.utils.image_dataset_from_directory on the image tree (shuffled, resized)
   tfds           TFDS as_dataset(shuffle_files=True) of its own build, resized in parallel
   tfds on ours   the same reader on the imageshards build, through builder_from_directory (when
@@ -71,7 +72,12 @@ def contenders(data, ours, theirs):
     from trainer import input_pipeline
 
     found = {
+        # The same work as the peers below: shuffled images, cut and resized to 224x224.
         'make_dataset': lambda: input_pipeline.make_dataset(
+            ours, 'train', BATCH, training=True, image_size=SIZE
+        ),
+        # The trainer's `--augment standard` on top: a flip and random erasing.
+        'make_dataset, standard augmentation': lambda: input_pipeline.make_dataset(
             ours, 'train', BATCH, training=True, image_size=SIZE, augment='standard'
         ),
         'keras image_dataset_from_directory': lambda: (
@@ -98,7 +104,8 @@ def main(args):
     rates = {name: [] for name in found}
     for round_ in range(args.repeat):
         for name, make in found.items():
-            datasets.warm_page_cache(data)
+            for folder in (data, ours, theirs):  # each contender's input warm, the images or
+                datasets.warm_page_cache(folder)  # the shards
             rates[name].append(_rate(make(), args.batches))
             print(f'  round {round_ + 1}: {name:<48}{rates[name][-1]:>7.0f} images/s', flush=True)
     medians = {name: statistics.median(values) for name, values in rates.items()}
