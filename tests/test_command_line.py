@@ -107,6 +107,12 @@ def test_a_failed_build_leaves_nothing_in_the_temporary_folder(tree, tmp_path, s
     assert not list(temporary.iterdir())  # Beam's beam-pipeline-temp* among them
 
 
+def _ctrl_c_as_in_a_terminal():
+    """SIGINT's default action in the command's process, as in a terminal's foreground job:
+    a test run started in the background (`cmd &`, nohup) hands its children SIGINT ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _workers(process):
     """The Beam worker processes below `process`."""
     found = []
@@ -130,6 +136,7 @@ def test_ctrl_c_stops_a_build_in_one_line_with_no_process_left(tree, tmp_path):
         env=env,
         cwd=REPOSITORY,
         start_new_session=True,  # a process group of its own, as a terminal's foreground job
+        preexec_fn=_ctrl_c_as_in_a_terminal,
     )
     supervisor = psutil.Process(process.pid)
     deadline = time.monotonic() + 120
@@ -185,6 +192,7 @@ def test_ctrl_c_stops_training_in_one_line_keeping_its_checkpoints(color_builds,
         text=True,
         cwd=REPOSITORY,
         start_new_session=True,
+        preexec_fn=_ctrl_c_as_in_a_terminal,
     )
     deadline = time.monotonic() + 120
     while not (job / 'checkpoints' / 'checkpoint').exists() and time.monotonic() < deadline:
