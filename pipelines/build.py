@@ -40,6 +40,7 @@ from imageshards import supervise
 from pipelines import blocks
 from pipelines import counters
 from pipelines import finalize
+from pipelines import helper as helper_lib
 from pipelines import inputs
 from pipelines import listing as listing_lib
 from pipelines import options
@@ -149,7 +150,7 @@ def run(argv=None, test_pipeline=None):
         output_dir, layout.TEMP_DIR, f'listing-{uuid.uuid4().hex[:12]}.jsonl'
     )
     transform_dir = _transform_work_dir(pipeline, config, output_dir, dry_run)
-    helper = _start_helper(pipeline, config, output_dir, transform_dir, dry_run)
+    helper = _start_helper(pipeline, config, dry_run)
     try:
         if test_pipeline is not None or runner.mode_given(beam_args):
             beam_args = None  # the pipeline or its mode is the caller's: keep it
@@ -172,17 +173,14 @@ def run(argv=None, test_pipeline=None):
             shutil.rmtree(transform_dir, ignore_errors=True)
 
 
-def _start_helper(pipeline, config, output_dir, transform_dir, dry_run):
-    """The tf.Transform helper process of a local build with the analysis, or None. Started
-    before listing: it imports TensorFlow while this process lists and the workers validate."""
+def _start_helper(pipeline, config, dry_run):
+    """The tf.Transform helper process of a local build with the analysis, or None: the one the
+    command started before importing Beam, else one started now, before listing, so that it
+    imports TensorFlow while this process lists and the workers validate."""
     if not config.analyze or analysis_in_pipeline(pipeline, config) or dry_run:
+        _stop_untaken_helper()
         return None
-    root = transform_dir or storage.join(output_dir, layout.TEMP_DIR)
-    return transform_output.Helper(
-        tempfile.mkdtemp(prefix='imageshards-analysis-'),
-        storage.join(root, layout.TRANSFORM_STAGING),
-        storage.join(root, layout.TFT_TEMP_DIR),
-    )
+    return helper_lib.take() or helper_lib.Helper()
 
 
 def _build(
@@ -195,13 +193,20 @@ def _build(
     on_dataflow = runner.is_dataflow(pipeline.options.view_as(StandardOptions).runner)
     dry_run = on_dataflow and pipeline.options.view_as(TestOptions).dry_run
     summary = _write_listing(scan, config, output_dir, listing_path, dry_run)
+    handover = helper.work_dir if helper else None
+    context = BuildContext.create(
+        config, summary, listing_path, output_dir, transform_dir, handover
+    )
     if helper:
-        transform_output.prepare(
-            helper.work_dir,
-            summary.labels,
-            config.format,
-            list(summary.label_levels),
-            config.transform_image_size,
+        helper.prepare(
+            transform_output.settings(
+                summary.labels,
+                config.format,
+                list(summary.label_levels),
+                config.transform_image_size,
+                context.transform_staging,
+                context.tft_temp_dir,
+            )
         )
         pipeline = runner.share_cores(pipeline, helper, summary.num_inputs, beam_args)
     if runner.shuffles_in_memory(pipeline) and not dry_run:
@@ -211,10 +216,6 @@ def _build(
         # The local runner holds every shuffled element in this process: metadata goes to
         # files, and its shuffles move byte ranges of them (pipelines/blocks.py).
         store = blocks.BlockStore(storage.join(output_dir, layout.TEMP_DIR, layout.BLOCKS_DIR))
-    handover = helper.work_dir if helper else None
-    context = BuildContext.create(
-        config, summary, listing_path, output_dir, transform_dir, handover
-    )
     build_pipeline(pipeline, context, store)
     watched = runner.shuffles_in_memory(pipeline) and not dry_run
     with progress.Watch({progress.VALIDATE: summary.num_inputs}, _UNITS, enabled=watched):
@@ -340,7 +341,17 @@ def main(argv=None):
     except KeyboardInterrupt:
         print(interrupted_message(argv), file=sys.stderr)
         return console.INTERRUPTED_EXIT_CODE
+    finally:
+        _stop_untaken_helper()
     return 0
+
+
+def _stop_untaken_helper():
+    """Stops a helper the command started early for a build that ended before taking it."""
+    early = helper_lib.take()
+    if early:
+        early.stop()
+        shutil.rmtree(early.work_dir, ignore_errors=True)
 
 
 def command(argv):

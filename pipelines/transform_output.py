@@ -8,19 +8,17 @@
     them into place before `_SUCCESS`.
 
 Where it runs: on a distributed runner (Dataflow), as steps of the build's pipeline
-(`WriteTransformOutput`). On the local runner, in a helper process of the launcher (`Helper`),
-as a small pipeline of its own over the sample records the build's pipeline hands over in a
-local folder: TensorFlow and tensorflow_transform are then imported by that process alone,
-while the launcher lists and the workers validate, instead of by every worker process (each
-import costs ~4 s of CPU and ~850 MB on the 2-core machine of bench/RESULTS.md), and the
-transform runs while the workers write the shards.
+(`WriteTransformOutput`). On the local runner, in a helper process of the launcher
+(pipelines/helper.py, `main` below), as a small pipeline of its own over the sample records the
+build's pipeline hands over in a local folder: TensorFlow and tensorflow_transform are then
+imported by that process alone, while the launcher lists and the workers validate, instead of
+by every worker process (each import costs ~4 s of CPU and ~850 MB on the 2-core machine of
+bench/RESULTS.md), and the transform runs while the workers write the shards.
 """
 
 import glob
 import json
-import logging
 import os
-import subprocess
 import sys
 import time
 
@@ -30,11 +28,10 @@ from imageshards import console
 from imageshards import layout
 from imageshards import storage
 from imageshards import tfrecord
+from pipelines import helper
 
-_LOG = logging.getLogger(__name__)
-SETTINGS = 'settings.json'  # what the Helper's pipeline is made of, from the launcher
-JOB = 'analysis.json'  # the hand-over from the pipeline to the Helper
-SAMPLE_GLOB = 'sample-*.tfrecord'  # the sample's records, in the Helper's work folder
+JOB = 'analysis.json'  # the hand-over from the pipeline to the helper
+SAMPLE_GLOB = 'sample-*.tfrecord'  # the sample's records, in the helper's work folder
 
 
 class WriteTransformOutput(beam.PTransform):
@@ -101,66 +98,23 @@ def _write_raw_metadata(unused_written, schema, path):
     return path
 
 
-class Helper:
-    """The process that writes the TFT output of a build on the local runner.
-
-    Started before the build lists its inputs, it imports TensorFlow and tensorflow_transform
-    on the core the launcher leaves free, builds its pipeline once the launcher has listed the
-    inputs (`SETTINGS`), and runs it as soon as the build's pipeline hands the sample over (`JOB`
-    in `work_dir`, written with the sample records once the analysis is done, before the shards
-    are written): the transform is written while the workers write the shards. A process of its
-    own, not a thread: importing TensorFlow holds the interpreter lock for seconds, which would
-    stall the launcher that relays the workers' data.
-    """
-
-    def __init__(self, work_dir, staging_dir, temp_dir):
-        self.work_dir = work_dir
-        self._log = os.path.join(work_dir, 'transform.log')
-        with open(self._log, 'wb') as log:
-            self._process = subprocess.Popen(  # pylint: disable=consider-using-with
-                [sys.executable, '-m', __name__, work_dir, staging_dir, temp_dir],
-                stdout=log,
-                stderr=log,
-            )
-
-    def lower_priority(self):
-        """Lets the build's own processes go first: the helper takes the time they leave."""
-        try:
-            os.setpriority(os.PRIO_PROCESS, self._process.pid, 10)
-        except OSError:  # gone already, or not allowed: it only runs a little slower
-            pass
-
-    def finish(self):
-        """Waits for the TFT output; raises RuntimeError with the helper's last lines if it
-        failed."""
-        if self._process.poll() is None:
-            _LOG.info('writing the tf.Transform output')
-        if self._process.wait() != 0:
-            with open(self._log, encoding='utf-8', errors='replace') as f:
-                tail = ''.join(f.readlines()[-20:])
-            raise RuntimeError(f'writing the tf.Transform output failed:\n{tail}')
-
-    def stop(self):
-        if self._process.poll() is None:
-            self._process.kill()
-            self._process.wait()
-
-
-def prepare(work_dir, labels, fmt, levels, image_size):
-    """What the Helper needs to build its pipeline, known once the inputs are listed: it builds
-    it while the build runs, and only runs it once the sample is handed over."""
-    settings = {
+def settings(labels, fmt, levels, image_size, staging_dir, temp_dir):
+    """What the helper (pipelines/helper.py) needs to build its pipeline, known once the inputs
+    are listed: it builds it while the build runs, and only runs it once the sample is handed
+    over."""
+    return {
         'labels': list(labels),
         'format': fmt,
         'levels': list(levels),
         'image_size': image_size,
+        'staging_dir': staging_dir,
+        'temp_dir': temp_dir,
     }
-    storage.write_atomically(os.path.join(work_dir, SETTINGS), json.dumps(settings).encode())
 
 
 def hand_over(analysis, work_dir):
     """The pipeline's last analysis step on the local runner: dataset.json's `analysis` for the
-    Helper, as JOB, once the sample's records are in `work_dir`."""
+    helper, as JOB, once the sample's records are in `work_dir`."""
     storage.write_atomically(os.path.join(work_dir, JOB), json.dumps(analysis).encode('utf-8'))
     return JOB
 
@@ -183,9 +137,9 @@ def _analysis(unused_impulse, work_dir):
     return _wait_for(os.path.join(work_dir, JOB))
 
 
-def write(work_dir, settings, staging_dir, temp_dir):
+def write(work_dir, settings):
     """Runs WriteTransformOutput on the sample records handed over in `work_dir`, in a pipeline
-    of this process that waits for them."""
+    of this process that waits for them; `settings` as `settings()` made them."""
     # pylint: disable=import-outside-toplevel
     from apache_beam.runners.portability.fn_api_runner import fn_runner
 
@@ -199,14 +153,14 @@ def write(work_dir, settings, staging_dir, temp_dir):
             settings['format'],
             settings['levels'],
             settings['image_size'],
-            staging_dir,
-            temp_dir,
+            settings['staging_dir'],
+            settings['temp_dir'],
         )
 
 
 def main(argv=None):
-    """The Helper process: WORK_DIR STAGING_DIR TEMP_DIR."""
-    work_dir, staging_dir, temp_dir = (sys.argv[1:] if argv is None else argv)[:3]
+    """The helper process (pipelines/helper.py): WORK_DIR."""
+    work_dir = (sys.argv[1:] if argv is None else argv)[0]
     console.configure_logging()
     # pylint: disable=import-outside-toplevel,unused-import
     import tensorflow_transform.beam  # noqa: F401  (the seconds this process is for)
@@ -214,7 +168,7 @@ def main(argv=None):
 
     from imageshards import transform  # noqa: F401
 
-    write(work_dir, _wait_for(os.path.join(work_dir, SETTINGS)), staging_dir, temp_dir)
+    write(work_dir, _wait_for(os.path.join(work_dir, helper.SETTINGS)))
     return 0
 
 

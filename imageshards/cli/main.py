@@ -8,6 +8,7 @@ import sys
 import imageshards
 from imageshards import console
 from imageshards import supervise
+from pipelines import helper
 
 # command -> (module whose main(argv) runs it, what it does)
 COMMANDS = {
@@ -64,8 +65,10 @@ def main(argv=None):
         # In a child process that Ctrl-C ends cleanly, with its workers; this one loads nothing
         # (importing Beam here too would cost every build ~1.5 s).
         return supervise.run_supervised(
-            COMMANDS[command][0], rest, lambda: _module(command).interrupted_message(rest)
+            'imageshards.cli', argv, lambda: _module(command).interrupted_message(rest)
         )
+    if command == 'build':  # the supervised child: TensorFlow's import starts before Beam's
+        helper.start_early(rest)
     # Imported on demand: `imageshards verify` need not load Beam, nor `build` TensorFlow.
     module = _module(command)
     try:
