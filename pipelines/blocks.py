@@ -30,6 +30,8 @@ import uuid
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from imageshards import storage
+
 PAYLOAD_MAX_BYTES = 16 << 10
 
 
@@ -203,11 +205,12 @@ class BlockStore:
         """A PayloadFile for one work item's stored bytes, or None (inline: none are kept)."""
         return PayloadFile(self.spill_dir) if self.spill_dir else None
 
-    def read_payloads(self, metas, read_input, window_bytes=64 << 20):
+    def read_payloads(self, metas, read_input, window_bytes=64 << 20, path_of=None):
         """Yields the stored bytes of each of `metas`, in their order: from its payload, or
-        `read_input(meta)` for an image without one. Each window of at most `window_bytes` of
-        payloads is read file by file, in offset order: a payload file is opened once per
-        window, not once per image."""
+        `read_input(meta)` for an image without one (whose file `path_of(meta)`, if given, is
+        asked of the kernel ahead: `storage.prefetching`). Each window of at most
+        `window_bytes` of payloads is read file by file, in offset order: a payload file is
+        opened once per window, not once per image."""
         start = 0
         while start < len(metas):
             end, size = start, 0
@@ -223,7 +226,7 @@ class BlockStore:
             )
             found = {i: self._read_payload(window[i]) for i in kept}
             self._open_payloads.clear()
-            for i, meta in enumerate(window):
+            for i, meta in storage.prefetching(list(enumerate(window)), _input_path(path_of)):
                 yield found.pop(i) if meta.payload else read_input(meta)
             start = end
 
@@ -247,6 +250,16 @@ class BlockStore:
 
     def __getstate__(self):
         return {'spill_dir': self.spill_dir}
+
+
+def _input_path(path_of):
+    """(index, meta) -> the input file to read ahead: none for a meta with a payload."""
+
+    def path(indexed):
+        meta = indexed[1]
+        return None if meta.payload or path_of is None else path_of(meta)
+
+    return path
 
 
 def _join(folder, name):

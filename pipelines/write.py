@@ -113,7 +113,8 @@ class _WriteShard(beam.DoFn):
         """The framed records of `metas`, in order: their stored bytes from the payload files
         validation kept (local runner), else read from the inputs again."""
         if self._format == features.EXAMPLES and any(meta.payload for meta in metas):
-            for meta, stored in zip(metas, self._store.read_payloads(metas, self._stored_bytes)):
+            payloads = self._store.read_payloads(metas, self._stored_bytes, path_of=self._source)
+            for meta, stored in zip(metas, payloads):
                 yield tfrecord.frame(self._encoder.encode(meta, stored))
         elif self._pool:
             yield from bounded_map(self._pool, self._framed_record, metas, 4 * self._io_threads)

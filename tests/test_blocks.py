@@ -108,7 +108,16 @@ def test_payloads_are_read_back_in_the_order_asked_across_files_and_windows(tmp_
     assert list(store.read_payloads([], None)) == []
     # Images without a payload (too large to keep) are read by the function given.
     mixed = [m if m.id % 3 else m._replace(payload=0) for m in shuffled]
-    read = list(store.read_payloads(mixed, lambda meta: f'input {meta.id}'.encode()))
+    asked = []  # the input files asked of the kernel ahead of their reads
+
+    def read_input(meta):
+        assert f'/in/{meta.id}' in asked, 'read before it was asked for'
+        return f'input {meta.id}'.encode()
+
+    read = list(
+        store.read_payloads(mixed, read_input, path_of=lambda meta: asked.append(f'/in/{meta.id}'))
+    )
     assert read == [
         data if m.payload else f'input {m.id}'.encode() for m, data in zip(mixed, expected)
     ]
+    assert asked == [f'/in/{m.id}' for m in mixed if not m.payload]
