@@ -31,23 +31,22 @@ MODES = {
 }
 
 
-def _module(name, *args):
+def python_module(name, *args):
+    """`python -m name args` with this interpreter."""
     return [sys.executable, '-m', name, *args]
+
+
+def imageshards_build(data, out, *flags):
+    """`imageshards build` of `data` into `out`, as a user types it (the console script is
+    `imageshards.cli`)."""
+    return python_module(
+        'imageshards.cli', 'build', '--input', data, '--output', out, '--overwrite', *flags
+    )
 
 
 def build_command(data, out, mode, *flags):
     """`imageshards build` of `data` into `out` in a local running mode (a key of MODES)."""
-    return _module(
-        'imageshards.cli',
-        'build',
-        '--input',
-        data,
-        '--output',
-        out,
-        '--overwrite',
-        *MODES[mode],
-        *flags,
-    )
+    return imageshards_build(data, out, *MODES[mode], *flags)
 
 
 def main(argv=None):
@@ -80,8 +79,8 @@ def main(argv=None):
     )
     contenders = {}
     if not args.no_baseline:
-        contenders['baseline'] = lambda out: _module('bench.baseline_writer', data, out)
-        contenders['baseline + Pillow validation'] = lambda out: _module(
+        contenders['baseline'] = lambda out: python_module('bench.baseline_writer', data, out)
+        contenders['baseline + Pillow validation'] = lambda out: python_module(
             'bench.baseline_writer', data, out, '--validate'
         )
     variants = {'': []}

@@ -27,40 +27,25 @@ import argparse
 import os
 import shutil
 import statistics
-import sys
 
 from bench import datasets
+from bench.build_throughput import imageshards_build
+from bench.build_throughput import python_module
 from bench.measure import run_measured
 
 SHARDS = 16
 
 
-def _module(name, *args):
-    return [sys.executable, '-m', name, *args]
-
-
 def build_contenders(data, args):
     """{name: out -> command}."""
-    ours = ['--num-shards', str(SHARDS), '--seed', '0']
+    shards = ['--num-shards', str(SHARDS)]
+    ours = [*shards, '--seed', '0']
     contenders = {
-        'tfds': lambda out: _module('bench.peer_tfds', data, out, '--num-shards', str(SHARDS)),
-        'hf': lambda out: _module('bench.peer_hf', data, out, '--num-shards', str(SHARDS)),
-        # What a user types: the `imageshards` console script is `imageshards.cli`.
-        'imageshards': lambda out: _module(
-            'imageshards.cli', 'build', '--input', data, '--output', out, '--overwrite', *ours
-        ),
-        'imageshards --no-analyze': lambda out: _module(
-            'imageshards.cli',
-            'build',
-            '--input',
-            data,
-            '--output',
-            out,
-            '--overwrite',
-            '--no-analyze',
-            *ours,
-        ),
-        'naive': lambda out: _module('bench.baseline_writer', data, out),
+        'tfds': lambda out: python_module('bench.peer_tfds', data, out, *shards),
+        'hf': lambda out: python_module('bench.peer_hf', data, out, *shards),
+        'imageshards': lambda out: imageshards_build(data, out, *ours),
+        'imageshards --no-analyze': lambda out: imageshards_build(data, out, '--no-analyze', *ours),
+        'naive': lambda out: python_module('bench.baseline_writer', data, out),
     }
     if args.no_hf:
         del contenders['hf']

@@ -226,7 +226,8 @@ class BlockStore:
             )
             found = {i: self._read_payload(window[i]) for i in kept}
             self._open_payloads.clear()
-            for i, meta in storage.prefetching(list(enumerate(window)), _input_path(path_of)):
+            ahead = (lambda m: None if m.payload else path_of(m)) if path_of else _nothing
+            for i, meta in enumerate(storage.prefetching(window, ahead)):
                 yield found.pop(i) if meta.payload else read_input(meta)
             start = end
 
@@ -252,14 +253,8 @@ class BlockStore:
         return {'spill_dir': self.spill_dir}
 
 
-def _input_path(path_of):
-    """(index, meta) -> the input file to read ahead: none for a meta with a payload."""
-
-    def path(indexed):
-        meta = indexed[1]
-        return None if meta.payload or path_of is None else path_of(meta)
-
-    return path
+def _nothing(unused_meta):
+    return None
 
 
 def _join(folder, name):

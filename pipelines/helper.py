@@ -19,6 +19,8 @@ import subprocess
 import sys
 import tempfile
 
+from imageshards import storage  # Beam only on first use, by then loaded
+
 _LOG = logging.getLogger(__name__)
 SETTINGS = 'settings.json'  # what the helper's pipeline is made of, from the launcher
 _NOT_LOCAL_OR_NO_ANALYSIS = ('--no-analyze', '--analysis-in-pipeline', '--dry_run', '--help', '-h')
@@ -41,10 +43,9 @@ class Helper:
     def prepare(self, settings):
         """Hands the helper what it builds its pipeline from: labels, format, levels, image
         size, and where it stages its output."""
-        path = os.path.join(self.work_dir, SETTINGS)
-        with open(path + '.partial', 'w', encoding='utf-8') as f:
-            json.dump(settings, f)
-        os.replace(path + '.partial', path)
+        storage.write_atomically(
+            os.path.join(self.work_dir, SETTINGS), json.dumps(settings).encode('utf-8')
+        )
 
     def lower_priority(self):
         """Lets the build's own processes go first: the helper takes the time they leave."""
