@@ -6,7 +6,10 @@ dropped before each build: a first pass over data larger than memory), 16 shards
 contenders alternated round by round so that the machine's drift hits all alike:
   tfds           TensorFlow Datasets' GeneratorBasedBuilder (bench/peer_tfds.py)
   hf             Hugging Face datasets: imagefolder -> shuffle -> save_to_disk (bench/peer_hf.py)
-  imageshards    `imageshards build` as a user runs it (analysis on)
+  imageshards    `imageshards build` as a user runs it (analysis on), after an earlier build
+                 of the same kind: its tf.Transform graph cached (pipelines/transform_cache.py;
+                 the bench primes the cache with one untimed build if it holds none)
+  first build    the same with an empty cache: TFT writes the graph (each round)
   --no-analyze   `imageshards build --no-analyze`
   naive          list, random.shuffle, tf.io.TFRecordWriter, no validation (--naive)
 Wall time and peak RSS of each contender's whole process tree (launcher and workers).
@@ -44,6 +47,7 @@ def build_contenders(data, args):
         'tfds': lambda out: python_module('bench.peer_tfds', data, out, *shards),
         'hf': lambda out: python_module('bench.peer_hf', data, out, *shards),
         'imageshards': lambda out: imageshards_build(data, out, *ours),
+        'imageshards, first build': lambda out: imageshards_build(data, out, *ours),
         'imageshards --no-analyze': lambda out: imageshards_build(data, out, '--no-analyze', *ours),
         'naive': lambda out: python_module('bench.baseline_writer', data, out),
     }
@@ -67,7 +71,13 @@ def run_builds(args):
         flush=True,
     )
     contenders = build_contenders(data, args)
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2')
+    cache = os.path.join(args.work_dir, 'transform-cache')
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', IMAGESHARDS_CACHE_DIR=cache)
+    if 'imageshards' in contenders and not os.path.isdir(os.path.join(cache, 'transform')):
+        print(f'priming the tf.Transform cache {cache} with one untimed build ...', flush=True)
+        out = os.path.join(args.work_dir, 'peer-priming')
+        run_measured(contenders['imageshards'](out), env=env)
+        shutil.rmtree(out, ignore_errors=True)
     runs = {name: [] for name in contenders}
     names = list(contenders)
     for round_ in range(args.repeat):
@@ -75,13 +85,16 @@ def run_builds(args):
         order = names[round_ % len(names) :] + names[: round_ % len(names)]
         for name in order:
             command = contenders[name]
-            out = os.path.join(args.work_dir, 'peer-' + name.replace(' ', '').replace('-', ''))
+            out = os.path.join(args.work_dir, 'peer-' + ''.join(filter(str.isalnum, name)))
             shutil.rmtree(out, ignore_errors=True)
             if args.cache == 'cold':
                 datasets.evict_page_cache(data)
             else:
                 datasets.warm_page_cache(data)
-            seconds, peak = run_measured(command(out), env=env)[:2]
+            first = os.path.join(args.work_dir, 'transform-cache-empty')
+            shutil.rmtree(first, ignore_errors=True)
+            own_env = dict(env, IMAGESHARDS_CACHE_DIR=first) if 'first build' in name else env
+            seconds, peak = run_measured(command(out), env=own_env)[:2]
             runs[name].append((seconds, peak))
             print(f'  round {round_ + 1}: {name:<26}{seconds:>7.1f} s {peak / 2**20:>7.0f} MiB')
             if not args.keep:

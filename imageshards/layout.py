@@ -33,6 +33,7 @@ TRANSFORMED_METADATA_DIR = 'transformed_metadata'
 RAW_METADATA_DIR = 'metadata'
 TRANSFORM_DIRS = (TRANSFORM_FN_DIR, TRANSFORMED_METADATA_DIR, RAW_METADATA_DIR)
 TRANSFORM_SAVED_MODEL = f'{TRANSFORM_FN_DIR}/saved_model.pb'
+TRANSFORM_ASSETS = f'{TRANSFORM_FN_DIR}/assets'
 ANALYSIS_JSON = f'{TRANSFORM_FN_DIR}/assets.extra/analysis.json'
 OWN_FILES = (SUCCESS, DATASET_JSON, REJECTED_JSONL, DUPLICATES_JSONL)
 # TensorFlow Datasets' metadata, beside dataset.json; TFDS names the labels files itself.

@@ -20,9 +20,11 @@ and gets, per record:
 
 Analyzers: the pixel statistics and the label vocabulary are PTransform analyzers. The build
 measures the statistics itself, exactly, over a fixed sample of the analysis split
-(pipelines/analyze.py: dataset.json `analysis`); `PixelStatistics` carries them into the graph.
-The vocabulary holds every label of the build sorted by name, so its ids are those of
-dataset.json (a class with no image in the analysed split keeps its id). TFT's analysis
+(pipelines/analyze.py: dataset.json `analysis`); `PixelStatistics` carries them into the graph
+as the `pixel_statistics` asset. The vocabulary holds every label of the build sorted by name,
+so its ids are those of dataset.json (a class with no image in the analysed split keeps its
+id). Both are assets, read as the graph loads, so that the graph itself depends only on the
+format, the label levels and the image size (pipelines/transform_cache.py reuses it). TFT's analysis
 evaluates only the analyzers' inputs - here `image/class/label` and `image/class/text` - so
 analysing the sample decodes no image; images are decoded when the graph transforms records.
 
@@ -38,7 +40,6 @@ the local runner.
 import os
 
 import apache_beam as beam
-import numpy as np
 import tensorflow as tf
 import tensorflow_transform as tft
 from apache_beam.io.filesystems import FileSystems
@@ -46,15 +47,18 @@ from tensorflow_transform.beam import experimental as tft_beam_experimental
 
 from imageshards import decode
 from imageshards import features
+from imageshards import transform_assets
 
 # Outputs of the transform.
 IMAGE = 'image'
 LABEL = 'label'
 PIXEL_MEAN = 'pixel_mean'
 PIXEL_STD = 'pixel_std'
-LABEL_VOCABULARY = 'label'  # the vocabulary's name: TFTransformOutput.vocabulary_by_name(...)
+LABEL_VOCABULARY = transform_assets.LABEL_VOCABULARY  # TFTransformOutput.vocabulary_by_name
+PIXEL_STATISTICS = transform_assets.PIXEL_STATISTICS
 CHANNELS = 3
 MIN_STD = 1e-3  # a constant channel (all pixels equal) is centred, not divided by ~0
+_NEUTRAL = {'pixel_mean': [0.0] * CHANNELS, 'pixel_std': [1.0] * CHANNELS}  # TFT's tracing value
 
 
 def level_output(level):
@@ -81,13 +85,16 @@ def make_preprocessing_fn(labels, statistics, fmt, levels, image_size):
     labels, levels = tuple(labels), tuple(levels)
 
     def preprocessing_fn(inputs):
-        mean, std = tft.experimental.ptransform_analyzer(
+        (statistics_file,) = tft.experimental.ptransform_analyzer(
             [inputs[features.LABEL]],
             PixelStatistics(statistics),
-            output_dtypes=[tf.float32, tf.float32],
-            output_shapes=[[CHANNELS], [CHANNELS]],
+            output_dtypes=[tf.string],
+            output_shapes=[[]],
+            output_asset_default_values=[transform_assets.statistics_text(_NEUTRAL)],
             name='pixel_statistics',
         )
+        tft.annotate_asset(PIXEL_STATISTICS, PIXEL_STATISTICS)
+        mean, std = _read_statistics(statistics_file)
         std = tf.maximum(std, MIN_STD)
         (vocabulary,) = tft.experimental.ptransform_analyzer(
             [inputs[features.LABEL_TEXT]],
@@ -96,7 +103,7 @@ def make_preprocessing_fn(labels, statistics, fmt, levels, image_size):
             output_shapes=[[]],
             # What TFT traces with before the analysis (an empty file fails the table's
             # initialization): the build's own labels.
-            output_asset_default_values=[_vocabulary_text(labels)],
+            output_asset_default_values=[transform_assets.vocabulary_text(labels)],
             name='label_vocabulary',
         )
         tft.annotate_asset(LABEL_VOCABULARY, LABEL_VOCABULARY)
@@ -132,7 +139,8 @@ def _resized(value, size, is_path):
 
 
 class PixelStatistics(tft_beam_experimental.PTransformAnalyzer):
-    """The pixel mean and standard deviation the build measured (dataset.json `analysis`)."""
+    """The pixel mean and standard deviation the build measured (dataset.json `analysis`), as
+    the path of the PIXEL_STATISTICS asset (one element)."""
 
     def __init__(self, statistics):
         super().__init__()
@@ -142,15 +150,33 @@ class PixelStatistics(tft_beam_experimental.PTransformAnalyzer):
         # The values come from the build's exact measurement of its sample, not from the
         # batches; waiting for them keeps the analyzer's place in TFT's graph.
         seen = batches | 'Count' >> beam.combiners.Count.Globally()
-        statistics = beam.pvalue.AsSingleton(self._statistics)
-        return (
-            seen | 'Mean' >> beam.Map(_channel_values, statistics, 'pixel_mean'),
-            seen | 'Std' >> beam.Map(_channel_values, statistics, 'pixel_std'),
+        return seen | 'WriteStatistics' >> beam.Map(
+            _write_statistics, beam.pvalue.AsSingleton(self._statistics), self.base_temp_dir
         )
 
 
-def _channel_values(unused_count, statistics, key):
-    return np.array(statistics[key], dtype=np.float32)
+def _write_statistics(unused_count, statistics, temp_dir):
+    return _write_asset(temp_dir, PIXEL_STATISTICS, transform_assets.statistics_text(statistics))
+
+
+def _read_statistics(path):
+    """The PIXEL_STATISTICS asset at `path` -> (mean, std), float32 [CHANNELS] each.
+
+    The values are an asset, read as the graph is loaded, not constants in it: the graph is the
+    same for every build of one format, label levels and image size, and a build can reuse one
+    written before (pipelines/transform_cache.py)."""
+    initializer = tf.lookup.TextFileInitializer(
+        path,
+        tf.int64,
+        tf.lookup.TextFileIndex.LINE_NUMBER,
+        tf.string,
+        tf.lookup.TextFileIndex.WHOLE_LINE,
+    )
+    table = tf.lookup.StaticHashTable(initializer, default_value='nan')
+    values = tf.strings.to_number(
+        table.lookup(tf.range(2 * CHANNELS, dtype=tf.int64)), out_type=tf.float32
+    )
+    return values[:CHANNELS], values[CHANNELS:]
 
 
 class SortedLabelVocabulary(tft_beam_experimental.PTransformAnalyzer):
@@ -181,14 +207,15 @@ def _text(name):
 
 
 def _write_vocabulary(seen, known, temp_dir):
-    names = sorted_labels(known, seen)
-    path = FileSystems.join(temp_dir, LABEL_VOCABULARY)
+    return _write_asset(
+        temp_dir, LABEL_VOCABULARY, transform_assets.vocabulary_text(sorted_labels(known, seen))
+    )
+
+
+def _write_asset(temp_dir, name, content):
+    path = FileSystems.join(temp_dir, name)
     if FileSystems.get_scheme(path) is None:
         os.makedirs(temp_dir, exist_ok=True)
     with FileSystems.create(path) as f:
-        f.write(_vocabulary_text(names))
+        f.write(content)
     return path.encode('utf-8')
-
-
-def _vocabulary_text(names):
-    return ''.join(f'{name}\n' for name in sorted(names)).encode('utf-8')

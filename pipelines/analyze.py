@@ -122,13 +122,14 @@ def _chunks(summary):
 
 
 class _MeasureSample(beam.DoFn):
-    """(chunk, [ImageMeta]) -> each image's pixel sums; its records to the RECORDS output, or,
-    with `records_dir`, to a TFRecord file of the chunk there."""
+    """(chunk, [ImageMeta]) -> each image's pixel sums; with `records`, its records to the
+    RECORDS output, or, with `records_dir`, to a TFRecord file of the chunk there."""
 
     RECORDS = 'records'
 
-    def __init__(self, encoder, input_base, analysis_size, records_dir=None):
+    def __init__(self, encoder, input_base, analysis_size, records_dir=None, records=True):
         self._encoder = encoder
+        self._keep_records = records
         self._input_base = input_base
         self._analysis_size = analysis_size
         self._records_dir = records_dir
@@ -143,7 +144,10 @@ class _MeasureSample(beam.DoFn):
             source = source_path(self._input_base, meta.key)
             data = read_checked(source, meta)
             yield images.pixel_sums(data, self._analysis_size)
-            records.append(self._encoder.encode(meta, stored_bytes(data, meta, source), source))
+            if self._keep_records:
+                records.append(self._encoder.encode(meta, stored_bytes(data, meta, source), source))
+        if not self._keep_records:
+            return
         if self._records_dir is None:
             for record in records:
                 yield beam.pvalue.TaggedOutput(self.RECORDS, record)
@@ -271,8 +275,8 @@ class Analyzed(typing.NamedTuple):
     """AnalyzeSplit's outputs."""
 
     analysis: beam.PCollection  # the one dataset.json `analysis` entry
-    records: beam.PCollection  # the sample's serialized records (none with `handover_dir`)
-    handed_over: beam.PCollection  # one element once handed over (the analysis without it)
+    records: beam.PCollection  # the sample's serialized records (if asked, and no `handover_dir`)
+    handed_over: beam.PCollection  # one element once handed over; None without `handover_dir`
 
 
 class AnalyzeSplit(beam.PTransform):
@@ -288,10 +292,11 @@ class AnalyzeSplit(beam.PTransform):
         encoder: the RecordEncoder of the build's records (its labels, levels and input base).
         store: the BlockStore of the blocks.
         handover_dir: a local folder to hand the sample's records and the analysis over in, or
-            None to emit the records.
+            None.
+        records: whether to emit the sample's records, where there is no `handover_dir`.
     """
 
-    def __init__(self, config, encoder, *, store, handover_dir=None):
+    def __init__(self, config, encoder, *, store, handover_dir=None, records=True):
         super().__init__()
         self._config = config
         self._encoder = encoder
@@ -299,6 +304,7 @@ class AnalyzeSplit(beam.PTransform):
         self._levels = tuple(level for level, _ in encoder.label_levels)
         self._store = store
         self._handover_dir = handover_dir
+        self._records = records
 
     def expand(self, placed):
         config = self._config
@@ -312,7 +318,11 @@ class AnalyzeSplit(beam.PTransform):
             )
         )
         measure = _MeasureSample(
-            self._encoder, self._encoder.input_base, config.analysis_size, self._handover_dir
+            self._encoder,
+            self._encoder.input_base,
+            config.analysis_size,
+            self._handover_dir,
+            records=self._records or self._handover_dir is not None,
         )
         measured = (
             summary
@@ -337,5 +347,5 @@ class AnalyzeSplit(beam.PTransform):
 
     def _hand_over(self, analysis):
         if not self._handover_dir:
-            return analysis
+            return None
         return analysis | 'HandOver' >> beam.Map(transform_output.hand_over, self._handover_dir)

@@ -49,6 +49,7 @@ from pipelines import progress
 from pipelines import runner
 from pipelines import transform_output
 from pipelines.context import BuildContext
+from pipelines.local_transform import LocalTransform
 from pipelines.steps import build_pipeline
 
 _LOG = logging.getLogger(__name__)
@@ -150,7 +151,7 @@ def run(argv=None, test_pipeline=None):
         output_dir, layout.TEMP_DIR, f'listing-{uuid.uuid4().hex[:12]}.jsonl'
     )
     transform_dir = _transform_work_dir(pipeline, config, output_dir, dry_run)
-    helper = _start_helper(pipeline, config, dry_run)
+    transform = _local_transform(pipeline, config, dry_run)
     try:
         if test_pipeline is not None or runner.mode_given(beam_args):
             beam_args = None  # the pipeline or its mode is the caller's: keep it
@@ -161,30 +162,30 @@ def run(argv=None, test_pipeline=None):
             output_dir,
             listing_path,
             transform_dir,
-            helper,
+            transform,
             started,
             beam_args,
         )
     finally:
-        if helper:
-            helper.stop()
-            shutil.rmtree(helper.work_dir, ignore_errors=True)
+        if transform:
+            transform.close()
         if transform_dir:
             shutil.rmtree(transform_dir, ignore_errors=True)
 
 
-def _start_helper(pipeline, config, dry_run):
-    """The tf.Transform helper process of a local build with the analysis, or None: the one the
-    command started before importing Beam, else one started now, before listing, so that it
-    imports TensorFlow while this process lists and the workers validate."""
+def _local_transform(pipeline, config, dry_run):
+    """The LocalTransform of a local build with the analysis, or None: its helper process is
+    the one the command started before importing Beam, else one started now, before listing,
+    so that it imports TensorFlow while this process lists and the workers validate (none
+    where a cached graph will likely do)."""
     if not config.analyze or analysis_in_pipeline(pipeline, config) or dry_run:
         _stop_untaken_helper()
         return None
-    return helper_lib.take() or helper_lib.Helper()
+    return LocalTransform(config)
 
 
 def _build(
-    pipeline, config, scan, output_dir, listing_path, transform_dir, helper, started, beam_args
+    pipeline, config, scan, output_dir, listing_path, transform_dir, transform, started, beam_args
 ):
     """`run` from the listing on; returns dataset.json, or None for a dry run.
 
@@ -193,12 +194,9 @@ def _build(
     on_dataflow = runner.is_dataflow(pipeline.options.view_as(StandardOptions).runner)
     dry_run = on_dataflow and pipeline.options.view_as(TestOptions).dry_run
     summary = _write_listing(scan, config, output_dir, listing_path, dry_run)
-    handover = helper.work_dir if helper else None
-    context = BuildContext.create(
-        config, summary, listing_path, output_dir, transform_dir, handover
-    )
-    if helper:
-        helper.prepare(
+    context = BuildContext.create(config, summary, listing_path, output_dir, transform_dir)
+    if transform:
+        transform.prepare(
             transform_output.settings(
                 summary.labels,
                 config.format,
@@ -208,7 +206,9 @@ def _build(
                 context.tft_temp_dir,
             )
         )
-        pipeline = runner.share_cores(pipeline, helper, summary.num_inputs, beam_args)
+        context = context.written_after(transform.handover_dir)
+    if transform and transform.helper:
+        pipeline = runner.share_cores(pipeline, transform.helper, summary.num_inputs, beam_args)
     if runner.shuffles_in_memory(pipeline) and not dry_run:
         _LOG.info('running on %s', runner.describe(pipeline))
     store = blocks.BlockStore()
@@ -225,8 +225,8 @@ def _build(
         return None
     # Not complete yet where the helper's tf.Transform output (and _SUCCESS) are still to come.
     dataset = dataset_json.load(output_dir, complete=False)
-    if helper:  # the local runner's last step: the tf.Transform output, then _SUCCESS
-        helper.finish()
+    if transform:  # the local runner's last step: the tf.Transform output, then _SUCCESS
+        transform.finish(summary.labels, dataset['analysis'])
         finalize.publish_transform(output_dir, context.transform_staging, dataset['analysis'])
         finalize.complete(output_dir)
     _report(result, dataset, output_dir, time.monotonic() - started)

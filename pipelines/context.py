@@ -27,7 +27,10 @@ class BuildContext:
             (the build's temporary folder, but for a local run with an object-store output).
         handover_dir: the local folder where the analysis hands its sample over to the
             tf.Transform helper process (the local runner; pipelines/transform_output.py), or
-            None where the pipeline writes the tf.Transform output itself.
+            None.
+        transform_by_launcher: whether the launcher writes the tf.Transform output after the
+            pipeline (the local runner: pipelines/local_transform.py), from the helper's work
+            or from a cached graph; else the pipeline's steps write it.
     """
 
     config: BuildConfig
@@ -36,15 +39,19 @@ class BuildContext:
     output_dir: str
     transform_dir: str
     handover_dir: str | None = None
+    transform_by_launcher: bool = False
 
     @classmethod
-    def create(
-        cls, config, listing, listing_path, output_dir, transform_dir=None, handover_dir=None
-    ):
+    def create(cls, config, listing, listing_path, output_dir, transform_dir=None):
         """A context whose tf.Transform work goes to `transform_dir`, by default the build's
         temporary folder."""
         transform_dir = transform_dir or storage.join(output_dir, layout.TEMP_DIR)
-        return cls(config, listing, listing_path, output_dir, transform_dir, handover_dir)
+        return cls(config, listing, listing_path, output_dir, transform_dir)
+
+    def written_after(self, handover_dir):
+        """This context, but with the tf.Transform output written by the launcher after the
+        pipeline, the sample handed over in `handover_dir` (None: no sample wanted)."""
+        return dataclasses.replace(self, handover_dir=handover_dir, transform_by_launcher=True)
 
     @property
     def temp_dir(self):
@@ -63,7 +70,7 @@ class BuildContext:
     @property
     def analysis_in_pipeline(self):
         """Whether steps of the pipeline write the tf.Transform output (else the helper)."""
-        return self.config.analyze and not self.handover_dir
+        return self.config.analyze and not self.transform_by_launcher
 
     @property
     def completes_in_pipeline(self):

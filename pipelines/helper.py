@@ -4,7 +4,8 @@ started as early as the build command allows.
 Its first seconds go to importing TensorFlow and tensorflow_transform (5.3 s of CPU on the
 2-core machine of bench/RESULTS.md), which on a small build is the longest thing a build does.
 So the `imageshards build` command starts it (`start_early`) before it imports Beam itself,
-where its arguments leave the analysis possibly on and the runner local; the build takes it
+where its arguments leave the analysis on and the runner local and no graph of the build's kind
+is cached (pipelines/transform_cache.py: then the build needs no helper); the build takes it
 (`take`) once its options are parsed, and stops it unless it needs it. What it works on, it
 learns later from its work folder: SETTINGS once the inputs are listed, the sample when the
 pipeline hands it over.
@@ -20,6 +21,8 @@ import sys
 import tempfile
 
 from imageshards import storage  # Beam only on first use, by then loaded
+from pipelines import options
+from pipelines import transform_cache
 
 _LOG = logging.getLogger(__name__)
 SETTINGS = 'settings.json'  # what the helper's pipeline is made of, from the launcher
@@ -78,12 +81,18 @@ class Helper:
 def start_early(argv):
     """Starts the helper now unless `argv` (the build's arguments) says the build will not
     want it: no analysis, the analysis in the pipeline, a dry run, help, or a Dataflow runner
-    or config (a guess from the words alone: a build that turns out not to want it stops it).
-    Returns the helper, or None.
+    or config (a guess from the words alone: a build that turns out not to want it stops it),
+    or a graph of the build's kind cached (pipelines/transform_cache.py). Returns the helper,
+    or None.
     """
     global _early  # pylint: disable=global-statement
     flags = {arg.split('=')[0] for arg in argv}
     if flags & set(_NOT_LOCAL_OR_NO_ANALYSIS) or any('dataflow' in arg.lower() for arg in argv):
+        return None
+    config = options.peek_build_config(argv)
+    if config is None or not config.analyze or config.analysis_in_pipeline:
+        return None
+    if transform_cache.has_kind(config.format, config.label_levels, config.transform_image_size):
         return None
     _early = Helper()
     return _early

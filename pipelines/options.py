@@ -6,7 +6,9 @@ file given with `--config` supplies defaults for both: its top-level keys are th
 (with underscores) and its `beam:` mapping holds pipeline options. The command line wins.
 """
 
+import contextlib
 import dataclasses
+import io
 
 from imageshards import configfile
 from imageshards import features
@@ -273,6 +275,23 @@ def check_beam_args(parser, beam_args):
 
 def parse_build_args(argv):
     """Returns (BuildConfig, beam_args) from a command line."""
+    parser, config, beam_args = _parse(argv)
+    check_beam_args(parser, beam_args)
+    return config, beam_args
+
+
+def peek_build_config(argv):
+    """The BuildConfig of a command line, without importing Beam and without a word on
+    stderr; None where the command line is wrong (the build will say how)."""
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            return _parse(argv)[1]
+    except (SystemExit, ValueError, OSError):
+        return None
+
+
+def _parse(argv):
+    """(parser, BuildConfig, beam_args) of a command line, its Beam flags unchecked."""
     parser = build_arg_parser()
     config_beam_args = configfile.apply_defaults(
         parser,
@@ -288,11 +307,9 @@ def parse_build_args(argv):
     for flag in ('input', 'output'):
         if not getattr(args, flag):
             parser.error(f'--{flag} is required (on the command line or in --config)')
-    # Config-file pipeline options first, so the same flag on the command line overrides them.
-    beam_args = config_beam_args + beam_args
-    check_beam_args(parser, beam_args)
     values = vars(args)
     values.pop('config')
     values.pop('verbose')
     values['allow_roots'] = tuple(values['allow_roots'] or ())
-    return BuildConfig(**values), beam_args
+    # Config-file pipeline options first, so the same flag on the command line overrides them.
+    return parser, BuildConfig(**values), config_beam_args + beam_args

@@ -112,9 +112,13 @@ def _analysis(pipeline, context, placed, encoder, store):
     if not config.analyze:
         return (pipeline | 'NoAnalysis' >> beam.Create([]),) * 2 + (None,)
     analyzed = placed | 'AnalyzeSplit' >> AnalyzeSplit(
-        config, encoder, store=store, handover_dir=context.handover_dir
+        config,
+        encoder,
+        store=store,
+        handover_dir=context.handover_dir,
+        records=context.analysis_in_pipeline,
     )
-    if context.handover_dir:
+    if context.transform_by_launcher:
         nothing = pipeline | 'TransformOutsidePipeline' >> beam.Create([])
         return analyzed.analysis, nothing, analyzed.handed_over
     transformed = analyzed.records | 'WriteTransformOutput' >> WriteTransformOutput(

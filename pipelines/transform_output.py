@@ -13,7 +13,9 @@ Where it runs: on a distributed runner (Dataflow), as steps of the build's pipel
 build's pipeline hands over in a local folder: TensorFlow and tensorflow_transform are then
 imported by that process alone, while the launcher lists and the workers validate, instead of
 by every worker process (each import costs ~4 s of CPU and ~850 MB on the 2-core machine of
-bench/RESULTS.md), and the transform runs while the workers write the shards.
+bench/RESULTS.md), and the transform runs while the workers write the shards. The launcher
+then keeps the output's graph (pipelines/transform_cache.py): a later build of the same kind
+writes its output from it, with no helper at all (pipelines/local_transform.py).
 """
 
 import glob
@@ -162,6 +164,11 @@ def main(argv=None):
     """The helper process (pipelines/helper.py): WORK_DIR."""
     work_dir = (sys.argv[1:] if argv is None else argv)[0]
     console.configure_logging()
+    # TensorFlow's import loads Keras's optimizers (and scikit-learn and matplotlib behind them:
+    # ~1 s of CPU and 80 MB on the machine of bench/RESULTS.md) only to register them for
+    # SavedModels that hold them. A transform graph holds none, and TensorFlow imports without
+    # them where they cannot be imported.
+    sys.modules.setdefault('keras.src.optimizers', None)
     # pylint: disable=import-outside-toplevel,unused-import
     import tensorflow_transform.beam  # noqa: F401  (the seconds this process is for)
     from tfx_bsl.tfxio import tf_example_record  # noqa: F401

@@ -1,5 +1,8 @@
+import atexit
 import os
+import shutil
 import sys
+import tempfile
 
 import pytest
 
@@ -7,6 +10,11 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '1')
+# The suite's builds keep and reuse tf.Transform graphs (pipelines/transform_cache.py) in a cache
+# of its own, not the user's: the first build of each kind writes one with TFT, the rest reuse it.
+_CACHE = tempfile.mkdtemp(prefix='imageshards-test-cache-')
+os.environ['IMAGESHARDS_CACHE_DIR'] = _CACHE
+atexit.register(shutil.rmtree, _CACHE, True)
 
 
 def pytest_configure(config):
@@ -18,6 +26,14 @@ def tf():
     import tensorflow  # pylint: disable=import-outside-toplevel
 
     return tensorflow
+
+
+@pytest.fixture
+def empty_transform_cache(tmp_path, monkeypatch):
+    """A cache of tf.Transform graphs of this test's own, empty: its builds run TFT."""
+    path = tmp_path / 'transform-cache'
+    monkeypatch.setenv('IMAGESHARDS_CACHE_DIR', str(path))
+    return path
 
 
 COLOR_CLASSES = ('blue', 'green', 'red', 'yellow')

@@ -36,6 +36,7 @@ TRANSFORM_FILES = [
     'transform_fn/saved_model.pb',
     'transform_fn/fingerprint.pb',
     'transform_fn/assets/label',
+    'transform_fn/assets/pixel_statistics',
     'transform_fn/assets.extra/analysis.json',
     'transform_fn/variables/variables.index',
     'transform_fn/variables/variables.data-00000-of-00001',

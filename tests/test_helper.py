@@ -31,7 +31,7 @@ def _tree(tmp_path):
     return root
 
 
-def test_a_build_takes_the_early_helper_for_its_transform(tmp_path):
+def test_a_build_takes_the_early_helper_for_its_transform(tmp_path, empty_transform_cache):
     out = tmp_path / 'out'
     argv = ['--input', str(_tree(tmp_path)), '--output', str(out)]
     early = helper.start_early(argv)
@@ -43,14 +43,26 @@ def test_a_build_takes_the_early_helper_for_its_transform(tmp_path):
     assert not os.path.exists(early.work_dir)
 
 
-def test_a_build_whose_config_turns_the_analysis_off_stops_the_early_helper(tmp_path):
+def test_a_build_whose_config_turns_the_analysis_off_starts_no_helper(
+    tmp_path, empty_transform_cache
+):
     config = tmp_path / 'build.yaml'
     config.write_text('analyze: false\n')
     out = tmp_path / 'out'
     argv = ['--input', str(_tree(tmp_path)), '--output', str(out), '--config', str(config)]
-    early = helper.start_early(argv)
-    assert early is not None  # the words alone do not say
+    assert helper.start_early(argv) is None
     build.run(argv + ['--direct_running_mode=in_memory'])
+    assert not (out / 'transform_fn').exists()
+
+
+def test_a_build_that_turns_out_not_to_want_the_early_helper_stops_it(
+    tmp_path, empty_transform_cache
+):
+    out = tmp_path / 'out'
+    argv = ['--input', str(_tree(tmp_path)), '--output', str(out)]
+    early = helper.start_early(argv)
+    assert early is not None
+    build.run(argv + ['--no-analyze', '--direct_running_mode=in_memory'])
     assert helper.take() is None
     assert early.exit_status not in (None, 0)  # stopped, not left running
     assert not (out / 'transform_fn').exists()

@@ -1,0 +1,74 @@
+"""How a build on the local runner with the analysis writes its tf.Transform output, after its
+pipeline: from a cached graph of the same kind (pipelines/transform_cache.py), else with TFT in
+the helper process (pipelines/helper.py), whose output the cache then keeps.
+
+No Beam, no TensorFlow here.
+"""
+
+import logging
+import shutil
+
+from imageshards import storage
+from pipelines import helper as helper_lib
+from pipelines import transform_cache
+
+_LOG = logging.getLogger(__name__)
+
+
+class LocalTransform:
+    """The helper process, started before listing unless a cached graph is likely, or the
+    cached graph, once `prepare` knows the build's labels.
+
+    Args:
+        config: the BuildConfig.
+    """
+
+    def __init__(self, config):
+        self._helper = helper_lib.take()
+        if self._helper is None and not transform_cache.has_kind(
+            config.format, config.label_levels, config.transform_image_size
+        ):
+            self._helper = helper_lib.Helper()
+        self._settings = None
+        self.cached = None  # the cached output this build's comes from
+
+    @property
+    def helper(self):
+        """The helper process, where TFT writes the output; else None."""
+        return self._helper
+
+    @property
+    def handover_dir(self):
+        """Where the pipeline hands the sample over to the helper, or None."""
+        return self._helper.work_dir if self._helper else None
+
+    def prepare(self, settings):
+        """Chooses, from `settings` (transform_output.settings()), between the cache and the
+        helper, and hands the helper its settings."""
+        self._settings = settings
+        if not storage.is_uri(settings['staging_dir']):
+            self.cached = transform_cache.find(settings)
+        if self.cached:
+            _LOG.info('the tf.Transform graph: as built before, from %s', self.cached)
+            self.close()
+            return
+        if self._helper is None:  # a graph of this kind is cached, but not for these labels
+            self._helper = helper_lib.Helper()
+        self._helper.prepare(settings)
+
+    def finish(self, labels, analysis):
+        """Writes the output into the settings' staging folder; raises RuntimeError if the
+        helper failed."""
+        staging = self._settings['staging_dir']
+        if self.cached:
+            transform_cache.write(self.cached, staging, labels, analysis)
+            return
+        self._helper.finish()
+        transform_cache.keep(staging, self._settings)
+
+    def close(self):
+        """Stops the helper, if it still runs, and removes its folder."""
+        if self._helper:
+            self._helper.stop()
+            shutil.rmtree(self._helper.work_dir, ignore_errors=True)
+            self._helper = None

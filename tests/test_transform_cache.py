@@ -1,0 +1,143 @@
+"""pipelines/transform_cache.py: a build's tf.Transform output from a graph cached by an earlier
+build of the same kind equals the one TFT writes for it."""
+
+import filecmp
+import os
+
+import numpy as np
+import pytest
+
+from imageshards import layout
+from imageshards import tfrecord
+from pipelines import build
+from pipelines import helper
+from pipelines import transform_cache
+
+import images_for_tests as imgs
+
+
+def _build(root, out, *extra):
+    return build.run(
+        ['--input', str(root), '--output', str(out), '--seed', '3', '--num-shards', '2', *extra]
+    )
+
+
+def _tree(root, classes, start):
+    imgs.write_tree(root, 5, classes, start=start)
+    return root
+
+
+def _settings(labels, fmt='examples', levels=(), image_size=224):
+    return {'labels': list(labels), 'format': fmt, 'levels': list(levels), 'image_size': image_size}
+
+
+@pytest.mark.slow
+def test_a_cached_graph_writes_what_tft_writes_for_another_build(
+    tmp_path, empty_transform_cache, monkeypatch, caplog, tf
+):
+    import tensorflow_transform as tft  # pylint: disable=import-outside-toplevel
+
+    first = _tree(tmp_path / 'first', ('ant', 'bee', 'cow'), start=0)
+    second = _tree(tmp_path / 'second', ('zebra', 'yak', 'emu'), start=500)
+    mode = '--direct_running_mode=in_memory'
+    _build(first, tmp_path / 'out-first', mode)  # TFT writes it; the cache keeps the graph
+    kept = transform_cache.find(_settings(['ant', 'bee', 'cow']))
+    assert kept is not None
+    assert not os.listdir(os.path.join(kept, layout.TRANSFORM_ASSETS))  # no build's assets
+    with caplog.at_level('INFO', logger='pipelines.local_transform'):
+        reused = _build(second, tmp_path / 'from-cache', mode)
+    assert 'from ' + kept in caplog.text
+    monkeypatch.setenv(transform_cache.ENV, str(tmp_path / 'another-cache'))
+    written = _build(second, tmp_path / 'by-tft', mode)
+    assert reused == {**written, 'created': reused['created']}
+
+    by_tft, from_cache = tmp_path / 'by-tft', tmp_path / 'from-cache'
+    for name in ('label', 'pixel_statistics'):  # the build's assets
+        path = os.path.join(layout.TRANSFORM_ASSETS, name)
+        assert (from_cache / path).read_bytes() == (by_tft / path).read_bytes()
+    for name in ('transformed_metadata/schema.pbtxt', 'metadata/schema.pbtxt'):
+        assert filecmp.cmp(from_cache / name, by_tft / name, shallow=False), name
+    records = [
+        record
+        for shard in written['splits']['train']['shards']
+        for record in tfrecord.read_records(open(by_tft / shard['path'], 'rb'), shard['path'])
+    ]
+    outputs = []
+    for out in (by_tft, from_cache):
+        output = tft.TFTransformOutput(str(out))
+        assert output.vocabulary_by_name('label') == [b'emu', b'yak', b'zebra']
+        raw = tf.io.parse_example(tf.constant(records), output.raw_feature_spec())
+        outputs.append(output.transform_features_layer()(raw))
+    np.testing.assert_allclose(
+        outputs[1]['pixel_mean'][0].numpy(), written['analysis']['pixel_mean'], rtol=1e-6
+    )
+    for key in ('image', 'label', 'pixel_mean', 'pixel_std'):
+        np.testing.assert_array_equal(outputs[0][key].numpy(), outputs[1][key].numpy())
+
+
+def test_a_graph_is_kept_per_kind_and_number_of_labels(empty_transform_cache, tmp_path):
+    staged = tmp_path / 'staged'
+    for name in layout.TRANSFORM_DIRS:
+        (staged / name).mkdir(parents=True)
+    (staged / layout.TRANSFORM_SAVED_MODEL).write_bytes(b'graph')
+    os.makedirs(staged / layout.TRANSFORM_ASSETS)
+    for name in ('label', 'pixel_statistics'):
+        (staged / layout.TRANSFORM_ASSETS / name).write_bytes(b'this build only')
+    settings = _settings(['a', 'b'])
+    assert transform_cache.find(settings) is None
+    assert not transform_cache.has_kind('examples', (), 224)
+    transform_cache.keep(str(staged), settings)
+    kept = transform_cache.find(settings)
+    assert kept and kept.startswith(str(empty_transform_cache))
+    assert transform_cache.has_kind('examples', (), 224)
+    assert transform_cache.find(_settings(['x', 'y'])) == kept  # names are assets
+    for other in (
+        _settings(['a', 'b', 'c']),
+        _settings(['a', 'b'], fmt='paths'),
+        _settings(['a', 'b'], levels=['family']),
+        _settings(['a', 'b'], image_size=160),
+    ):
+        assert transform_cache.find(other) is None, other
+    (staged / layout.TRANSFORM_SAVED_MODEL).write_bytes(b'another')
+    transform_cache.keep(str(staged), settings)  # the first one stays
+    assert (empty_transform_cache.joinpath(kept, layout.TRANSFORM_SAVED_MODEL)).read_bytes() == (
+        b'graph'
+    )
+    out = tmp_path / 'out'
+    transform_cache.write(
+        kept, str(out), ['b', 'a'], {'pixel_mean': [1, 2, 3], 'pixel_std': [4, 5.5, 6]}
+    )
+    assert (out / layout.TRANSFORM_ASSETS / 'label').read_text() == 'a\nb\n'
+    assert (out / layout.TRANSFORM_ASSETS / 'pixel_statistics').read_text() == (
+        '1.0\n2.0\n3.0\n4.0\n5.5\n6.0\n'
+    )
+
+
+def test_the_build_command_starts_no_helper_where_a_graph_of_its_kind_is_cached(
+    empty_transform_cache,
+):
+    argv = ['--input', 'in', '--output', 'out']
+    os.makedirs(
+        empty_transform_cache
+        / 'transform'
+        / transform_cache.kind('examples', (), 224)[0]
+        / 'labels-2'
+    )
+    assert helper.start_early(argv) is None
+    started = helper.start_early([*argv, '--transform-image-size', '160'])
+    assert started is not None
+    assert helper.take() is started
+    started.stop()
+
+
+def test_an_unwritable_cache_only_costs_the_reuse(tmp_path, monkeypatch, caplog):
+    blocked = tmp_path / 'a-file'
+    blocked.write_text('')
+    monkeypatch.setenv(transform_cache.ENV, str(blocked))
+    staged = tmp_path / 'staged'
+    for name in layout.TRANSFORM_DIRS:
+        (staged / name).mkdir(parents=True)
+    with caplog.at_level('WARNING'):
+        transform_cache.keep(str(staged), _settings(['a']))
+    assert 'could not keep the tf.Transform graph' in caplog.text
+    assert transform_cache.find(_settings(['a'])) is None
