@@ -44,7 +44,7 @@ def _compression(guess=False):
 
 def is_uri(path):
     """Whether `path` is a URI (`gs://b/x`, `s3://...`) rather than a local path."""
-    return bool(URI_SCHEME.match(path))
+    return '://' in path and bool(URI_SCHEME.match(path))  # `in` first: ~10x faster, per image
 
 
 def absolute(path):

@@ -246,9 +246,9 @@ class _KeyByRankGroup(beam.DoFn):
 
     def process(self, ref):
         groups = collections.defaultdict(list)
+        bits = self._bucket_bits
         for meta in blocks.unpack(self._store.get(ref)):
-            h = _rank_hash(self._seed, meta)
-            bucket = h >> (64 - self._bucket_bits) if self._bucket_bits else 0
+            bucket = _rank_hash(self._seed, meta) >> (64 - bits) if bits else 0
             groups[(meta.split, meta.label, bucket)].append(meta)
         refs = self._store.put('by-group', [blocks.pack(metas) for metas in groups.values()])
         for (key, metas), group_ref in zip(groups.items(), refs):

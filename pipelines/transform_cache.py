@@ -72,9 +72,10 @@ def kind(fmt, levels, image_size):
 def find(settings):
     """The cached output for `settings` (transform_output.settings()), or None."""
     path = _path(settings)
-    if os.path.isfile(os.path.join(path, layout.TRANSFORM_SAVED_MODEL)):
-        return path
-    return None
+    whole = os.path.isfile(os.path.join(path, layout.TRANSFORM_SAVED_MODEL)) and all(
+        os.path.isdir(os.path.join(path, name)) for name in layout.TRANSFORM_DIRS
+    )
+    return path if whole else None
 
 
 def has_kind(fmt, levels, image_size):

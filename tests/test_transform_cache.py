@@ -3,6 +3,7 @@ build of the same kind equals the one TFT writes for it."""
 
 import filecmp
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -74,6 +75,13 @@ def test_a_cached_graph_writes_what_tft_writes_for_another_build(
     for key in ('image', 'label', 'pixel_mean', 'pixel_std'):
         np.testing.assert_array_equal(outputs[0][key].numpy(), outputs[1][key].numpy())
 
+    # A kind cached for another number of labels: TFT writes this build's, and the cache keeps it.
+    monkeypatch.setenv(transform_cache.ENV, str(empty_transform_cache))
+    two = _tree(tmp_path / 'two', ('owl', 'pig'), start=900)
+    _build(two, tmp_path / 'out-two', mode)
+    assert (tmp_path / 'out-two' / layout.TRANSFORM_SAVED_MODEL).exists()
+    assert transform_cache.find(_settings(['owl', 'pig'])) not in (None, kept)
+
 
 def test_a_graph_is_kept_per_kind_and_number_of_labels(empty_transform_cache, tmp_path):
     staged = tmp_path / 'staged'
@@ -91,6 +99,12 @@ def test_a_graph_is_kept_per_kind_and_number_of_labels(empty_transform_cache, tm
     assert kept and kept.startswith(str(empty_transform_cache))
     assert transform_cache.has_kind('examples', (), 224)
     assert transform_cache.find(_settings(['x', 'y'])) == kept  # names are assets
+    shutil.rmtree(os.path.join(kept, layout.TRANSFORMED_METADATA_DIR))
+    assert transform_cache.find(settings) is None  # not whole: not used
+    shutil.copytree(
+        staged / layout.TRANSFORMED_METADATA_DIR,
+        os.path.join(kept, layout.TRANSFORMED_METADATA_DIR),
+    )
     for other in (
         _settings(['a', 'b', 'c']),
         _settings(['a', 'b'], fmt='paths'),
