@@ -63,10 +63,14 @@ def is_local(path):
 
 
 def join(base, *parts):
+    if not is_uri(base):  # what Beam's LocalFileSystem does, without importing Beam
+        return os.path.join(base, *parts)
     return _fs().join(base, *parts)
 
 
 def exists(path):
+    if not is_uri(path):
+        return os.path.exists(path)
     return _fs().exists(path)
 
 
@@ -146,7 +150,12 @@ def read(path):
 
 
 def create(path):
-    """A binary file object writing `path`, as stored (never compressed)."""
+    """A binary file object writing `path`, as stored (never compressed); a local file's
+    folders are made as needed."""
+    if not is_uri(path):  # what Beam's LocalFileSystem does, without importing Beam
+        if os.path.dirname(path):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+        return open(path, 'wb')  # pylint: disable=consider-using-with
     return _fs().create(path, compression_type=_compression())
 
 

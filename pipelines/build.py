@@ -39,6 +39,7 @@ from imageshards import storage
 from imageshards import supervise
 from pipelines import blocks
 from pipelines import counters
+from pipelines import early_listing
 from pipelines import finalize
 from pipelines import helper as helper_lib
 from pipelines import inputs
@@ -241,8 +242,7 @@ def _write_listing(scan, config, output_dir, listing_path, dry_run):
     earlier build.
     """
     with tempfile.TemporaryDirectory(prefix='imageshards-listing-') as scratch:
-        local = os.path.join(scratch, 'listing.jsonl')
-        summary = listing_lib.write_listing_file(scan, local, config.chunk_size, config.input)
+        local, summary = early_listing.listing_for(config, scan, scratch)
         _LOG.info(
             'listed %s with %s (skipped %s%s)',
             console.plural(summary.num_inputs, 'input'),
@@ -343,6 +343,7 @@ def main(argv=None):
         return console.INTERRUPTED_EXIT_CODE
     finally:
         _stop_untaken_helper()
+        early_listing.stop_untaken()
     return 0
 
 

@@ -11,8 +11,7 @@ import posixpath
 import re
 import typing
 
-from apache_beam.io.filesystems import FileSystems
-
+from imageshards import storage
 from imageshards.storage import is_uri
 
 IMAGE_EXTENSIONS = frozenset(
@@ -101,6 +100,28 @@ class ListingCounts:
     def labels(self):
         return sorted(self._labels)
 
+    def to_json(self):
+        """The counts as JSON-ready data (`from_json` makes them again)."""
+        return {
+            'num_inputs': self.num_inputs,
+            'rejected': dict(self.rejected),
+            'labels': self.labels,
+            'groups': [[split, label, n] for (split, label), n in self._groups.items()],
+            'level_values': {level: sorted(v) for level, v in self._level_values.items()},
+        }
+
+    @classmethod
+    def from_json(cls, data):
+        counts = cls()
+        counts.num_inputs = data['num_inputs']
+        counts.rejected.update(data['rejected'])
+        counts._labels.update(data['labels'])  # pylint: disable=protected-access
+        for split, label, n in data['groups']:
+            counts._groups[(split, label)] = n  # pylint: disable=protected-access
+        for level, values in data['level_values'].items():
+            counts._level_values[level].update(values)  # pylint: disable=protected-access
+        return counts
+
     def label_levels(self, levels):
         """{level: sorted names} for `levels` in order (a level may have no names)."""
         return {level: sorted(self._level_values[level]) for level in levels}
@@ -146,7 +167,7 @@ def source_path(base, key):
         return key
     if not is_uri(base):  # what FileSystems.join does for local paths, without its lookup
         return os.path.join(base, key)
-    return FileSystems.join(base, key)
+    return storage.join(base, key)
 
 
 def is_manifest(spec):

@@ -1,9 +1,11 @@
 """Listing the inputs of a build: a directory tree, a glob, or a CSV/JSONL manifest.
 
-Listing runs once, in the launching process, through Beam's `FileSystems` (local paths and
-`gs://` alike). It fixes every input's `image/id` (its position in listing order: a tree or glob
-sorted by relative path, a manifest in row order) and its stable key (the path relative to the
-input root), which seeds the shuffle. Problems found here (an empty label, a duplicate row) are
+Listing runs once, in the launching process (a local tree possibly in a process of its own,
+started before the launcher imports Beam: pipelines/early_listing.py), through Beam's
+`FileSystems` for object stores and the OS for local paths; this module imports no Beam. It
+fixes every input's `image/id` (its position in listing order: a tree or glob sorted by
+relative path, a manifest in row order) and its stable key (the path relative to the input
+root), which seeds the shuffle. Problems found here (an empty label, a duplicate row) are
 carried to the pipeline as rejections, so every input is accounted for in one place.
 
 Inputs are untrusted (docs/reliability.md):
@@ -25,11 +27,6 @@ import stat
 import struct
 import sys
 
-import apache_beam as beam
-from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.filesystem import FileSystem
-from apache_beam.io.filesystems import FileSystems
-
 from imageshards import storage
 from imageshards.storage import absolute
 from imageshards.storage import is_uri
@@ -47,7 +44,6 @@ from pipelines.inputs import redact
 
 _LOG = logging.getLogger(__name__)
 _GLOB_CHARS = re.compile(r'[*?\[]')
-_UNCOMPRESSED = CompressionTypes.UNCOMPRESSED
 
 
 def scan_inputs(spec, allow_roots=(), follow_symlinks=False, label_levels=()):
@@ -69,12 +65,12 @@ def scan_inputs(spec, allow_roots=(), follow_symlinks=False, label_levels=()):
     levels = tuple(label_levels)
     if is_manifest(spec):
         return manifests.scan_manifest(spec, roots, follow_symlinks, levels)
-    if _GLOB_CHARS.search(spec):
+    if is_glob(spec):
         return _scan_files(_glob_base(spec), absolute(spec), spec, follow_symlinks, levels)
     root = absolute(spec).rstrip('/')
-    if not FileSystems.exists(root):
+    if not storage.exists(root):
         raise ValueError(f'--input does not exist: {spec}')
-    return _scan_files(root, FileSystems.join(root, '**'), spec, follow_symlinks, levels)
+    return _scan_files(root, storage.join(root, '**'), spec, follow_symlinks, levels)
 
 
 def list_inputs(spec, allow_roots=(), follow_symlinks=False, label_levels=()):
@@ -103,8 +99,18 @@ def write_listing_file(scan, path, chunk_size, spec):
     Raises:
         ValueError: nothing to build (no image files matched `spec`).
     """
+    return summarise(spec, scan, write_counted(scan, path, chunk_size))
+
+
+def write_counted(scan, path, chunk_size):
+    """Streams the scan's entries into the listing file `path`; returns their ListingCounts."""
     counts = ListingCounts()
     write_listing((counts.add(entry) for entry in scan.entries), path, chunk_size)
+    return counts
+
+
+def summarise(spec, scan, counts):
+    """The ListingSummary of a written listing; raises ValueError where it holds no input."""
     _check(spec, scan, counts)
     return counts.summary(scan)
 
@@ -118,6 +124,11 @@ def _check(spec, scan, counts):
     if counts.rejected:
         rejected = counts.rejected
         _LOG.warning('listing rejected %d inputs: %s', sum(rejected.values()), dict(rejected))
+
+
+def is_glob(spec):
+    """Whether --input is a glob (`data/*/*.jpg`)."""
+    return bool(_GLOB_CHARS.search(spec))
 
 
 def _glob_base(pattern):
@@ -174,7 +185,10 @@ def _candidates(root, pattern, follow_symlinks, scan):
     A local tree is walked in that order, one folder's names in memory at a time. An object
     store's listing comes whole from FileSystems.match and is sorted here.
     """
+    # pylint: disable=import-outside-toplevel
     if is_uri(root):
+        from apache_beam.io.filesystems import FileSystems
+
         found = [
             (metadata.path, '', '')
             for result in FileSystems.match([pattern])
@@ -183,7 +197,9 @@ def _candidates(root, pattern, follow_symlinks, scan):
         return iter(sorted(_classify(root, found, scan)))
     if os.path.isdir(root):
         found = _walk_sorted(root, follow_symlinks)
-        if pattern != FileSystems.join(root, '**'):  # a glob: only what it matches
+        if pattern != storage.join(root, '**'):  # a glob: only what it matches
+            from apache_beam.io.filesystem import FileSystem
+
             matches = re.compile(FileSystem.translate_pattern(pattern)).match
             found = (item for item in found if item[1] in _NOT_FILES or matches(item[0]))
         return _classify(root, found, scan)
@@ -309,7 +325,7 @@ def write_listing(entries, path, chunk_size):
     moves work items as byte ranges instead of holding the lines.
     """
     offsets = array.array('Q', [0])
-    with FileSystems.create(path) as f:
+    with storage.create(path) as f:
         for chunk in _batched(entries, chunk_size):
             line = json.dumps([list(entry) for entry in chunk], ensure_ascii=False)
             data = line.encode('utf-8') + b'\n'
@@ -317,7 +333,7 @@ def write_listing(entries, path, chunk_size):
             offsets.append(offsets[-1] + len(data))
     if sys.byteorder == 'little':
         offsets.byteswap()
-    with FileSystems.create(index_path(path)) as f:
+    with storage.create(index_path(path)) as f:
         f.write(offsets.tobytes())
 
 
@@ -334,7 +350,7 @@ def index_path(listing_path):
 
 def work_items(listing_path):
     """(start, end) byte ranges of the lines of a listing file, from its index."""
-    with FileSystems.open(index_path(listing_path), compression_type=_UNCOMPRESSED) as f:
+    with storage.open_read(index_path(listing_path)) as f:
         data = f.read()
     offsets = [value for (value,) in struct.iter_unpack('>Q', data)]
     return list(zip(offsets, offsets[1:]))
@@ -343,7 +359,7 @@ def work_items(listing_path):
 def read_work_item(listing_path, item):
     """The InputEntry of one work item: a (start, end) byte range of a listing file."""
     start, end = item
-    with FileSystems.open(listing_path, compression_type=_UNCOMPRESSED) as f:
+    with storage.open_read(listing_path) as f:
         f.seek(start)
         line = f.read(end - start)
     return parse_listing_line(line)
@@ -357,20 +373,3 @@ def copy_listing(source, destination):
     """Copies a listing file and its index (local or gs://, either way)."""
     for src, dst in ((source, destination), (index_path(source), index_path(destination))):
         storage.copy(src, dst)
-
-
-class ReadListing(beam.PTransform):
-    """A listing file -> the (start, end) byte range of each of its work items (lines)."""
-
-    def __init__(self, listing_path):
-        super().__init__()
-        self._listing_path = listing_path
-
-    def expand(self, pipeline):
-        # The ranges are read by a worker, not embedded in the job: at 100 million images
-        # they would be 400,000 pairs in a job graph that Dataflow limits to 10 MB.
-        return (
-            pipeline
-            | 'ListingPath' >> beam.Create([self._listing_path])
-            | 'WorkItems' >> beam.FlatMap(work_items)
-        )

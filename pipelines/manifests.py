@@ -20,10 +20,9 @@ import os
 import posixpath
 import stat
 
-from apache_beam.io.filesystems import FileSystems
-
 from imageshards import features
 from imageshards import layout
+from imageshards import storage
 from imageshards.storage import absolute
 from imageshards.storage import is_uri
 from pipelines.inputs import MANIFEST_COLUMNS
@@ -49,7 +48,7 @@ def scan_manifest(spec, roots, follow_symlinks, levels=()):
     """
     read_rows = _read_csv_rows if spec.lower().endswith('.csv') else _read_jsonl_rows
     manifest = absolute(spec)
-    if not FileSystems.exists(manifest):
+    if not storage.exists(manifest):
         raise ValueError(f'--input manifest does not exist: {manifest}')
     folder = manifest.rsplit('/', 1)[0]
     confinement = _Confinement(folder, roots, follow_symlinks)
@@ -185,7 +184,7 @@ def _manifest_entries(manifest, read_rows, confinement, columns):
     Finding duplicate rows keeps each row's path until the end (about 0.1 KB per row).
     """
     first_line_of = {}
-    with FileSystems.open(manifest) as f:
+    with storage.open_read(manifest, guess_compression=True) as f:
         for entry_id, (row, problem, line) in enumerate(read_rows(f, manifest, columns)):
             entry = _manifest_entry(
                 (entry_id, line), row, problem, manifest, confinement, first_line_of
@@ -257,6 +256,8 @@ def _readable_scheme(uri):
 
 @functools.cache
 def _has_filesystem(scheme):
+    from apache_beam.io.filesystems import FileSystems  # pylint: disable=import-outside-toplevel
+
     try:
         FileSystems.get_filesystem(f'{scheme}://x/y')
         return True
@@ -299,7 +300,7 @@ class _Confinement:
             path = key = posixpath.normpath(raw)
         else:
             key = posixpath.normpath(raw)
-            path = _normalize(FileSystems.join(self._folder, key))
+            path = _normalize(storage.join(self._folder, key))
         if '\x00' in raw:
             raise _Refused('nul_in_path', path.replace('\x00', '\\x00'), 'the path has a NUL byte')
         if is_uri(raw) and set(raw.split('://', 1)[1].split('/')) & {'.', '..'}:

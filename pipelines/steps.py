@@ -19,7 +19,7 @@ from pipelines.assign import bucket_bits_for
 from pipelines.dedup import DropDuplicates
 from pipelines.encode import RecordEncoder
 from pipelines.finalize import Finalize
-from pipelines.listing import ReadListing
+from pipelines.listing import work_items
 from pipelines.transform_output import WriteTransformOutput
 from pipelines.validate import ValidateImages
 from pipelines.write import WriteShards
@@ -131,3 +131,20 @@ def _analysis(pipeline, context, placed, encoder, store):
         temp_dir=context.tft_temp_dir,
     )
     return analyzed.analysis, transformed, None
+
+
+class ReadListing(beam.PTransform):
+    """A listing file -> the (start, end) byte range of each of its work items (lines)."""
+
+    def __init__(self, listing_path):
+        super().__init__()
+        self._listing_path = listing_path
+
+    def expand(self, pipeline):
+        # The ranges are read by a worker, not embedded in the job: at 100 million images
+        # they would be 400,000 pairs in a job graph that Dataflow limits to 10 MB.
+        return (
+            pipeline
+            | 'ListingPath' >> beam.Create([self._listing_path])
+            | 'WorkItems' >> beam.FlatMap(work_items)
+        )

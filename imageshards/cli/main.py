@@ -8,6 +8,7 @@ import sys
 import imageshards
 from imageshards import console
 from imageshards import supervise
+from pipelines import early_listing
 from pipelines import helper
 
 # command -> (module whose main(argv) runs it, what it does)
@@ -67,7 +68,8 @@ def main(argv=None):
         return supervise.run_supervised(
             'imageshards.cli', argv, lambda: _module(command).interrupted_message(rest)
         )
-    if command == 'build':  # the supervised child: TensorFlow's import starts before Beam's
+    if command == 'build':  # the supervised child: listing and TensorFlow's import start first
+        early_listing.start_early(rest)
         helper.start_early(rest)
     # Imported on demand: `imageshards verify` need not load Beam, nor `build` TensorFlow.
     module = _module(command)
