@@ -16,17 +16,18 @@ class Measurement:
     process_peaks: list  # [(role, peak bytes)] of each process, largest first
 
 
-def run_measured(command, env=None, interval=0.1):
+def run_measured(command, env=None, interval=0.1, cwd=None):
     """Runs `command`; returns (seconds, peak RSS in bytes summed over the process tree, output)."""
-    measured = measure(command, env, interval)
+    measured = measure(command, env, interval, cwd)
     return measured.seconds, measured.peak, measured.output
 
 
-def measure(command, env=None, interval=0.1):
-    """Runs `command`, sampling the RSS of its process tree every `interval` s; a Measurement."""
+def measure(command, env=None, interval=0.1, cwd=None):
+    """Runs `command` (in `cwd`), sampling the RSS of its process tree every `interval` s; a
+    Measurement."""
     start = time.perf_counter()
     process = subprocess.Popen(
-        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        command, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
     peak = [0]
     peaks = {}  # pid -> [role, peak]
