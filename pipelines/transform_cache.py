@@ -17,7 +17,8 @@ the same key copies it and writes its own two assets: no TensorFlow import (~3 s
 hold such an output to the one TFT writes for the same build (tests/test_transform_cache.py).
 
 Where: $IMAGESHARDS_CACHE_DIR/transform/, by default ~/.cache/imageshards/transform/
-($XDG_CACHE_HOME respected). Deleting it is always safe: the next build writes it again.
+($XDG_CACHE_HOME respected). Deleting it between builds is safe: the next build writes it again
+(a build that copies from it as it goes fails, and says so).
 """
 
 import hashlib
