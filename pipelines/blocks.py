@@ -232,7 +232,7 @@ class BlockStore:
             start = end
 
     def _read_payload(self, meta):
-        path = _join(self.spill_dir, payload_name(meta.payload))
+        path = storage.join(self.spill_dir, payload_name(meta.payload))
         handle = self._open_payloads.get(path)
         if handle is None:
             self._open_payloads.clear()  # one file open at a time: reads come sorted by file
@@ -255,13 +255,6 @@ class BlockStore:
 
 def _nothing(unused_meta):
     return None
-
-
-def _join(folder, name):
-    """FileSystems.join without its lookup of the file system (~10 us) for local folders."""
-    if FileSystems.get_scheme(folder) is None:
-        return os.path.join(folder, name)
-    return FileSystems.join(folder, name)
 
 
 def _payload_position(meta):

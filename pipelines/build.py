@@ -180,7 +180,7 @@ def _local_transform(pipeline, config, dry_run):
     so that it imports TensorFlow while this process lists and the workers validate (none
     where a cached graph will likely do)."""
     if not config.analyze or analysis_in_pipeline(pipeline, config) or dry_run:
-        _stop_untaken_helper()
+        helper_lib.stop_untaken()
         return None
     return LocalTransform(config)
 
@@ -342,17 +342,9 @@ def main(argv=None):
         print(interrupted_message(argv), file=sys.stderr)
         return console.INTERRUPTED_EXIT_CODE
     finally:
-        _stop_untaken_helper()
+        helper_lib.stop_untaken()
         early_listing.stop_untaken()
     return 0
-
-
-def _stop_untaken_helper():
-    """Stops a helper the command started early for a build that ended before taking it."""
-    early = helper_lib.take()
-    if early:
-        early.stop()
-        shutil.rmtree(early.work_dir, ignore_errors=True)
 
 
 def command(argv):

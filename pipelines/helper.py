@@ -16,6 +16,7 @@ No Beam here: this module is imported before Beam is.
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -77,6 +78,11 @@ class Helper:
             self._process.kill()
             self._process.wait()
 
+    def close(self):
+        """Stops the process, if it still runs, and removes its folder."""
+        self.stop()
+        shutil.rmtree(self.work_dir, ignore_errors=True)
+
 
 def start_early(argv):
     """Starts the helper now unless `argv` (the build's arguments) says the build will not
@@ -103,3 +109,10 @@ def take():
     global _early  # pylint: disable=global-statement
     early, _early = _early, None
     return early
+
+
+def stop_untaken():
+    """Stops a helper `start_early` started for a build that ended before taking it."""
+    early = take()
+    if early:
+        early.close()

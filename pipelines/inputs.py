@@ -165,8 +165,6 @@ def source_path(base, key):
     """The path or URI of the input with this stable key (see `InputEntry.key`)."""
     if is_uri(key) or posixpath.isabs(key):
         return key
-    if not is_uri(base):  # what FileSystems.join does for local paths, without its lookup
-        return os.path.join(base, key)
     return storage.join(base, key)
 
 

@@ -6,7 +6,6 @@ No Beam, no TensorFlow here.
 """
 
 import logging
-import shutil
 
 from imageshards import storage
 from pipelines import helper as helper_lib
@@ -69,6 +68,5 @@ class LocalTransform:
     def close(self):
         """Stops the helper, if it still runs, and removes its folder."""
         if self._helper:
-            self._helper.stop()
-            shutil.rmtree(self._helper.work_dir, ignore_errors=True)
+            self._helper.close()
             self._helper = None

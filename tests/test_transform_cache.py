@@ -141,7 +141,7 @@ def test_the_build_command_starts_no_helper_where_a_graph_of_its_kind_is_cached(
     started = helper.start_early([*argv, '--transform-image-size', '160'])
     assert started is not None
     assert helper.take() is started
-    started.stop()
+    started.close()
 
 
 def test_an_unwritable_cache_only_costs_the_reuse(tmp_path, monkeypatch, caplog):
