@@ -3,8 +3,9 @@
 Beam's metrics are not live on the local FnApiRunner (they arrive with the result), and its
 workers are separate processes. So each worker counts its own work with `advance(phase, n)`
 and keeps the counts in a small JSON file of its own, rewritten at most every
-`FLUSH_SECONDS`, in the folder that the `IMAGESHARDS_PROGRESS` environment variable names; a
-thread of the launcher (`Watch`) sums the files and shows them (imageshards/progress.py).
+`FLUSH_SECONDS` and at the end of each bundle (`flush`), in the folder that the
+`IMAGESHARDS_PROGRESS` environment variable names; a thread of the launcher (`Watch`) sums
+the files and shows them (imageshards/progress.py).
 
 The variable is set by the launcher for a local run only, and the workers inherit it; without
 it (on Dataflow, in a test pipeline) `advance` does nothing. Counts are for the display only:
@@ -39,7 +40,7 @@ class _Counts:
         self.folder = folder
         self.path = os.path.join(folder, f'{os.getpid()}-{uuid.uuid4().hex[:8]}.json')
         self.done, self.totals = {}, {}
-        self.flushed = 0.0
+        self.flushed = float('-inf')  # the first count is written at once
         self.dirty = False
 
     def flush(self):
@@ -70,6 +71,14 @@ def advance(phase, n, total=None):
             _counts.flush()
         else:
             _counts.dirty = True
+
+
+def flush():
+    """Writes this process's counts now if some are not yet in its file: at a bundle's end, as
+    the runner may stop the worker before the next timed flush."""
+    with _lock:
+        if _counts is not None and _counts.dirty:
+            _counts.flush()
 
 
 def _flush_now_and_then(counts):

@@ -95,6 +95,9 @@ class _ValidateWorkItem(beam.DoFn):
         if self._io_threads > 1:
             self._pool = concurrent.futures.ThreadPoolExecutor(self._io_threads)
 
+    def finish_bundle(self):
+        progress.flush()  # the bundle's last counts shown before the runner stops this worker
+
     def teardown(self):
         if self._pool:
             self._pool.shutdown()

@@ -56,6 +56,9 @@ class _WriteShard(beam.DoFn):
         # limit, which --max-pixels may exceed, must not refuse them here.
         Image.MAX_IMAGE_PIXELS = None
 
+    def finish_bundle(self):
+        progress.flush()  # the bundle's last counts shown before the runner stops this worker
+
     def teardown(self):
         if self._pool:
             self._pool.shutdown()

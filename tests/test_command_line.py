@@ -174,6 +174,17 @@ def test_progress_counts_add_up_across_threads(tmp_path, monkeypatch):
     assert progress.read_counts(str(tmp_path)) == ({'validating': 600}, {'validating': 600})
 
 
+def test_a_bundles_last_counts_are_written_at_its_end(tmp_path, monkeypatch):
+    # The runner may stop a worker right after its last bundle, before the timed flush.
+    monkeypatch.setenv(progress.ENV, str(tmp_path))
+    monkeypatch.setattr(progress, 'FLUSH_SECONDS', 3600.0)
+    progress.advance('writing', 5, total=7)  # the first count is written at once
+    progress.advance('writing', 2)
+    assert progress.read_counts(str(tmp_path)) == ({'writing': 5}, {'writing': 7})
+    progress.flush()
+    assert progress.read_counts(str(tmp_path)) == ({'writing': 7}, {'writing': 7})
+
+
 def test_words():
     assert [console.plural(n, 'shard') for n in (0, 1, 2)] == ['0 shards', '1 shard', '2 shards']
     assert console.plural(1797, 'input') == '1,797 inputs'
