@@ -58,7 +58,8 @@ LABEL_VOCABULARY = transform_assets.LABEL_VOCABULARY  # TFTransformOutput.vocabu
 PIXEL_STATISTICS = transform_assets.PIXEL_STATISTICS
 CHANNELS = 3
 MIN_STD = 1e-3  # a constant channel (all pixels equal) is centred, not divided by ~0
-_NEUTRAL = {'pixel_mean': [0.0] * CHANNELS, 'pixel_std': [1.0] * CHANNELS}  # TFT's tracing value
+# What TFT traces with, and the statistics of the helper's graph (pipelines/transform_output.py).
+NEUTRAL = {'pixel_mean': [0.0] * CHANNELS, 'pixel_std': [1.0] * CHANNELS}
 
 
 def level_output(level):
@@ -90,7 +91,7 @@ def make_preprocessing_fn(labels, statistics, fmt, levels, image_size):
             PixelStatistics(statistics),
             output_dtypes=[tf.string],
             output_shapes=[[]],
-            output_asset_default_values=[transform_assets.statistics_text(_NEUTRAL)],
+            output_asset_default_values=[transform_assets.statistics_text(NEUTRAL)],
             name='pixel_statistics',
         )
         tft.annotate_asset(PIXEL_STATISTICS, PIXEL_STATISTICS)

@@ -3,7 +3,8 @@
     list inputs (launcher) -> prepare the output -> the pipeline (pipelines/steps.py):
         ReadListing -> ValidateImages -> [DropDuplicates] -> AssignShards -> WriteShards
         -> Finalize (rejected.jsonl, dataset.json, _SUCCESS)
-        -> [AnalyzeSplit: the train split's statistics and sample -> Finalize
+        -> [AnalyzeShards: the train split's statistics, its sample measured as its shards
+            are written -> Finalize
             -> WriteTransformOutput: tf.Transform, as steps on Dataflow, locally by the launcher
                after the pipeline, before _SUCCESS (pipelines/transform_output.py)]
 
@@ -207,7 +208,7 @@ def _build(
                 context.tft_temp_dir,
             )
         )
-        context = context.written_after(transform.handover_dir)
+        context = context.written_after()
     if transform and transform.helper:
         pipeline = runner.share_cores(pipeline, transform.helper, summary.num_inputs, beam_args)
     if runner.shuffles_in_memory(pipeline) and not dry_run:

@@ -25,9 +25,6 @@ class BuildContext:
         output_dir: OUT, absolute, without a trailing '/'.
         transform_dir: where the tf.Transform output is staged and TFT keeps its temporary files
             (the build's temporary folder, but for a local run with an object-store output).
-        handover_dir: the local folder where the analysis hands its sample over to the
-            tf.Transform helper process (the local runner; pipelines/transform_output.py), or
-            None.
         transform_by_launcher: whether the launcher writes the tf.Transform output after the
             pipeline (the local runner: pipelines/local_transform.py), from the helper's work
             or from a cached graph; else the pipeline's steps write it.
@@ -38,7 +35,6 @@ class BuildContext:
     listing_path: str
     output_dir: str
     transform_dir: str
-    handover_dir: str | None = None
     transform_by_launcher: bool = False
 
     @classmethod
@@ -48,10 +44,10 @@ class BuildContext:
         transform_dir = transform_dir or storage.join(output_dir, layout.TEMP_DIR)
         return cls(config, listing, listing_path, output_dir, transform_dir)
 
-    def written_after(self, handover_dir):
+    def written_after(self):
         """This context, but with the tf.Transform output written by the launcher after the
-        pipeline, the sample handed over in `handover_dir` (None: no sample wanted)."""
-        return dataclasses.replace(self, handover_dir=handover_dir, transform_by_launcher=True)
+        pipeline."""
+        return dataclasses.replace(self, transform_by_launcher=True)
 
     @property
     def temp_dir(self):

@@ -7,8 +7,7 @@ So the `imageshards build` command starts it (`start_early`) before it imports B
 where its arguments leave the analysis on and the runner local and no graph of the build's kind
 is cached (pipelines/transform_cache.py: then the build needs no helper); the build takes it
 (`take`) once its options are parsed, and stops it unless it needs it. What it works on, it
-learns later from its work folder: SETTINGS once the inputs are listed, the sample when the
-pipeline hands it over.
+learns later from its work folder: SETTINGS once the inputs are listed.
 
 No Beam here: this module is imported before Beam is.
 """

@@ -1,11 +1,13 @@
 """How a build on the local runner with the analysis writes its tf.Transform output, after its
-pipeline: from a cached graph of the same kind (pipelines/transform_cache.py), else with TFT in
-the helper process (pipelines/helper.py), whose output the cache then keeps.
+pipeline: from a cached graph of the same kind (pipelines/transform_cache.py), else from the
+graph TFT writes in the helper process (pipelines/helper.py) beside the build, which the cache
+then keeps; either way with the build's own assets, its labels and pixel statistics.
 
 No Beam, no TensorFlow here.
 """
 
 import logging
+import os
 
 from imageshards import storage
 from pipelines import helper as helper_lib
@@ -36,11 +38,6 @@ class LocalTransform:
         """The helper process, where TFT writes the output; else None."""
         return self._helper
 
-    @property
-    def handover_dir(self):
-        """Where the pipeline hands the sample over to the helper, or None."""
-        return self._helper.work_dir if self._helper else None
-
     def prepare(self, settings):
         """Chooses, from `settings` (transform_output.settings()), between the cache and the
         helper, and hands the helper its settings."""
@@ -53,17 +50,21 @@ class LocalTransform:
             return
         if self._helper is None:  # a graph of this kind is cached, but not for these labels
             self._helper = helper_lib.Helper()
-        self._helper.prepare(settings)
+        self._helper.prepare({**settings, 'staging_dir': self._helper_output})
+
+    @property
+    def _helper_output(self):
+        return os.path.join(self._helper.work_dir, 'output')
 
     def finish(self, labels, analysis):
         """Writes the output into the settings' staging folder; raises RuntimeError if the
         helper failed."""
-        staging = self._settings['staging_dir']
-        if self.cached:
-            transform_cache.write(self.cached, staging, labels, analysis)
-            return
-        self._helper.finish()
-        transform_cache.keep(staging, self._settings)
+        graph = self.cached
+        if not graph:
+            self._helper.finish()
+            graph = self._helper_output
+            transform_cache.keep(graph, self._settings)
+        transform_cache.write(graph, self._settings['staging_dir'], labels, analysis)
 
     def close(self):
         """Stops the helper, if it still runs, and removes its folder."""

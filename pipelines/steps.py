@@ -1,8 +1,9 @@
 """The build's pipeline: its steps, in order, each handed what it needs of the BuildContext.
 
     ReadListing -> ValidateImages -> [DropDuplicates] -> AssignShards -> WriteShards -> Finalize
-                                                                      -> [AnalyzeSplit ->
-        WriteTransformOutput (Dataflow, --analysis-in-pipeline) or the hand-over to the helper]
+        [WriteShards' summaries of the analysed split -> AnalyzeShards -> Finalize,
+         and WriteTransformOutput (Dataflow, --analysis-in-pipeline; locally, the launcher
+         writes it after the pipeline: pipelines/local_transform.py)]
 
 Between validation and writing, image metadata moves in packed blocks (pipelines/blocks.py),
 passed as block refs: the blocks themselves on Dataflow, byte ranges of files under
@@ -13,7 +14,7 @@ import apache_beam as beam
 
 from imageshards import features
 from pipelines import blocks
-from pipelines.analyze import AnalyzeSplit
+from pipelines.analyze import AnalyzeShards
 from pipelines.assign import AssignShards
 from pipelines.assign import bucket_bits_for
 from pipelines.dedup import DropDuplicates
@@ -22,6 +23,7 @@ from pipelines.finalize import Finalize
 from pipelines.listing import work_items
 from pipelines.transform_output import WriteTransformOutput
 from pipelines.validate import ValidateImages
+from pipelines.write import Sample
 from pipelines.write import WriteShards
 
 
@@ -48,22 +50,22 @@ def build_pipeline(pipeline, context, store=None):
         store=store,
     )
     # ((split, shard), block ref)
-    analysis, analyzed, handed_over = _analysis(pipeline, context, assigned.placed, encoder, store)
-    shards = assigned.placed | 'WriteShards' >> WriteShards(
+    sample = None
+    if config.analyze:
+        sample = Sample(config.analysis_split, config.analysis_sample, config.analysis_size)
+    written = assigned.placed | 'WriteShards' >> WriteShards(
         assigned.plan,
         encoder,
         seed=config.seed,
         temp_dir=context.temp_dir,
         store=store,
         io_threads=config.threads,
-        # Locally, the tf.Transform helper process gets its sample before the shards are
-        # written, and transforms while they are.
-        after=handed_over,
+        sample=sample,
     )
-    # dataset.json entry of each shard
+    analysis, analyzed = _analysis(pipeline, context, written.summaries)
     return pipeline | 'Finalize' >> Finalize(
         context,
-        shards=shards,
+        shards=written.shards,
         rejections=validated.rejected,
         duplicates=duplicates,
         plan=assigned.plan,
@@ -104,25 +106,17 @@ def _deduplicated(pipeline, context, refs, store):
     )
 
 
-def _analysis(pipeline, context, placed, encoder, store):
+def _analysis(pipeline, context, summaries):
     """(PCollection of dataset.json's `analysis`, PCollection complete once the tf.Transform
-    output is staged in the pipeline, PCollection complete once the sample is handed over to
-    the helper process, or None); empty without the analysis."""
+    output is staged by the pipeline); empty without the analysis."""
     config = context.config
     if not config.analyze:
-        return (pipeline | 'NoAnalysis' >> beam.Create([]),) * 2 + (None,)
-    analyzed = placed | 'AnalyzeSplit' >> AnalyzeSplit(
-        config,
-        encoder,
-        store=store,
-        handover_dir=context.handover_dir,
-        records=context.analysis_in_pipeline,
-    )
+        return (pipeline | 'NoAnalysis' >> beam.Create([]),) * 2
+    analysis = summaries | 'AnalyzeShards' >> AnalyzeShards(config, context.listing.labels)
     if context.transform_by_launcher:
-        nothing = pipeline | 'TransformOutsidePipeline' >> beam.Create([])
-        return analyzed.analysis, nothing, analyzed.handed_over
-    transformed = analyzed.records | 'WriteTransformOutput' >> WriteTransformOutput(
-        analyzed.analysis,
+        return analysis, pipeline | 'TransformOutsidePipeline' >> beam.Create([])
+    transformed = pipeline | 'WriteTransformOutput' >> WriteTransformOutput(
+        analysis,
         labels=context.listing.labels,
         fmt=config.format,
         levels=list(context.listing.label_levels),
@@ -130,7 +124,7 @@ def _analysis(pipeline, context, placed, encoder, store):
         staging_dir=context.transform_staging,
         temp_dir=context.tft_temp_dir,
     )
-    return analyzed.analysis, transformed, None
+    return analysis, transformed
 
 
 class ReadListing(beam.PTransform):

@@ -1,24 +1,29 @@
-"""The tf.Transform output of a build, in TFT's own layout, made from the analysis sample.
+"""The tf.Transform output of a build, in TFT's own layout.
 
-    sample records (serialized, as in the shards) + dataset.json `analysis`
-        -> TFExampleBeamRecord -> tft_beam.AnalyzeDataset(imageshards/transform.py)
+    dataset.json `analysis` + the build's labels, format, label levels and image size
+        -> tft_beam.AnalyzeDataset(imageshards/transform.py) over no records
         -> WriteTransformFn: transform_fn/, transformed_metadata/
         -> the raw metadata: metadata/ (what `TFTransformOutput.raw_feature_spec()` reads)
     all staged under the build's temporary folder; Finalize (or, locally, the launcher) moves
     them into place before `_SUCCESS`.
 
+The analysis reads no records: what the graph needs of the data, the pixel statistics and the
+label vocabulary, is the build's own (measured as the shards are written: pipelines/analyze.py)
+and reaches the graph as two assets (imageshards/transform_assets.py), which TFT's analyzers
+of imageshards/transform.py write without looking at the records they are given.
+
 Where it runs: on a distributed runner (Dataflow), as steps of the build's pipeline
 (`WriteTransformOutput`). On the local runner, in a helper process of the launcher
-(pipelines/helper.py, `main` below), as a small pipeline of its own over the sample records the
-build's pipeline hands over in a local folder: TensorFlow and tensorflow_transform are then
-imported by that process alone, while the launcher lists and the workers validate, instead of
-by every worker process (each import costs ~4 s of CPU and ~850 MB on the 2-core machine of
-bench/RESULTS.md), and the transform runs while the workers write the shards. The launcher
-then keeps the output's graph (pipelines/transform_cache.py): a later build of the same kind
-writes its output from it, with no helper at all (pipelines/local_transform.py).
+(pipelines/helper.py, `main` below), as a small pipeline of its own, with neutral statistics,
+once the inputs are listed: TensorFlow and tensorflow_transform are then imported by that
+process alone, while the launcher lists and the workers validate, instead of by every worker
+process (each import costs ~4 s of CPU and ~850 MB on the 2-core machine of bench/RESULTS.md),
+and it runs beside the build, waiting for nothing of it. The launcher then keeps the graph
+(pipelines/transform_cache.py) and writes the build's output from it with the build's own
+assets, as a later build of the same kind does with no helper at all
+(pipelines/local_transform.py).
 """
 
-import glob
 import json
 import os
 import sys
@@ -29,15 +34,11 @@ import apache_beam as beam
 from imageshards import console
 from imageshards import layout
 from imageshards import storage
-from imageshards import tfrecord
 from pipelines import helper
-
-JOB = 'analysis.json'  # the hand-over from the pipeline to the helper
-SAMPLE_GLOB = 'sample-*.tfrecord'  # the sample's records, in the helper's work folder
 
 
 class WriteTransformOutput(beam.PTransform):
-    """Serialized sample records -> one element once the TFT output is staged.
+    """The pipeline -> one element once the TFT output is staged.
 
     Args:
         analysis: a PCollection of dataset.json's `analysis` entry.
@@ -59,7 +60,7 @@ class WriteTransformOutput(beam.PTransform):
         self._staging_dir = staging_dir
         self._temp_dir = temp_dir
 
-    def expand(self, records):
+    def expand(self, pipeline):
         # pylint: disable=import-outside-toplevel
         import tensorflow_transform.beam as tft_beam
         from tensorflow_transform.tf_metadata import schema_utils
@@ -76,8 +77,8 @@ class WriteTransformOutput(beam.PTransform):
         preprocessing_fn = transform.make_preprocessing_fn(
             self._labels, self._analysis, self._format, self._levels, self._image_size
         )
+        records = pipeline | 'NoRecords' >> beam.Create([]).with_output_types(bytes)
         batches = records | 'ToRecordBatches' >> tfxio.BeamSource()
-        # pyarrow.RecordBatch of sample records
         with tft_beam.Context(temp_dir=self._temp_dir):
             transform_fn = (
                 batches,
@@ -101,9 +102,8 @@ def _write_raw_metadata(unused_written, schema, path):
 
 
 def settings(labels, fmt, levels, image_size, staging_dir, temp_dir):
-    """What the helper (pipelines/helper.py) needs to build its pipeline, known once the inputs
-    are listed: it builds it while the build runs, and only runs it once the sample is handed
-    over."""
+    """What the helper (pipelines/helper.py) needs to write a build's graph, known once the
+    inputs are listed."""
     return {
         'labels': list(labels),
         'format': fmt,
@@ -114,13 +114,6 @@ def settings(labels, fmt, levels, image_size, staging_dir, temp_dir):
     }
 
 
-def hand_over(analysis, work_dir):
-    """The pipeline's last analysis step on the local runner: dataset.json's `analysis` for the
-    helper, as JOB, once the sample's records are in `work_dir`."""
-    storage.write_atomically(os.path.join(work_dir, JOB), json.dumps(analysis).encode('utf-8'))
-    return JOB
-
-
 def _wait_for(path, interval=0.05):
     while not os.path.exists(path):
         time.sleep(interval)
@@ -128,28 +121,18 @@ def _wait_for(path, interval=0.05):
         return json.load(f)
 
 
-def _sample_records(unused_impulse, work_dir):
-    _wait_for(os.path.join(work_dir, JOB))
-    for path in sorted(glob.glob(os.path.join(work_dir, SAMPLE_GLOB))):
-        with open(path, 'rb') as f:
-            yield from tfrecord.read_records(f, path)
-
-
-def _analysis(unused_impulse, work_dir):
-    return _wait_for(os.path.join(work_dir, JOB))
-
-
-def write(work_dir, settings):
-    """Runs WriteTransformOutput on the sample records handed over in `work_dir`, in a pipeline
-    of this process that waits for them; `settings` as `settings()` made them."""
+def write(settings):
+    """Runs WriteTransformOutput for `settings` (as `settings()` made them) with neutral pixel
+    statistics, in a pipeline of this process: the graph, whose assets the launcher replaces
+    with the build's (transform_cache.write)."""
     # pylint: disable=import-outside-toplevel
     from apache_beam.runners.portability.fn_api_runner import fn_runner
 
+    from imageshards import transform
+
     with beam.Pipeline(runner=fn_runner.FnApiRunner()) as pipeline:
-        start = pipeline | 'Start' >> beam.Impulse()
-        records = start | 'ReadSample' >> beam.FlatMap(_sample_records, work_dir)
-        analysis = start | 'ReadAnalysis' >> beam.Map(_analysis, work_dir)
-        _ = records | 'WriteTransformOutput' >> WriteTransformOutput(
+        analysis = pipeline | 'NeutralStatistics' >> beam.Create([transform.NEUTRAL])
+        _ = pipeline | 'WriteTransformOutput' >> WriteTransformOutput(
             analysis,
             settings['labels'],
             settings['format'],
@@ -175,7 +158,7 @@ def main(argv=None):
 
     from imageshards import transform  # noqa: F401
 
-    write(work_dir, _wait_for(os.path.join(work_dir, helper.SETTINGS)))
+    write(_wait_for(os.path.join(work_dir, helper.SETTINGS)))
     return 0
 
 

@@ -1,4 +1,5 @@
-"""WriteShards: one TFRecord file per (split, shard), its records in seeded random order.
+"""WriteShards: one TFRecord file per (split, shard), its records in seeded random order, and
+the analysis's measure of each shard of the analysed split (pipelines/analyze.py).
 
 Image bytes are read here, a second time, so that the shuffle before this step carries only
 metadata. Each shard is written under the build's temporary folder and stays there, complete,
@@ -10,6 +11,8 @@ pipelines/encode.py.
 import collections
 import concurrent.futures
 import hashlib
+import itertools
+import typing
 import uuid
 
 import apache_beam as beam
@@ -20,19 +23,32 @@ from imageshards import layout
 from imageshards import storage
 from imageshards import tfrecord
 from imageshards.pool import bounded_map
+from pipelines import analyze
 from pipelines import blocks
 from pipelines import counters
+from pipelines import images
 from pipelines import progress
 from pipelines.assign import order_key
 from pipelines.encode import read_checked
 from pipelines.encode import stored_bytes
 from pipelines.inputs import source_path
 
+SUMMARIES = 'summaries'
+
+
+class Sample(typing.NamedTuple):
+    """What the writer measures for the analysis (pipelines/analyze.py)."""
+
+    split: str  # the split analysed
+    size: int  # images measured of it, at most
+    image_size: int  # the side they are measured at
+
 
 class _WriteShard(beam.DoFn):
-    """((split, shard), [block ref]) -> the shard's entry for dataset.json (see WriteShards)."""
+    """((split, shard), [block ref]) -> the shard's entry for dataset.json, and to SUMMARIES,
+    for a shard of the analysed split, its analyze.shard_summary (see WriteShards)."""
 
-    def __init__(self, encoder, seed, temp_dir, store, io_threads):
+    def __init__(self, encoder, seed, temp_dir, store, io_threads, sample):
         self._encoder = encoder
         self._input_base = encoder.input_base
         self._output_dir = encoder.output_dir
@@ -43,6 +59,7 @@ class _WriteShard(beam.DoFn):
         self._temp_dir = temp_dir
         self._store = store
         self._io_threads = io_threads
+        self._sample = sample
         self._pool = None
         self._records = counters.counter('written')
         self._bytes = counters.counter('bytes_written')
@@ -63,8 +80,7 @@ class _WriteShard(beam.DoFn):
         if self._pool:
             self._pool.shutdown()
 
-    def process(self, keyed, plan, after=()):
-        del after  # only waited for
+    def process(self, keyed, plan):
         (split, index), refs = keyed
         metas = sorted(self._store.metas(refs), key=lambda meta: order_key(self._seed, meta))
         relative = layout.shard_path(split, index, plan.num_shards[split])
@@ -101,6 +117,23 @@ class _WriteShard(beam.DoFn):
         if self._label_levels:
             entry.update(self._level_counts(level_counts))
         yield entry
+        if self._sample and split == self._sample.split:
+            measured = analyze.sample_count(
+                plan.num_records[split], plan.num_shards[split], index, self._sample.size
+            )
+            summary = analyze.shard_summary(metas, class_counts, self._pixel_sums(metas[:measured]))
+            yield beam.pvalue.TaggedOutput(SUMMARIES, summary)
+
+    def _pixel_sums(self, sample):
+        """images.pixel_sums of each image of `sample`, from its source's bytes: the payload
+        validation kept of it where the record stores them unchanged, else the file again."""
+        kept = [meta for meta in sample if meta.payload and not meta.reencoded]
+        others = [meta for meta in sample if not (meta.payload and not meta.reencoded)]
+        sources = itertools.chain(
+            self._store.read_payloads(kept, None),
+            (read_checked(self._source(meta), meta) for meta in others),
+        )
+        return [images.pixel_sums(data, self._sample.image_size) for data in sources]
 
     def _level_counts(self, counts):
         """A shard entry's `level_counts` ({level: {name: records}}) and `level_missing`."""
@@ -141,8 +174,15 @@ class _WriteShard(beam.DoFn):
         return tfrecord.frame(self._encoder.encode(meta, stored, source))
 
 
+class Written(typing.NamedTuple):
+    """WriteShards' outputs."""
+
+    shards: beam.PCollection  # one dataset.json shard entry per shard
+    summaries: beam.PCollection  # analyze.shard_summary per shard of the analysed split
+
+
 class WriteShards(beam.PTransform):
-    """((split, shard), block ref) -> one dataset.json shard entry per shard.
+    """((split, shard), block ref) -> Written.
 
     Every shard of the plan is written, also one that received no records.
 
@@ -153,25 +193,29 @@ class WriteShards(beam.PTransform):
         temp_dir: where shards are written before they are staged for Finalize.
         store: the BlockStore of the blocks (default: inline).
         io_threads: inputs read at once (> 1 for remote inputs).
-        after: a PCollection; writing starts once it is complete.
+        sample: the Sample to measure for the analysis, or None (no summaries).
     """
 
-    def __init__(self, plan, encoder, *, seed, temp_dir, store=None, io_threads=1, after=None):
+    def __init__(self, plan, encoder, *, seed, temp_dir, store=None, io_threads=1, sample=None):
         super().__init__()
         self._plan = plan
-        self._after = after
-        self._fn = _WriteShard(encoder, seed, temp_dir, store or blocks.BlockStore(), io_threads)
+        self._fn = _WriteShard(
+            encoder, seed, temp_dir, store or blocks.BlockStore(), io_threads, sample
+        )
 
     def expand(self, placed):
         # An empty inline block per shard: a shard nobody placed an image in is written too.
         every_shard = self._plan | 'ListShards' >> beam.FlatMap(
             lambda plan: [(key, b'') for key in plan.shard_keys()]
         )
-        after = {} if self._after is None else {'after': beam.pvalue.AsList(self._after)}
-        return (
+        written = (
             (placed, every_shard)
             | 'WithEveryShard' >> beam.Flatten()
             | 'GroupByShard' >> beam.GroupByKey()
             # ((split, shard), [block ref])
-            | 'Write' >> beam.ParDo(self._fn, plan=beam.pvalue.AsSingleton(self._plan), **after)
+            | 'Write'
+            >> beam.ParDo(self._fn, plan=beam.pvalue.AsSingleton(self._plan)).with_outputs(
+                SUMMARIES, main='shards'
+            )
         )
+        return Written(written.shards, written[SUMMARIES])

@@ -5,7 +5,6 @@ against dataset.json, and the served model against the trainer's own evaluation.
 import bisect
 import json
 import logging
-import pathlib
 
 import numpy as np
 import pytest
@@ -80,9 +79,7 @@ def analyzed(tmp_path_factory):
 
 def _records(out, dataset, split):
     for shard in dataset['splits'][split]['shards']:
-        with open(out / shard['path'], 'rb') as f:
-            for record in tfrecord.read_records(f, shard['path']):
-                yield features.example_class().FromString(record).features.feature
+        yield from _records_of(out, shard)
 
 
 def _reference_pixels(path):
@@ -145,23 +142,27 @@ def test_statistics_equal_numpy_over_the_train_split(analyzed):
     assert recorded == summary
 
 
-def test_a_sample_is_the_smallest_hashes_and_its_errors_cover_the_split(tmp_path):
+def test_a_sample_is_the_first_records_of_each_shard_and_its_errors_cover_the_split(tmp_path):
     root = tmp_path / 'tree'
     _write_images(root, 40)  # 160 images
     out = tmp_path / 'out'
     dataset = build.run(
         ['--input', str(root), '--output', str(out), '--analysis-sample', '40', '--seed', '3']
-        + ['--analysis-size', str(ANALYSIS_SIZE), '--direct_running_mode=in_memory']
+        + ['--num-shards', '3', '--analysis-size', str(ANALYSIS_SIZE)]
+        + ['--direct_running_mode=in_memory']
     )
-    train = list(_records(out, dataset, 'train'))
     summary = dataset['analysis']
-    assert summary['sample']['size'] == 40 and summary['sample']['of'] == len(train) == 160
-    keyed = sorted(
-        train,
-        key=lambda r: analyze.sample_key(3, _Key(_value(r, features.FILENAME).decode(), root)),
-    )
-    paths = [_value(r, features.FILENAME).decode() for r in keyed]
-    sample = np.stack([_reference_pixels(path) for path in paths[:40]])  # [images, pixels, 3]
+    assert summary['sample']['size'] == 40 and summary['sample']['of'] == 160
+    shards = [
+        [_value(r, features.FILENAME).decode() for r in _records_of(out, shard)]
+        for shard in dataset['splits']['train']['shards']
+    ]
+    assert [len(paths) for paths in shards] == [54, 53, 53]
+    # 40 spread as the records are: the first shard, one record larger, measures one more.
+    counts = [analyze.sample_count(160, 3, index, 40) for index in range(3)]
+    assert counts == [14, 13, 13]
+    chosen = [path for paths, n in zip(shards, counts) for path in paths[:n]]
+    sample = np.stack([_reference_pixels(path) for path in chosen])  # [images, pixels, 3]
     np.testing.assert_allclose(summary['pixel_mean'], sample.reshape(-1, 3).mean(axis=0), atol=1e-5)
     np.testing.assert_allclose(summary['pixel_std'], sample.reshape(-1, 3).std(axis=0), atol=1e-5)
     # The standard error of the mean, from the images' means, with the finite population
@@ -170,7 +171,7 @@ def test_a_sample_is_the_smallest_hashes_and_its_errors_cover_the_split(tmp_path
     fpc = (160 - 40) / (160 - 1)
     expected_se = image_means.std(axis=0, ddof=1) * np.sqrt(fpc / 40)
     np.testing.assert_allclose(summary['pixel_mean_se'], expected_se, rtol=1e-4)
-    everything = np.concatenate([_reference_pixels(path) for path in paths])
+    everything = np.concatenate([_reference_pixels(path) for paths in shards for path in paths])
     assert np.all(np.abs(everything.mean(axis=0) - summary['pixel_mean']) < 4 * expected_se)
     assert np.all(
         np.abs(everything.std(axis=0) - summary['pixel_std'])
@@ -179,11 +180,23 @@ def test_a_sample_is_the_smallest_hashes_and_its_errors_cover_the_split(tmp_path
     assert all(se > 0 for se in summary['pixel_std_se'])
 
 
-class _Key:
-    """What analyze.sample_key reads of an ImageMeta: the input's key (relative path)."""
+def test_a_sample_never_asks_a_shard_for_more_records_than_it_holds():
+    for num_records in range(1, 60):
+        for num_shards in range(1, 9):
+            held = [num_records // num_shards + (i < num_records % num_shards) for i in range(9)]
+            for size in (1, 7, num_records - 1, num_records, num_records + 5):
+                counts = [
+                    analyze.sample_count(num_records, num_shards, i, size)
+                    for i in range(num_shards)
+                ]
+                assert sum(counts) == min(size, num_records)
+                assert all(0 <= n <= held[i] for i, n in enumerate(counts))
 
-    def __init__(self, path, root):
-        self.key = str(pathlib.Path(path).relative_to(root))
+
+def _records_of(out, shard):
+    with open(out / shard['path'], 'rb') as f:
+        for record in tfrecord.read_records(f, shard['path']):
+            yield features.example_class().FromString(record).features.feature
 
 
 def _serialized(out, dataset, split):

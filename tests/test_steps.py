@@ -182,7 +182,7 @@ def _write_shards(p, pieces, plan, tmp_path, fmt=features.EXAMPLES, labels=('a',
             temp_dir=str(out / 'tmp'),
             io_threads=2,
         )
-    )
+    ).shards
 
 
 def _staged(out, relative):
