@@ -19,6 +19,7 @@ one block per (group, shard) for the writer.
 import bisect
 import collections
 import dataclasses
+import functools
 import hashlib
 import math
 import typing
@@ -34,9 +35,17 @@ _ORDER = 'order'
 
 
 def shuffle_hash(seed, purpose, key):
-    """A 64-bit value uniform over keys, fixed by (seed, purpose, key)."""
-    digest = hashlib.sha256(f'{seed}\x00{purpose}\x00{key}'.encode()).digest()
-    return int.from_bytes(digest[:8], 'big')
+    """A 64-bit value uniform over keys, fixed by (seed, purpose, key): the first 8 bytes of
+    the SHA-256 of f'{seed}\\0{purpose}\\0{key}'."""
+    digest = _salted(seed, purpose).copy()
+    digest.update(key.encode())
+    return int.from_bytes(digest.digest()[:8], 'big')
+
+
+@functools.lru_cache(maxsize=16)
+def _salted(seed, purpose):
+    """A SHA-256 that has hashed the salt, copied for each key (a third cheaper per image)."""
+    return hashlib.sha256(f'{seed}\x00{purpose}\x00'.encode())
 
 
 def order_key(seed, meta):
@@ -158,6 +167,32 @@ class ShardPlan:
             rank -= count
         raise AssertionError(f'rank {rank} beyond the images of label {label}')
 
+    def runs(self, group, label, bucket, size):
+        """Where the `size` images of a bucket go, by rank: [(split, shard, start, end)], the
+        images of ranks start..end-1 in the bucket to that shard (`place`, then the shard whose
+        `row_bounds` hold the rank, for a run of ranks at once)."""
+        first = self.bucket_offsets[(group, label, bucket)]
+        if group:  # (split, rank in the split's class of the bucket's first image, start, end)
+            segments = [(group, first, 0, size)]
+        else:
+            segments, start = [], 0  # `start`: the class rank where a split's share begins
+            for split, count in self.shares[label]:
+                lo, hi = max(start, first), min(start + count, first + size)
+                if lo < hi:
+                    rank = self.explicit.get((split, label), 0) + lo - start
+                    segments.append((split, rank, lo - first, hi - first))
+                start += count
+        runs = []
+        for split, rank, start, end in segments:
+            bounds = self.row_bounds(split, label)
+            while start < end:
+                shard = bisect.bisect_right(bounds, rank)
+                stop = min(end, start + bounds[shard] - rank)
+                runs.append((split, shard, start, stop))
+                rank += stop - start
+                start = stop
+        return runs
+
     def row_bounds(self, split, label):
         """Cumulative record counts of a class over the shards of a split, for bisect."""
         row = class_row(
@@ -237,22 +272,33 @@ def _rank_hash(seed, meta):
     return shuffle_hash(seed, _RANK, meta.key)
 
 
-class _KeyByRankGroup(beam.DoFn):
-    """Block ref -> ((group, label, bucket), (block ref of its images there, images, bytes)) per
-    group."""
+class RankGroups(typing.NamedTuple):
+    """How images are grouped for ranking: by (group, label, bucket)."""
 
-    def __init__(self, seed, bucket_bits, store):
-        self._seed, self._bucket_bits, self._store = seed, bucket_bits, store
+    seed: int
+    bucket_bits: int  # bucket_bits_for
 
-    def process(self, ref):
+    def keyed_blocks(self, metas, store):
+        """((group, label, bucket), (block ref of its images there, images, bytes)) per group
+        of `metas`, the blocks put in `store`: AssignShards' input."""
         groups = collections.defaultdict(list)
-        bits = self._bucket_bits
-        for meta in blocks.unpack(self._store.get(ref)):
-            bucket = _rank_hash(self._seed, meta) >> (64 - bits) if bits else 0
+        bits = self.bucket_bits
+        for meta in metas:
+            bucket = _rank_hash(self.seed, meta) >> (64 - bits) if bits else 0
             groups[(meta.split, meta.label, bucket)].append(meta)
-        refs = self._store.put('by-group', [blocks.pack(metas) for metas in groups.values()])
+        refs = store.put('by-group', [blocks.pack(metas) for metas in groups.values()])
         for (key, metas), group_ref in zip(groups.items(), refs):
             yield key, (group_ref, len(metas), sum(meta.num_bytes for meta in metas))
+
+
+class _KeyByRankGroup(beam.DoFn):
+    """Block ref -> RankGroups.keyed_blocks of its images."""
+
+    def __init__(self, groups, store):
+        self._groups, self._store = groups, store
+
+    def process(self, ref):
+        yield from self._groups.keyed_blocks(blocks.unpack(self._store.get(ref)), self._store)
 
 
 def _count(keyed):
@@ -280,12 +326,8 @@ class _PlaceInShards(beam.DoFn):
         metas = self._store.metas(ref for ref, _, _ in counted)
         ranked = sorted(metas, key=lambda meta: (_rank_hash(self._seed, meta), meta.key))
         by_shard = collections.defaultdict(list)
-        bounds = {}
-        for rank_in_bucket, meta in enumerate(ranked):
-            split, rank = plan.place(group, label, bucket, rank_in_bucket)
-            if split not in bounds:
-                bounds[split] = plan.row_bounds(split, label)
-            by_shard[(split, bisect.bisect_right(bounds[split], rank))].append(meta)
+        for split, shard, start, end in plan.runs(group, label, bucket, len(ranked)):
+            by_shard[(split, shard)] += ranked[start:end]
         refs = self._store.put('placed', [blocks.pack(metas) for metas in by_shard.values()])
         yield from zip(by_shard, refs)
 
@@ -298,7 +340,8 @@ class Assigned(typing.NamedTuple):
 
 
 class AssignShards(beam.PTransform):
-    """Block refs of ImageMeta -> Assigned: ((split, shard), block ref), and the ShardPlan.
+    """Block refs of ImageMeta, or RankGroups.keyed_blocks of them (`keyed`) -> Assigned:
+    ((split, shard), block ref), and the ShardPlan.
 
     Args:
         seed: the build's seed.
@@ -307,6 +350,7 @@ class AssignShards(beam.PTransform):
         shard_bytes: target image bytes per shard.
         bucket_bits: bits of the rank hash that cut a large class into groups (bucket_bits_for).
         store: the BlockStore that keeps the blocks (default: inline).
+        keyed: whether the input is keyed already (RankGroups(seed, bucket_bits)'s blocks).
     """
 
     def __init__(
@@ -318,6 +362,7 @@ class AssignShards(beam.PTransform):
         shard_bytes=DEFAULT_SHARD_BYTES,
         bucket_bits=0,
         store=None,
+        keyed=False,
     ):
         super().__init__()
         self._seed = seed
@@ -326,11 +371,14 @@ class AssignShards(beam.PTransform):
         self._shard_bytes = shard_bytes
         self._bucket_bits = bucket_bits
         self._store = store or blocks.BlockStore()
+        self._keyed = keyed
 
     def expand(self, refs):
-        keyed = refs | 'KeyByRankGroup' >> beam.ParDo(
-            _KeyByRankGroup(self._seed, self._bucket_bits, self._store)
-        )
+        keyed = refs
+        if not self._keyed:
+            keyed = refs | 'KeyByRankGroup' >> beam.ParDo(
+                _KeyByRankGroup(RankGroups(self._seed, self._bucket_bits), self._store)
+            )
         # ((group, label, bucket), (block ref, images, bytes))
         plan = (
             keyed

@@ -60,6 +60,15 @@ class ImageMeta(typing.NamedTuple):
         """The sha256 digest of the source file's bytes."""
         return self.source_sha256 or self.sha256
 
+    def with_payload(self, payload, offset):
+        """This ImageMeta with its stored bytes at `offset` in payload file `payload`."""
+        return _new_meta(ImageMeta, (*self[:-2], payload, offset))
+
+
+# ImageMeta from a tuple of every field, without the keyword handling of ImageMeta(...): a
+# million images are made several times over in a build.
+_new_meta = tuple.__new__
+
 
 # id, label, height, width, channels, num_bytes, source_crc32c, reencoded, payload,
 # payload_offset, then the byte lengths of key, split, format, sha256 and source_sha256 and the
@@ -136,23 +145,26 @@ def unpack(block):
         levels = struct.unpack_from(f'<{num_levels}i', block, position) if num_levels else ()
         position += _LEVEL_ID.size * num_levels
         metas.append(
-            ImageMeta(
-                image_id,
-                key,
-                label,
-                split,
-                fmt,
-                height,
-                width,
-                channels,
-                sha256,
-                num_bytes,
-                source_sha256,
-                crc,
-                reencoded,
-                levels,
-                payload,
-                payload_offset,
+            _new_meta(
+                ImageMeta,
+                (
+                    image_id,
+                    key,
+                    label,
+                    split,
+                    fmt,
+                    height,
+                    width,
+                    channels,
+                    sha256,
+                    num_bytes,
+                    source_sha256,
+                    crc,
+                    reencoded,
+                    levels,
+                    payload,
+                    payload_offset,
+                ),
             )
         )
     return metas

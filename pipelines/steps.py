@@ -16,6 +16,7 @@ from imageshards import features
 from pipelines import blocks
 from pipelines.analyze import AnalyzeShards
 from pipelines.assign import AssignShards
+from pipelines.assign import RankGroups
 from pipelines.assign import bucket_bits_for
 from pipelines.dedup import DropDuplicates
 from pipelines.encode import RecordEncoder
@@ -39,15 +40,18 @@ def build_pipeline(pipeline, context, store=None):
     encoder = RecordEncoder(
         listing.base, context.output_dir, config.format, listing.labels, listing.label_levels
     )
-    validated = _validated(pipeline, context, store)
+    rank_groups = RankGroups(config.seed, bucket_bits_for(listing.largest_group))
+    # Without --dedup, validation keys its blocks for AssignShards itself: one pass less.
+    validated = _validated(pipeline, context, store, None if config.dedup else rank_groups)
     unique, duplicates = _deduplicated(pipeline, context, validated.blocks, store)
     assigned = unique | 'AssignShards' >> AssignShards(
         config.seed,
         config.splits,
         num_shards=config.num_shards,
         shard_bytes=config.shard_size_mb * 1e6,
-        bucket_bits=bucket_bits_for(listing.largest_group),
+        bucket_bits=rank_groups.bucket_bits,
         store=store,
+        keyed=not config.dedup,
     )
     # ((split, shard), block ref)
     sample = None
@@ -74,8 +78,9 @@ def build_pipeline(pipeline, context, store=None):
     )
 
 
-def _validated(pipeline, context, store):
-    """The Validated outputs of every listed input."""
+def _validated(pipeline, context, store, rank_groups):
+    """The Validated outputs of every listed input, their blocks keyed by `rank_groups` if
+    given."""
     config = context.config
     items = (
         pipeline
@@ -93,6 +98,7 @@ def _validated(pipeline, context, store):
         reencode_dir=context.output_dir if config.format == features.PATHS else None,
         levels=context.level_ids,
         allow_missing_levels=config.allow_missing_levels,
+        rank_groups=rank_groups,
     )
 
 

@@ -75,6 +75,7 @@ class _ValidateWorkItem(beam.DoFn):
         reencode_dir,
         levels,
         allow_missing_levels,
+        rank_groups,
     ):
         self._listing_path = listing_path
         self._label_ids = label_ids
@@ -84,6 +85,7 @@ class _ValidateWorkItem(beam.DoFn):
         self._reencode_dir = reencode_dir  # set for `paths` builds
         self._levels = levels  # [(level, {name: id})]
         self._allow_missing_levels = allow_missing_levels
+        self._rank_groups = rank_groups
         self._pool = None
         self._listed = counters.counter('listed')
         self._valid = counters.counter('validated')
@@ -120,13 +122,15 @@ class _ValidateWorkItem(beam.DoFn):
             meta, stored = outcome
             if payloads and len(stored) <= blocks.PAYLOAD_MAX_BYTES:
                 payload, offset = payloads.add(stored)
-                meta = meta._replace(payload=payload, payload_offset=offset)
+                meta = meta.with_payload(payload, offset)
             valid.append(meta)
         if payloads:
             payloads.close()
         self._valid.inc(len(valid))
         progress.advance(progress.VALIDATE, len(entries))
-        if valid:
+        if valid and self._rank_groups:
+            yield from self._rank_groups.keyed_blocks(valid, self._store)
+        elif valid:
             yield from self._store.put('validated', [blocks.pack(valid)])
 
     def _validate(self, entry):
@@ -178,7 +182,7 @@ def _path_to_read(entry):
 class Validated(typing.NamedTuple):
     """ValidateImages' outputs."""
 
-    blocks: beam.PCollection  # block refs of the valid images' ImageMeta
+    blocks: beam.PCollection  # block refs of the valid images' ImageMeta (or keyed: see below)
     rejected: beam.PCollection  # rejected.jsonl lines
 
 
@@ -195,6 +199,8 @@ class ValidateImages(beam.PTransform):
         levels: [(level, {name: id})] of a build with label levels, in level order.
         allow_missing_levels: an input missing a level value gets id -1 instead of being
             rejected as `missing_label_level`.
+        rank_groups: an assign.RankGroups: the blocks keyed as AssignShards(keyed=True)
+            takes them, with no step between (no --dedup); None: block refs.
     """
 
     def __init__(
@@ -208,6 +214,7 @@ class ValidateImages(beam.PTransform):
         reencode_dir=None,
         levels=(),
         allow_missing_levels=False,
+        rank_groups=None,
     ):
         super().__init__()
         self._fn = _ValidateWorkItem(
@@ -219,6 +226,7 @@ class ValidateImages(beam.PTransform):
             reencode_dir,
             levels,
             allow_missing_levels,
+            rank_groups,
         )
 
     def expand(self, items):

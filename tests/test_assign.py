@@ -1,6 +1,8 @@
 """The seeded, stratified split and shard assignment: pure functions and the Beam step."""
 
+import bisect
 import collections
+import hashlib
 import random
 
 import apache_beam as beam
@@ -41,6 +43,37 @@ def test_shuffle_hash_depends_on_seed_purpose_and_key_only():
     }
     assert len(values) == 8
     assert all(0 <= v < 2**64 for v in values)
+
+
+def test_shuffle_hash_is_the_salted_sha256_of_the_key():
+    for seed, purpose, key in ((0, 'rank', 'a'), (42, 'order', 'cat/0001.jpg'), (7, 'rank', 'é')):
+        digest = hashlib.sha256(f'{seed}\x00{purpose}\x00{key}'.encode()).digest()
+        assert assign.shuffle_hash(seed, purpose, key) == int.from_bytes(digest[:8], 'big')
+
+
+@pytest.mark.parametrize('trial', range(60))
+def test_runs_of_ranks_place_each_image_as_place_and_row_bounds_do(trial):
+    rng = random.Random(trial)
+    counts = {}
+    for label in range(rng.randint(1, 4)):
+        for bucket in range(rng.randint(1, 3)):
+            counts[('', label, bucket)] = (rng.randint(0, 40), 1000)
+        if rng.random() < 0.4:
+            counts[('test', label, 0)] = (rng.randint(1, 9), 100)
+    fractions = [('train', 0.7), ('val', 0.2), ('extra', 0.1)][: rng.randint(1, 3)]
+    total = sum(f for _, f in fractions)
+    fractions = [(name, f / total) for name, f in fractions]
+    plan = assign.make_plan(counts, fractions, num_shards=rng.randint(1, 7))
+    for (group, label, bucket), (size, _) in counts.items():
+        expected = []
+        for rank_in_bucket in range(size):
+            split, rank = plan.place(group, label, bucket, rank_in_bucket)
+            shard = bisect.bisect_right(plan.row_bounds(split, label), rank)
+            expected.append((split, shard))
+        runs = plan.runs(group, label, bucket, size)
+        placed = [(split, shard) for split, shard, start, end in runs for _ in range(start, end)]
+        assert placed == expected
+        assert all(start < end for _, _, start, end in runs)
 
 
 @pytest.mark.parametrize('trial', range(300))
