@@ -50,6 +50,7 @@ from pipelines import overwrite
 from pipelines import progress
 from pipelines import runner
 from pipelines import transform_output
+from pipelines import warm_workers
 from pipelines.context import BuildContext
 from pipelines.local_transform import LocalTransform
 from pipelines.steps import build_pipeline
@@ -345,6 +346,7 @@ def main(argv=None):
     finally:
         helper_lib.stop_untaken()
         early_listing.stop_untaken()
+        warm_workers.stop_untaken()
     return 0
 
 

@@ -16,6 +16,7 @@ from apache_beam.options.pipeline_options import DirectOptions
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.options.pipeline_options import SetupOptions
 from apache_beam.options.pipeline_options import StandardOptions
+from apache_beam.portability import python_urns
 from apache_beam.portability.api import beam_fn_api_pb2
 from apache_beam.portability.api import beam_provision_api_pb2
 from apache_beam.runners.direct import direct_runner
@@ -25,6 +26,7 @@ from google.protobuf import text_format
 
 from imageshards import console
 from imageshards import distribution
+from pipelines import warm_workers
 
 _LOG = logging.getLogger(__name__)
 
@@ -76,11 +78,31 @@ def make_pipeline(beam_args):
     )
     # Workers log at their own levels; what they forward arrives through this logger.
     logging.getLogger('apache_beam.runners.portability.local_job_service').setLevel(logging.INFO)
-    return _removing_tempdir(
-        beam.Pipeline(
-            runner=fn_runner.FnApiRunner(provision_info=provision), options=pipeline_options
-        )
+    command = None
+    if direct.direct_running_mode == 'multi_processing':
+        command = warm_workers.worker_command(direct.direct_num_workers)
+    local_runner = (
+        _EarlyWorkersRunner(command, provision_info=provision)
+        if command
+        else fn_runner.FnApiRunner(provision_info=provision)
     )
+    return _removing_tempdir(beam.Pipeline(runner=local_runner, options=pipeline_options))
+
+
+class _EarlyWorkersRunner(fn_runner.FnApiRunner):
+    """The FnApiRunner, its worker processes those the build command started early
+    (pipelines/warm_workers.py): `worker_command` in place of Beam's in the job's subprocess
+    environments."""
+
+    def __init__(self, worker_command, **kwargs):
+        super().__init__(**kwargs)
+        self._worker_command = worker_command
+
+    def run_via_runner_api(self, pipeline_proto, options):
+        for environment in pipeline_proto.components.environments.values():
+            if environment.urn == python_urns.SUBPROCESS_SDK:
+                environment.payload = self._worker_command.encode('utf-8')
+        return super().run_via_runner_api(pipeline_proto, options)
 
 
 def _removing_tempdir(pipeline):
@@ -112,6 +134,7 @@ def share_cores(pipeline, helper, num_inputs, beam_args):
     if (os.cpu_count() or 1) > 2:
         return pipeline
     if beam_args is not None and num_inputs < IN_MEMORY_BELOW:
+        warm_workers.stop_untaken()  # one process: the early workers are not wanted
         return make_pipeline([*beam_args, '--direct_running_mode=in_memory'])
     if pipeline.options.view_as(DirectOptions).direct_running_mode == 'multi_processing':
         helper.lower_priority()

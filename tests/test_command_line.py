@@ -114,11 +114,13 @@ def _ctrl_c_as_in_a_terminal():
 
 
 def _workers(process):
-    """The Beam worker processes below `process`."""
+    """The Beam worker processes below `process` (pipelines/warm_workers.py: their claims)."""
     found = []
     for child in process.children(recursive=True):
         try:
-            if 'sdk_worker_main' in ' '.join(child.cmdline()):
+            # Beam's own worker command, or the claim of a worker started early.
+            command = ' '.join(child.cmdline())
+            if 'sdk_worker_main' in command or 'warm_workers claim' in command:
                 found.append(child)
         except psutil.NoSuchProcess:
             pass

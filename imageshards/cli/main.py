@@ -10,6 +10,7 @@ from imageshards import console
 from imageshards import supervise
 from pipelines import early_listing
 from pipelines import helper
+from pipelines import warm_workers
 
 # command -> (module whose main(argv) runs it, what it does)
 COMMANDS = {
@@ -68,9 +69,10 @@ def main(argv=None):
         return supervise.run_supervised(
             'imageshards.cli', argv, lambda: _module(command).interrupted_message(rest)
         )
-    if command == 'build':  # the supervised child: listing and TensorFlow's import start first
+    if command == 'build':  # the supervised child: listing, TensorFlow's import start first
         early_listing.start_early(rest)
-        helper.start_early(rest)
+        if not helper.start_early(rest):  # else its import takes the time workers would
+            warm_workers.start_early(rest)
     # Imported on demand: `imageshards verify` need not load Beam, nor `build` TensorFlow.
     module = _module(command)
     try:
