@@ -36,24 +36,32 @@ import time
 _LOG = logging.getLogger(__name__)
 PID, ENVIRONMENT, EXIT = 'pid', 'environment.json', 'exit'
 CLAIMED = 'claimed-'  # FOLDER/free/N, once taken
+SERVER = 'server.pid'  # the serving process's
 BEAM_WORKER = 'apache_beam.runners.worker.sdk_worker_main'
 _POLL_SECONDS = 0.01
 _early = None  # the WarmWorkers `start_early` started, until the build ends
 
 
 class WarmWorkers:
-    """`count` waiting worker processes and their folder."""
+    """The serving process for `count` workers, and its folder."""
 
     def __init__(self, count):
         self.folder = tempfile.mkdtemp(prefix='imageshards-workers-')
         self.count = count
-        os.makedirs(os.path.join(self.folder, 'free'))
         for index in range(count):
             os.makedirs(os.path.join(self.folder, 'slots', str(index)))
-            open(os.path.join(self.folder, 'free', str(index)), 'wb').close()
         self._process = subprocess.Popen(  # pylint: disable=consider-using-with
             [sys.executable, '-m', __name__, 'serve', self.folder]
         )
+        _write_atomically(os.path.join(self.folder, SERVER), str(self._process.pid).encode())
+        os.makedirs(os.path.join(self.folder, 'free'))
+        for index in range(count):  # claimable once the server's pid is there to watch
+            open(os.path.join(self.folder, 'free', str(index)), 'wb').close()
+
+    def kill_server(self):
+        """Ends the serving process (a test's failure)."""
+        self._process.kill()
+        self._process.wait()
 
     @property
     def command(self):
@@ -162,30 +170,42 @@ def claim(folder):
             os.rename(os.path.join(free, name), os.path.join(folder, f'{CLAIMED}{name}'))
         except FileNotFoundError:  # another claim took it first
             continue
-        return _hand_over(os.path.join(folder, 'slots', name))
+        return _hand_over(folder, os.path.join(folder, 'slots', name))
     os.execv(sys.executable, [sys.executable, '-m', BEAM_WORKER])
     return 1  # not reached
 
 
-def _hand_over(slot):
+def _hand_over(folder, slot):
+    """Hands `slot` this process's environment and waits for the worker forked for it; where
+    the serving process ended without forking it (it failed), becomes Beam's own worker."""
     _write_atomically(os.path.join(slot, ENVIRONMENT), json.dumps(dict(os.environ)).encode())
     path = os.path.join(slot, PID)
+    server = _ended(_read_int(os.path.join(folder, SERVER)))
     while not os.path.exists(path):
-        time.sleep(_POLL_SECONDS)
-    with open(path, encoding='ascii') as f:
-        pid = int(f.read())
-    try:
-        ended = os.pidfd_open(pid)  # readable once the worker has ended
-    except OSError:  # gone already
-        ended = None
-    if ended is not None:
-        select.select([ended], [], [])
-        os.close(ended)
+        if server is None or select.select([server], [], [], _POLL_SECONDS)[0]:
+            if not os.path.exists(path):  # written before the server could end, if at all
+                os.execv(sys.executable, [sys.executable, '-m', BEAM_WORKER])
+    worker = _ended(_read_int(path))
+    if worker is not None:
+        select.select([worker], [], [])
     try:
         with open(os.path.join(slot, EXIT), encoding='ascii') as f:
             return int(f.read())
     except (OSError, ValueError):  # killed: no status written
         return 1
+
+
+def _ended(pid):
+    """A descriptor readable once process `pid` has ended, or None where it has already."""
+    try:
+        return os.pidfd_open(pid)
+    except OSError:
+        return None
+
+
+def _read_int(path):
+    with open(path, encoding='ascii') as f:
+        return int(f.read())
 
 
 def _write_atomically(path, data):

@@ -79,6 +79,17 @@ def test_a_run_wanting_more_workers_than_were_started_early_starts_beams_own(tre
     assert _built(tmp_path / 'out')[0]['counts']['written'] == 36
 
 
+def test_claims_become_beams_own_workers_where_the_serving_process_failed(tree, tmp_path):
+    early = warm_workers.start_early(_argv(tree, tmp_path / 'out', *WORKERS))
+    try:
+        early.kill_server()
+        build.run(_argv(tree, tmp_path / 'out', '--no-analyze', *WORKERS))
+        assert early.claimed == 2
+    finally:
+        warm_workers.stop_untaken()
+    assert _built(tmp_path / 'out')[0]['counts']['written'] == 36
+
+
 def test_workers_a_build_does_not_take_are_stopped(tree, tmp_path):
     early = warm_workers.start_early(_argv(tree, tmp_path / 'out'))
     assert early.count == (os.cpu_count() or 1)
