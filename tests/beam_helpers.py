@@ -1,4 +1,5 @@
-"""Running small pipelines in tests on the DirectRunner's FnApiRunner (no Prism download)."""
+"""Running small pipelines in tests on the DirectRunner's FnApiRunner (no Prism download), and
+reading what a build wrote."""
 
 import json
 import uuid
@@ -22,3 +23,16 @@ def collect(build, tmp_path):
             | 'Write' >> beam.io.WriteToText(str(out), shard_name_template='')
         )
     return [json.loads(line) for line in out.read_text(encoding='utf-8').splitlines()]
+
+
+def built(out):
+    """(dataset.json but for its `created` time, {shard path: its bytes}) of the build in `out`:
+    what two builds of the same inputs and seed must agree on."""
+    dataset = json.loads((out / 'dataset.json').read_text())
+    dataset.pop('created')
+    shards = {
+        shard['path']: (out / shard['path']).read_bytes()
+        for split in dataset['splits'].values()
+        for shard in split['shards']
+    }
+    return dataset, shards

@@ -10,6 +10,7 @@ from pipelines import early_listing
 from pipelines import inputs
 
 import images_for_tests as imgs
+from beam_helpers import built
 
 
 def _tree(tmp_path):
@@ -24,17 +25,6 @@ def _argv(root, out, *extra):
     return ['--input', str(root), '--output', str(out), '--seed', '4', *extra]
 
 
-def _built(out):
-    dataset = json.loads((out / 'dataset.json').read_text())
-    dataset.pop('created')
-    shards = {
-        shard['path']: (out / shard['path']).read_bytes()
-        for split in dataset['splits'].values()
-        for shard in split['shards']
-    }
-    return dataset, shards
-
-
 def test_a_build_takes_the_early_listing_and_builds_what_it_would_have(tmp_path, caplog):
     root = _tree(tmp_path)
     mode = ['--direct_running_mode=in_memory', '--no-analyze']
@@ -45,7 +35,7 @@ def test_a_build_takes_the_early_listing_and_builds_what_it_would_have(tmp_path,
     assert 'listed by the early listing process' in caplog.text
     assert not os.path.exists(early.folder)
     build.run(_argv(root, tmp_path / 'itself', *mode))
-    early_built, itself = _built(tmp_path / 'early'), _built(tmp_path / 'itself')
+    early_built, itself = built(tmp_path / 'early'), built(tmp_path / 'itself')
     assert early_built == itself
     assert early_built[0]['counts']['rejected'] == 1 and early_built[0]['counts']['skipped'] == 1
 

@@ -1,7 +1,6 @@
 """pipelines/warm_workers.py: the local runner's workers, started before the launcher imports
 Beam and claimed by the runner's worker command."""
 
-import json
 import os
 
 import psutil
@@ -11,6 +10,7 @@ from pipelines import build
 from pipelines import warm_workers
 
 import images_for_tests as imgs
+from beam_helpers import built
 
 WORKERS = ['--direct_running_mode=multi_processing', '--direct_num_workers=2']
 
@@ -25,17 +25,6 @@ def _tree(tmp_path_factory):
 
 def _argv(root, out, *extra):
     return ['--input', str(root), '--output', str(out), '--seed', '5', '--num-shards', '2', *extra]
-
-
-def _built(out):
-    dataset = json.loads((out / 'dataset.json').read_text())
-    dataset.pop('created')
-    shards = {
-        shard['path']: (out / shard['path']).read_bytes()
-        for split in dataset['splits'].values()
-        for shard in split['shards']
-    }
-    return dataset, shards
 
 
 def _processes_of(folder):
@@ -58,7 +47,7 @@ def test_a_build_runs_on_the_early_workers_and_builds_what_it_would_have(tree, t
     assert not os.path.exists(early.folder)
     assert not _processes_of(early.folder)
     build.run(_argv(tree, tmp_path / 'beam', '--no-analyze', *WORKERS))  # Beam's own workers
-    early_built, beam_built = _built(tmp_path / 'early'), _built(tmp_path / 'beam')
+    early_built, beam_built = built(tmp_path / 'early'), built(tmp_path / 'beam')
     assert early_built == beam_built
     assert early_built[0]['counts']['rejected'] == 1
 
@@ -76,7 +65,7 @@ def test_a_run_wanting_more_workers_than_were_started_early_starts_beams_own(tre
     finally:
         warm_workers.stop_untaken()
     assert not _processes_of(early.folder)
-    assert _built(tmp_path / 'out')[0]['counts']['written'] == 36
+    assert built(tmp_path / 'out')[0]['counts']['written'] == 36
 
 
 def test_claims_become_beams_own_workers_where_the_serving_process_failed(tree, tmp_path):
@@ -87,7 +76,7 @@ def test_claims_become_beams_own_workers_where_the_serving_process_failed(tree, 
         assert early.claimed == 2
     finally:
         warm_workers.stop_untaken()
-    assert _built(tmp_path / 'out')[0]['counts']['written'] == 36
+    assert built(tmp_path / 'out')[0]['counts']['written'] == 36
 
 
 def test_workers_a_build_does_not_take_are_stopped(tree, tmp_path):
