@@ -48,7 +48,7 @@ class LocalTransform:
             _LOG.info('the tf.Transform graph: as built before, from %s', self.cached)
             self.close()
             return
-        if self._helper is None:  # a graph of this kind is cached, but not for these labels
+        if self._helper is None:  # the cached graph went, or is not whole
             self._helper = helper_lib.Helper()
         self._helper.prepare({**settings, 'staging_dir': self._helper_output})
 

@@ -6,15 +6,17 @@ vocabulary and the pixel statistics, from two asset files as it loads
 (imageshards/transform_assets.py). The rest of transform_fn/, transformed_metadata/ and
 metadata/ is TFT's output for any build of the same
 
-    format, label levels, image size and number of labels (the label's schema domain),
+    format, label levels and image size,
     with the same versions of TensorFlow and tensorflow-transform and of the code that
     makes the graph,
 
-which make the key. After the helper process has written a build's output with TFT
-(pipelines/transform_output.py), the launcher keeps a copy under the key, and a later build of
-the same key copies it and writes its own two assets: no TensorFlow import (~3 s of CPU and
-~700 MB on the 2-core machine of bench/RESULTS.md), no TFT pipeline (~2.5 s of CPU). Tests
-hold such an output to the one TFT writes for the same build (tests/test_transform_cache.py).
+which make the key, but for one number: the label's domain in transformed_metadata's schema
+(ids -1 to the number of labels less one), which `write` sets for the build. After the helper
+process has written a build's graph with TFT (pipelines/transform_output.py), the launcher keeps
+a copy under the key, and every build of the same key copies it and writes its own two assets
+and that number: no TensorFlow import (~3 s of CPU and ~700 MB on the 2-core machine of
+bench/RESULTS.md), no TFT pipeline (~2.5 s of CPU). Tests hold such an output to the one TFT
+writes for the same build, with another number of labels (tests/test_transform_cache.py).
 
 Where: $IMAGESHARDS_CACHE_DIR/transform/, by default ~/.cache/imageshards/transform/
 ($XDG_CACHE_HOME respected). Deleting it between builds is safe: the next build writes it again
@@ -46,6 +48,9 @@ _SOURCES = (
     'pipelines.transform_output',
 )
 _PACKAGES = ('tensorflow', 'tensorflow-transform')
+_GRAPH = 'graph'  # the output's folder in its kind's, whatever the number of labels
+_TRANSFORMED_SCHEMA = f'{layout.TRANSFORMED_METADATA_DIR}/schema.pbtxt'
+LABEL_OUTPUT = 'label'  # imageshards/transform.py's LABEL (that module imports TensorFlow)
 
 
 def cache_dir():
@@ -58,7 +63,7 @@ def cache_dir():
 
 
 def kind(fmt, levels, image_size):
-    """What the graph is made of, but for the number of labels: a folder of the cache."""
+    """What the graph is made of: its folder of the cache, and the parts of its key."""
     parts = {
         'format': fmt,
         'label_levels': list(levels),
@@ -80,10 +85,10 @@ def find(settings):
 
 
 def has_kind(fmt, levels, image_size):
-    """Whether any output of this kind is cached (for some number of labels): a guess, before
-    the inputs are listed, whether the build will find one."""
-    folder = os.path.join(cache_dir(), kind(fmt, levels, image_size)[0])
-    return os.path.isdir(folder) and any(os.scandir(folder))
+    """Whether an output of this kind is cached: what the build will find, known before the
+    inputs are listed (but for a cache changed meanwhile)."""
+    folder = os.path.join(cache_dir(), kind(fmt, levels, image_size)[0], _GRAPH)
+    return os.path.isdir(folder)
 
 
 def keep(staging_dir, settings):
@@ -100,7 +105,6 @@ def keep(staging_dir, settings):
         for name in transform_assets.NAMES:  # this build's: written anew by each build
             os.remove(os.path.join(scratch, layout.TRANSFORM_ASSETS, name))
         parts = dict(kind(settings['format'], settings['levels'], settings['image_size'])[1])
-        parts['num_labels'] = len(settings['labels'])
         with open(os.path.join(scratch, KEY_JSON), 'w', encoding='utf-8') as f:
             json.dump(parts, f, indent=2, sort_keys=True)
         try:
@@ -124,11 +128,28 @@ def write(cached, staging_dir, labels, analysis):
     for name, content in assets.items():
         with open(os.path.join(staging_dir, layout.TRANSFORM_ASSETS, name), 'wb') as f:
             f.write(content)
+    _set_label_domain(os.path.join(staging_dir, _TRANSFORMED_SCHEMA), len(labels))
+
+
+def _set_label_domain(path, num_labels):
+    """Sets the `label` output's domain in a transformed schema to this build's ids, -1 (no
+    such label) to num_labels - 1, as TFT writes it for a vocabulary of num_labels."""
+    # pylint: disable=import-outside-toplevel
+    from google.protobuf import text_format
+    from tensorflow_metadata.proto.v0 import schema_pb2
+
+    with open(path, encoding='utf-8') as f:
+        schema = text_format.Parse(f.read(), schema_pb2.Schema())
+    for feature in schema.feature:
+        if feature.name == LABEL_OUTPUT and feature.HasField('int_domain'):
+            feature.int_domain.max = num_labels - 1
+    with open(path, 'w', encoding='utf-8') as f:
+        f.write(text_format.MessageToString(schema))
 
 
 def _path(settings):
     digest = kind(settings['format'], settings['levels'], settings['image_size'])[0]
-    return os.path.join(cache_dir(), digest, f'labels-{len(settings["labels"])}')
+    return os.path.join(cache_dir(), digest, _GRAPH)
 
 
 def _version(package):

@@ -39,11 +39,12 @@ def test_a_cached_graph_writes_what_tft_writes_for_another_build(
     import tensorflow_transform as tft  # pylint: disable=import-outside-toplevel
 
     first = _tree(tmp_path / 'first', ('ant', 'bee', 'cow'), start=0)
-    second = _tree(tmp_path / 'second', ('zebra', 'yak', 'emu'), start=500)
+    second = _tree(tmp_path / 'second', ('zebra', 'yak', 'emu', 'gnu'), start=500)  # one more
     mode = '--direct_running_mode=in_memory'
     _build(first, tmp_path / 'out-first', mode)  # TFT writes it; the cache keeps the graph
     kept = transform_cache.find(_settings(['ant', 'bee', 'cow']))
     assert kept is not None
+    assert transform_cache.find(_settings(['emu', 'gnu', 'yak', 'zebra'])) == kept
     assert not os.listdir(os.path.join(kept, layout.TRANSFORM_ASSETS))  # no build's assets
     with caplog.at_level('INFO', logger='pipelines.local_transform'):
         reused = _build(second, tmp_path / 'from-cache', mode)
@@ -66,7 +67,7 @@ def test_a_cached_graph_writes_what_tft_writes_for_another_build(
     outputs = []
     for out in (by_tft, from_cache):
         output = tft.TFTransformOutput(str(out))
-        assert output.vocabulary_by_name('label') == [b'emu', b'yak', b'zebra']
+        assert output.vocabulary_by_name('label') == [b'emu', b'gnu', b'yak', b'zebra']
         raw = tf.io.parse_example(tf.constant(records), output.raw_feature_spec())
         outputs.append(output.transform_features_layer()(raw))
     np.testing.assert_allclose(
@@ -75,18 +76,32 @@ def test_a_cached_graph_writes_what_tft_writes_for_another_build(
     for key in ('image', 'label', 'pixel_mean', 'pixel_std'):
         np.testing.assert_array_equal(outputs[0][key].numpy(), outputs[1][key].numpy())
 
-    # A kind cached for another number of labels: TFT writes this build's, and the cache keeps it.
-    monkeypatch.setenv(transform_cache.ENV, str(empty_transform_cache))
-    two = _tree(tmp_path / 'two', ('owl', 'pig'), start=900)
-    _build(two, tmp_path / 'out-two', mode)
-    assert (tmp_path / 'out-two' / layout.TRANSFORM_SAVED_MODEL).exists()
-    assert transform_cache.find(_settings(['owl', 'pig'])) not in (None, kept)
+    # TFT's schema domain of the label is the build's own (ids -1..3), from the cached graph too.
+    schema = (from_cache / 'transformed_metadata' / 'schema.pbtxt').read_text()
+    assert 'min: -1\n    max: 3\n' in schema
 
 
-def test_a_graph_is_kept_per_kind_and_number_of_labels(empty_transform_cache, tmp_path):
+_SCHEMA = """feature {
+  name: "label"
+  type: INT
+  int_domain {
+    min: -1
+    max: 5
+    is_categorical: true
+  }
+}
+feature {
+  name: "label/family"
+  type: INT
+}
+"""
+
+
+def test_a_graph_is_kept_per_kind(empty_transform_cache, tmp_path):
     staged = tmp_path / 'staged'
     for name in layout.TRANSFORM_DIRS:
         (staged / name).mkdir(parents=True)
+    (staged / layout.TRANSFORMED_METADATA_DIR / 'schema.pbtxt').write_text(_SCHEMA)
     (staged / layout.TRANSFORM_SAVED_MODEL).write_bytes(b'graph')
     os.makedirs(staged / layout.TRANSFORM_ASSETS)
     for name in ('label', 'pixel_statistics'):
@@ -99,6 +114,7 @@ def test_a_graph_is_kept_per_kind_and_number_of_labels(empty_transform_cache, tm
     assert kept and kept.startswith(str(empty_transform_cache))
     assert transform_cache.has_kind('examples', (), 224)
     assert transform_cache.find(_settings(['x', 'y'])) == kept  # names are assets
+    assert transform_cache.find(_settings(['a', 'b', 'c'])) == kept  # so is their number
     shutil.rmtree(os.path.join(kept, layout.TRANSFORMED_METADATA_DIR))
     assert transform_cache.find(settings) is None  # not whole: not used
     shutil.copytree(
@@ -106,7 +122,6 @@ def test_a_graph_is_kept_per_kind_and_number_of_labels(empty_transform_cache, tm
         os.path.join(kept, layout.TRANSFORMED_METADATA_DIR),
     )
     for other in (
-        _settings(['a', 'b', 'c']),
         _settings(['a', 'b'], fmt='paths'),
         _settings(['a', 'b'], levels=['family']),
         _settings(['a', 'b'], image_size=160),
@@ -125,6 +140,8 @@ def test_a_graph_is_kept_per_kind_and_number_of_labels(empty_transform_cache, tm
     assert (out / layout.TRANSFORM_ASSETS / 'pixel_statistics').read_text() == (
         '1.0\n2.0\n3.0\n4.0\n5.5\n6.0\n'
     )
+    written = (out / layout.TRANSFORMED_METADATA_DIR / 'schema.pbtxt').read_text()
+    assert written == _SCHEMA.replace('max: 5', 'max: 1')  # ids -1..1 of two labels
 
 
 def test_the_build_command_starts_no_helper_where_a_graph_of_its_kind_is_cached(
@@ -132,10 +149,7 @@ def test_the_build_command_starts_no_helper_where_a_graph_of_its_kind_is_cached(
 ):
     argv = ['--input', 'in', '--output', 'out']
     os.makedirs(
-        empty_transform_cache
-        / 'transform'
-        / transform_cache.kind('examples', (), 224)[0]
-        / 'labels-2'
+        empty_transform_cache / 'transform' / transform_cache.kind('examples', (), 224)[0] / 'graph'
     )
     assert helper.start_early(argv) is None
     started = helper.start_early([*argv, '--transform-image-size', '160'])
