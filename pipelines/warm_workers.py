@@ -85,9 +85,13 @@ class WarmWorkers:
 def start_early(argv):
     """Starts the workers now where `argv` (the build's arguments) runs the local runner with
     worker processes: no --runner, --dry_run, --config (it may name another runner) or help,
-    and `--direct_running_mode`, if given, multi_processing. Returns the WarmWorkers, or None.
+    and `--direct_running_mode`, if given, multi_processing; and on Linux (pidfds, and forking
+    a process that imported gRPC but opened nothing, which macOS does not promise to allow).
+    Returns the WarmWorkers, or None.
     """
     global _early  # pylint: disable=global-statement
+    if not hasattr(os, 'pidfd_open') or not hasattr(os, 'fork'):
+        return None  # Linux 5.3 and later only: elsewhere, Beam's own workers
     values = dict(arg.split('=', 1) if '=' in arg else (arg, '') for arg in argv)
     if set(values) & {'--runner', '--dry_run', '--config', '--help', '-h'}:
         return None

@@ -104,3 +104,8 @@ def test_workers_a_build_does_not_take_are_stopped(tree, tmp_path):
 def test_not_started_where_the_build_will_not_run_local_worker_processes(tmp_path, extra):
     assert warm_workers.start_early(_argv(tmp_path, tmp_path / 'out', *extra)) is None
     assert warm_workers.worker_command(os.cpu_count() or 1) is None
+
+
+def test_not_started_where_processes_cannot_be_waited_on_by_pidfd(tmp_path, monkeypatch):
+    monkeypatch.delattr(os, 'pidfd_open')  # macOS, or an older Python
+    assert warm_workers.start_early(_argv(tmp_path, tmp_path / 'out')) is None
