@@ -11,7 +11,6 @@ pipelines/encode.py.
 import collections
 import concurrent.futures
 import hashlib
-import itertools
 import typing
 import uuid
 
@@ -88,13 +87,17 @@ class _WriteShard(beam.DoFn):
         digest, num_bytes = hashlib.sha256(), 0
         class_counts = collections.Counter()
         level_counts = collections.Counter()  # (level index, id) -> records
+        measured = self._measured(split, index, plan)
+        pixel_sums = []  # of the first `measured` records' images (pipelines/analyze.py)
         with storage.create(temporary) as f:
-            for meta, framed in zip(metas, self._framed_records(metas)):
+            for meta, (framed, stored) in zip(metas, self._framed_records(metas)):
                 f.write(framed)
                 digest.update(framed)
                 num_bytes += len(framed)
                 class_counts[meta.label] += 1
                 level_counts.update(enumerate(meta.levels))
+                if len(pixel_sums) < measured:
+                    pixel_sums.append(self._pixel_sums(meta, stored))
         staged = storage.join(self._output_dir, layout.staged_shard(relative))
         storage.make_parent(staged)
         storage.rename([temporary], [staged])
@@ -118,22 +121,23 @@ class _WriteShard(beam.DoFn):
             entry.update(self._level_counts(level_counts))
         yield entry
         if self._sample and split == self._sample.split:
-            measured = analyze.sample_count(
-                plan.num_records[split], plan.num_shards[split], index, self._sample.size
-            )
-            summary = analyze.shard_summary(metas, class_counts, self._pixel_sums(metas[:measured]))
+            summary = analyze.shard_summary(metas, class_counts, pixel_sums)
             yield beam.pvalue.TaggedOutput(SUMMARIES, summary)
 
-    def _pixel_sums(self, sample):
-        """images.pixel_sums of each image of `sample`, from its source's bytes: the payload
-        validation kept of it where the record stores them unchanged, else the file again."""
-        kept = [meta for meta in sample if meta.payload and not meta.reencoded]
-        others = [meta for meta in sample if not (meta.payload and not meta.reencoded)]
-        sources = itertools.chain(
-            self._store.read_payloads(kept, None),
-            (read_checked(self._source(meta), meta) for meta in others),
+    def _measured(self, split, index, plan):
+        """How many of the shard's first records the analysis measures (0: none)."""
+        if not self._sample or split != self._sample.split:
+            return 0
+        return analyze.sample_count(
+            plan.num_records[split], plan.num_shards[split], index, self._sample.size
         )
-        return [images.pixel_sums(data, self._sample.image_size) for data in sources]
+
+    def _pixel_sums(self, meta, stored):
+        """images.pixel_sums of an image, from the bytes its record stores where they are its
+        source's (as written, not read again), else from its file."""
+        if stored is None or meta.reencoded:
+            stored = read_checked(self._source(meta), meta)
+        return images.pixel_sums(stored, self._sample.image_size)
 
     def _level_counts(self, counts):
         """A shard entry's `level_counts` ({level: {name: records}}) and `level_missing`."""
@@ -146,12 +150,13 @@ class _WriteShard(beam.DoFn):
         return {'level_counts': level_counts, 'level_missing': missing}
 
     def _framed_records(self, metas):
-        """The framed records of `metas`, in order: their stored bytes from the payload files
-        validation kept (local runner), else read from the inputs again."""
+        """(framed record, the bytes it stores, or None in a `paths` build) of each of `metas`,
+        in order: their stored bytes from the payload files validation kept (local runner),
+        else read from the inputs again."""
         if self._format == features.EXAMPLES and any(meta.payload for meta in metas):
             payloads = self._store.read_payloads(metas, self._stored_bytes, path_of=self._source)
             for meta, stored in zip(metas, payloads):
-                yield tfrecord.frame(self._encoder.encode(meta, stored))
+                yield tfrecord.frame(self._encoder.encode(meta, stored)), stored
         elif self._pool:
             yield from bounded_map(self._pool, self._framed_record, metas, 4 * self._io_threads)
         elif self._format == features.EXAMPLES:
@@ -171,7 +176,7 @@ class _WriteShard(beam.DoFn):
         stored = None
         if self._format == features.EXAMPLES:
             stored = stored_bytes(read_checked(source, meta), meta, source)
-        return tfrecord.frame(self._encoder.encode(meta, stored, source))
+        return tfrecord.frame(self._encoder.encode(meta, stored, source)), stored
 
 
 class Written(typing.NamedTuple):
