@@ -155,22 +155,12 @@ class ShardPlan:
     explicit: dict  # (split, label) -> images a manifest put in that split
     extras: dict  # (split, label) -> shard_extras() entry
 
-    def place(self, group, label, bucket, rank_in_bucket):
-        """(split, rank within the split's class) of the image with this rank."""
-        rank = self.bucket_offsets[(group, label, bucket)] + rank_in_bucket
-        if group:
-            return group, rank
-        for split, count in self.shares[label]:
-            if rank < count:
-                # A manifest's own rows of this split and class rank first.
-                return split, self.explicit.get((split, label), 0) + rank
-            rank -= count
-        raise AssertionError(f'rank {rank} beyond the images of label {label}')
-
     def runs(self, group, label, bucket, size):
         """Where the `size` images of a bucket go, by rank: [(split, shard, start, end)], the
-        images of ranks start..end-1 in the bucket to that shard (`place`, then the shard whose
-        `row_bounds` hold the rank, for a run of ranks at once)."""
+        images of ranks start..end-1 in the bucket to that shard. A bucket's ranks follow the
+        ranks of its (group, label) (`bucket_offsets`); a manifest's group is its split, else
+        the label's ranks go to its `shares` in order, after a manifest's own rows of that split
+        and label; a shard of the split takes the ranks its `row_bounds` hold."""
         first = self.bucket_offsets[(group, label, bucket)]
         if group:  # (split, rank in the split's class of the bucket's first image, start, end)
             segments = [(group, first, 0, size)]

@@ -58,11 +58,6 @@ class WarmWorkers:
         for index in range(count):  # claimable once the server's pid is there to watch
             open(os.path.join(self.folder, 'free', str(index)), 'wb').close()
 
-    def kill_server(self):
-        """Ends the serving process (a test's failure)."""
-        self._process.kill()
-        self._process.wait()
-
     @property
     def command(self):
         """The runner's worker command line (a shell command, as Beam's environments take)."""

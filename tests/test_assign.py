@@ -51,8 +51,20 @@ def test_shuffle_hash_is_the_salted_sha256_of_the_key():
         assert assign.shuffle_hash(seed, purpose, key) == int.from_bytes(digest[:8], 'big')
 
 
+def _place(plan, group, label, bucket, rank_in_bucket):
+    """(split, rank within the split's class) of one image: what ShardPlan.runs does for a run."""
+    rank = plan.bucket_offsets[(group, label, bucket)] + rank_in_bucket
+    if group:
+        return group, rank
+    for split, count in plan.shares[label]:
+        if rank < count:  # a manifest's own rows of this split and class rank first
+            return split, plan.explicit.get((split, label), 0) + rank
+        rank -= count
+    raise AssertionError(f'rank {rank} beyond the images of label {label}')
+
+
 @pytest.mark.parametrize('trial', range(60))
-def test_runs_of_ranks_place_each_image_as_place_and_row_bounds_do(trial):
+def test_runs_of_ranks_place_each_image_as_one_at_a_time(trial):
     rng = random.Random(trial)
     counts = {}
     for label in range(rng.randint(1, 4)):
@@ -67,7 +79,7 @@ def test_runs_of_ranks_place_each_image_as_place_and_row_bounds_do(trial):
     for (group, label, bucket), (size, _) in counts.items():
         expected = []
         for rank_in_bucket in range(size):
-            split, rank = plan.place(group, label, bucket, rank_in_bucket)
+            split, rank = _place(plan, group, label, bucket, rank_in_bucket)
             shard = bisect.bisect_right(plan.row_bounds(split, label), rank)
             expected.append((split, shard))
         runs = plan.runs(group, label, bucket, size)
@@ -134,13 +146,15 @@ def test_plan_puts_manifest_splits_first_and_apportions_the_rest():
         ('test', 1): 2,
     }
     assert plan.num_shards == {'train': 2, 'val': 2, 'test': 2}
-    # Ranks of a label's unassigned images go to train first, then val.
-    assert [plan.place('', 0, 0, rank) for rank in (0, 7, 8, 9)] == [
-        ('train', 0),
-        ('train', 7),
-        ('val', 0),
-        ('val', 1),
+    # Ranks of a label's unassigned images go to train first, then val, each split's shards
+    # taking runs of them; a manifest's rows stay in their split, and rank first there.
+    assert plan.runs('', 0, 0, 10) == [
+        ('train', 0, 0, 4),
+        ('train', 1, 4, 8),
+        ('val', 0, 8, 9),
+        ('val', 1, 9, 10),
     ]
+    assert plan.runs('test', 1, 0, 2) == [('test', 0, 0, 1), ('test', 1, 1, 2)]
 
 
 def test_plan_derives_shard_counts_from_bytes():
