@@ -52,11 +52,11 @@ from imageshards import transform_assets
 # Outputs of the transform.
 IMAGE = 'image'
 LABEL = 'label'
-PIXEL_MEAN = 'pixel_mean'
-PIXEL_STD = 'pixel_std'
+PIXEL_MEAN = transform_assets.PIXEL_MEAN
+PIXEL_STD = transform_assets.PIXEL_STD
 LABEL_VOCABULARY = transform_assets.LABEL_VOCABULARY  # TFTransformOutput.vocabulary_by_name
 PIXEL_STATISTICS = transform_assets.PIXEL_STATISTICS
-CHANNELS = 3
+CHANNELS = transform_assets.CHANNELS
 MIN_STD = 1e-3  # a constant channel (all pixels equal) is centred, not divided by ~0
 # What TFT traces with, and the statistics of the helper's graph (pipelines/transform_output.py).
 NEUTRAL = {'pixel_mean': [0.0] * CHANNELS, 'pixel_std': [1.0] * CHANNELS}

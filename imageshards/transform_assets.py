@@ -9,6 +9,11 @@ that reuses an earlier graph (pipelines/transform_cache.py) writes them without 
 LABEL_VOCABULARY = 'label'  # TFTransformOutput.vocabulary_by_name('label'): label names by id
 PIXEL_STATISTICS = 'pixel_statistics'  # the mean of each channel, then its std, one a line
 NAMES = (LABEL_VOCABULARY, PIXEL_STATISTICS)
+# The graph's outputs the trainer normalizes pixels with, from the PIXEL_STATISTICS asset: named
+# here so that the trainer reads them without importing Beam and tf.Transform's pipeline code.
+PIXEL_MEAN = 'pixel_mean'
+PIXEL_STD = 'pixel_std'
+CHANNELS = 3
 
 
 def vocabulary_text(names):

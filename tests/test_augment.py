@@ -123,3 +123,64 @@ def test_parse_augment_presets_overrides_and_errors():
         augment.parse_augment('twirl=3')
     with pytest.raises(ValueError, match='needs a value'):
         augment.parse_augment('rotation_degrees')
+
+
+PER_IMAGE_OPS = ('flip_horizontal', 'flip_vertical', 'erasing', 'standard')
+
+
+@pytest.mark.parametrize('name', PER_IMAGE_OPS)
+def test_per_image_op_is_the_same_eagerly_and_inside_dataset_map(tf, batch, name):
+    config = SINGLE_OPS[name]
+    seeds = [tf.constant((7, i), tf.int64) for i in range(8)]
+    eager = np.stack([augment.augment_image(batch[i], config, seeds[i]).numpy() for i in range(8)])
+    dataset = tf.data.Dataset.from_tensor_slices((batch, tf.stack(seeds))).map(
+        lambda image, seed: augment.augment_image(image, config, seed)
+    )
+    np.testing.assert_array_equal(np.stack([x.numpy() for x in dataset]), eager)
+    assert eager.dtype == batch.dtype.as_numpy_dtype and eager.shape == batch.shape
+    assert not np.array_equal(eager, batch.numpy())
+
+
+def test_per_image_flips_mirror_some_images_exactly(tf, batch):
+    for config, axis in ((SINGLE_OPS['flip_horizontal'], 1), (SINGLE_OPS['flip_vertical'], 0)):
+        original = batch.numpy()
+        mirrored, kept = [], []
+        for i in range(8):
+            out = augment.augment_image(batch[i], config, tf.constant((1, i), tf.int64)).numpy()
+            mirrored.append(np.array_equal(out, np.flip(original[i], axis)))
+            kept.append(np.array_equal(out, original[i]))
+        assert all(m or k for m, k in zip(mirrored, kept))
+        assert any(mirrored) and any(kept)
+
+
+def test_per_image_erasing_replaces_one_rectangle_in_its_share_of_images(tf, batch):
+    image = batch[0]
+    original = image.numpy()
+    erased_count = 0
+    for i in range(200):
+        config = augment.AugmentConfig(erasing_probability=0.25)
+        out = augment.augment_image(image, config, tf.constant((2, i), tf.int64)).numpy()
+        changed = np.any(out != original, axis=-1)
+        if not changed.any():
+            continue
+        erased_count += 1
+        rows, cols = np.nonzero(changed)
+        box = out[rows.min() : rows.max() + 1, cols.min() : cols.max() + 1]
+        # One rectangle of one colour, no larger than the largest area asked for.
+        assert box.shape[0] * box.shape[1] <= 0.25 * 32 * 32 * 1.3
+        assert len(np.unique(box.reshape(-1, 3), axis=0)) == 1
+        outside = np.ones((32, 32), bool)
+        outside[rows.min() : rows.max() + 1, cols.min() : cols.max() + 1] = False
+        np.testing.assert_array_equal(out[outside], original[outside])
+    assert 25 <= erased_count <= 75  # about a quarter of 200
+
+
+def test_split_moves_flips_always_and_erasing_only_when_nothing_follows_it():
+    per_image, batched = augment.split(augment.PRESETS['standard'])
+    assert per_image == augment.PRESETS['standard'] and not batched.active
+    warped = augment.parse_augment('standard,rotation_degrees=10')
+    per_image, batched = augment.split(warped)
+    assert per_image == augment.AugmentConfig(flip_horizontal=True)
+    assert batched == dataclasses.replace(warped, flip_horizontal=False)
+    per_image, batched = augment.split(augment.AugmentConfig())
+    assert not per_image.active and not batched.active

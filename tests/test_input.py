@@ -68,6 +68,26 @@ def test_resuming_mid_epoch_gives_the_batches_of_an_uninterrupted_run(color_buil
         np.testing.assert_allclose(x, x2, atol=1e-6)
 
 
+def test_flips_leave_each_crop_as_it_was_or_mirror_it(color_builds):
+    # Flips are drawn per image from a stream of their own: the crops stay those of no
+    # augmentation, and whether an image is mirrored does not follow from its crop.
+    plain = _batches(color_builds['examples'], epochs=1, seed=6)
+    flipped = _batches(color_builds['examples'], epochs=1, seed=6, augment='flip_horizontal')
+    images = np.concatenate([b[0] for b in plain])
+    flips = np.concatenate([b[0] for b in flipped])
+    np.testing.assert_array_equal(
+        np.concatenate([b[2] for b in plain]), np.concatenate([b[2] for b in flipped])
+    )
+    asymmetric = [
+        i for i in range(len(images)) if not np.array_equal(images[i], images[i, :, ::-1])
+    ]
+    assert len(asymmetric) > len(images) // 2
+    mirrored = [np.array_equal(flips[i], images[i, :, ::-1]) for i in asymmetric]
+    kept = [np.array_equal(flips[i], images[i]) for i in asymmetric]
+    assert all(m or k for m, k in zip(mirrored, kept))
+    assert 0.25 < np.mean(mirrored) < 0.75
+
+
 def test_evaluation_reads_every_record_once_in_a_fixed_order(color_builds):
     info = DatasetInfo.load(str(color_builds['examples']))
     first = _batches(color_builds['examples'], 'val', training=False)

@@ -8,8 +8,9 @@ Training, per epoch:
     -> batch -> vectorized tf.io.parse_example -> unbatch
     -> [paths builds: tf.io.read_file of image/path, in parallel, after the shuffle]
     -> parallel decode: a random-resized crop cut while decoding the JPEG (general path for
-       PNG), resized; or K random patches per image, reshuffled across many images
-    -> batch (drop_remainder) -> vectorized augmentation -> prefetch
+       PNG), resized, then flipped and erased (augment.split); or K random patches per image,
+       reshuffled across many images
+    -> batch (drop_remainder) -> vectorized augmentation of what is left -> prefetch
 
 Everything random is a function of (seed, epoch, position), so an epoch's batches can be
 rebuilt exactly, also from the middle (`start_epoch`, `skip_batches`) after a preemption;
@@ -253,9 +254,20 @@ def _training_epoch(files, epoch, batch_size, seed, image_size, config, parse, o
         images = _patches(parsed, opts, crop_seed, skipped, epoch, seed)
         batches = images.batch(batch_size, drop_remainder=True).skip(resumed)
     else:
-        crop = lambda encoded, position: preprocess.for_training(
-            encoded, image_size, crop_seed(position), opts.area_range
-        )
+        # Flips and erasing are applied to each image as it is decoded (seeded by its
+        # position, like its crop): as a pass over whole batches they capped the pipeline.
+        per_image, config = augment_lib.split(config)
+
+        def crop(encoded, position):
+            image = preprocess.for_training(
+                encoded, image_size, crop_seed(position), opts.area_range
+            )
+            if not per_image.active:
+                return image
+            # A stream of its own: the crop's seed would draw the crop's own numbers again.
+            seed = tf.random.experimental.stateless_fold_in(crop_seed(position), 1)
+            return augment_lib.augment_image(image, per_image, seed)
+
         batches = _decode(parsed, crop, opts, skipped).batch(batch_size, drop_remainder=True)
     if opts.batches_per_epoch:
         # Workers holding more records than others stop where the others must: their epochs

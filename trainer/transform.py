@@ -15,7 +15,7 @@ import tensorflow as tf
 
 from imageshards import features
 from imageshards import layout
-from imageshards import transform as transform_lib
+from imageshards import transform_assets
 
 _LOG = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ def class_names(output):
     """Label names by id, from the transform's vocabulary."""
     return [
         name.decode('utf-8') if isinstance(name, bytes) else name
-        for name in output.vocabulary_by_name(transform_lib.LABEL_VOCABULARY)
+        for name in output.vocabulary_by_name(transform_assets.LABEL_VOCABULARY)
     ]
 
 
@@ -80,8 +80,9 @@ class TransformPixels(keras.layers.Layer):
 
     def call(self, images):
         constants = self._tft_layer({features.LABEL: tf.zeros([1], tf.int64)})
-        mean = tf.reshape(constants[transform_lib.PIXEL_MEAN], [1, 1, 1, transform_lib.CHANNELS])
-        std = tf.reshape(constants[transform_lib.PIXEL_STD], [1, 1, 1, transform_lib.CHANNELS])
+        shape = [1, 1, 1, transform_assets.CHANNELS]
+        mean = tf.reshape(constants[transform_assets.PIXEL_MEAN], shape)
+        std = tf.reshape(constants[transform_assets.PIXEL_STD], shape)
         return (tf.cast(images, tf.float32) - mean) / std
 
     def compute_output_shape(self, input_shape):
