@@ -7,12 +7,18 @@ Keras fit for a fixed number of steps after warm-up, in one process:
   synthetic      the same shapes and dtypes from memory (tf.data from_tensors(...).repeat())
   patches        make_dataset with --patches-per-image K (K random patches per decoded image)
   synthetic      ... against synthetic batches of the patches' shape
-make_dataset / synthetic near 1.0 means the GPU, not the input, sets the pace.
+make_dataset / synthetic near 1.0 means the GPU, not the input, sets the pace. Each input is
+also timed alone first (no model): what the host's cores can deliver.
 
     python -m bench.gpu_training --count 20000             # builds the 500x375 photos once
     python -m bench.gpu_training --steps 20 --batch 16     # a quick check on a CPU
+    KERAS_BACKEND=jax python -m bench.gpu_training --shards DIR   # model in JAX (see below)
 
-Runs on a CPU too (float32, slow); the figures that matter come from a GPU.
+Runs on a CPU too (float32, slow); the figures that matter come from a GPU. The input is
+tf.data whatever the Keras backend; with KERAS_BACKEND=jax (or torch) the model runs in that
+framework, so a GPU machine with only a CPU build of TensorFlow measures the same question: can
+the input pipeline, on the host's cores, feed what the GPU consumes. `--shards` takes a build
+made elsewhere (`imageshards build`), to carry to a machine without Beam.
 """
 
 import argparse
@@ -22,6 +28,7 @@ import time
 import keras
 import tensorflow as tf
 
+from bench.input_throughput import _rate
 from bench.input_throughput import _shards
 from trainer import input_pipeline
 from trainer.dataset_info import DatasetInfo
@@ -54,12 +61,25 @@ def _synthetic(like, num_classes):
     return tf.data.Dataset.from_tensors(pair).repeat().prefetch(AUTOTUNE)
 
 
+def _accelerators():
+    """The GPUs the Keras backend computes on (names), or [] on a CPU."""
+    backend = keras.backend.backend()
+    if backend == 'jax':
+        import jax  # pylint: disable=import-outside-toplevel
+
+        return [str(device) for device in jax.devices() if device.platform == 'gpu']
+    if backend == 'torch':
+        import torch  # pylint: disable=import-outside-toplevel
+
+        return [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    return [gpu.name for gpu in tf.config.list_physical_devices('GPU')]
+
+
 def _images_per_second(model_fn, dataset, steps, warmup, batch):
     model = model_fn()
     model.compile(
         optimizer=keras.optimizers.SGD(0.01, momentum=0.9),
         loss='sparse_categorical_crossentropy',
-        jit_compile=False,
     )
     clock = _StepClock(warmup)
     model.fit(dataset, steps_per_epoch=warmup + steps, epochs=1, verbose=0, callbacks=[clock])
@@ -75,12 +95,14 @@ def main(argv=None):
     parser.add_argument('--patches-per-image', type=int, default=8)
     parser.add_argument('--patch-size', type=int, default=224)
     parser.add_argument('--work-dir', default=os.path.join(os.path.dirname(__file__), 'out'))
+    parser.add_argument('--shards', help='an existing build to read (default: build --count)')
     args = parser.parse_args(argv)
-    gpus = tf.config.list_physical_devices('GPU')
+    gpus = _accelerators()
     if gpus:
         keras.mixed_precision.set_global_policy('mixed_float16')
-    print(f'devices: {[g.name for g in gpus] or "no GPU, float32 on the CPU"}', flush=True)
-    out, _ = _shards(args.work_dir, args.count)
+    print(f'Keras backend: {keras.backend.backend()}; host cores: {os.cpu_count()}', flush=True)
+    print(f'devices: {gpus or "no GPU, float32 on the CPU"}', flush=True)
+    out = args.shards or _shards(args.work_dir, args.count)[0]
     info = DatasetInfo.load(out)
     size = (224, 224)
 
@@ -106,6 +128,10 @@ def main(argv=None):
         f'patches x{args.patches_per_image}': (lambda: model_fn(patch_size), patches),
         'synthetic patches': (lambda: model_fn(patch_size), _synthetic(patches, info.num_classes)),
     }
+    for name, dataset in (('make_dataset', real), (f'patches x{args.patches_per_image}', patches)):
+        # What the host's cores deliver with no model beside them: the pipeline's ceiling.
+        rate = _rate(dataset, args.steps // 2, warmup=args.warmup // 2)
+        print(f'{name + " alone":<22}{rate:>9.0f} images/s', flush=True)
     rates = {}
     for name, (make_model, dataset) in runs.items():
         rates[name] = _images_per_second(make_model, dataset, args.steps, args.warmup, args.batch)
