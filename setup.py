@@ -72,7 +72,11 @@ setuptools.setup(
     # The default configs travel with the package: configs/ (the folder users read, the one
     # copy in the repository) is installed as imageshards/configs/ (imageshards/distribution.py).
     package_dir={'imageshards.configs': 'configs'},
-    package_data={'imageshards.configs': ['*.yaml']},
+    package_data={
+        'imageshards.configs': ['*.yaml'],
+        # The tf.Transform graph of the default kind (pipelines/transform_cache.py).
+        'pipelines': [f'transform_graphs/*/graph/{"*/" * depth}*' for depth in range(4)],
+    },
     install_requires=REQUIRED,
     extras_require=EXTRAS,
     entry_points={'console_scripts': ['imageshards=imageshards.cli.main:main']},

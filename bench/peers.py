@@ -9,7 +9,10 @@ contenders alternated round by round so that the machine's drift hits all alike:
   imageshards    `imageshards build` as a user runs it (analysis on), after an earlier build
                  of the same kind: its tf.Transform graph cached (pipelines/transform_cache.py;
                  the bench primes the cache with one untimed build if it holds none)
-  first build    the same with an empty cache: TFT writes the graph (each round)
+  first build    the same with an empty cache, as on a fresh machine or container: the graph
+                 the package ships for the default kind
+  new kind       the same with an empty cache and the shipped graph ignored: TFT writes the
+                 graph, as for the first build of a kind the package does not ship (each round)
   --no-analyze   `imageshards build --no-analyze`
   naive          list, random.shuffle, tf.io.TFRecordWriter, no validation (--naive)
 Wall time and peak RSS of each contender's whole process tree (launcher and workers).
@@ -35,6 +38,7 @@ from bench import datasets
 from bench.build_throughput import imageshards_build
 from bench.build_throughput import python_module
 from bench.measure import run_measured
+from pipelines import transform_cache
 
 SHARDS = 16
 
@@ -48,6 +52,7 @@ def build_contenders(data, args):
         'hf': lambda out: python_module('bench.peer_hf', data, out, *shards),
         'imageshards': lambda out: imageshards_build(data, out, *ours),
         'imageshards, first build': lambda out: imageshards_build(data, out, *ours),
+        'imageshards, new kind': lambda out: imageshards_build(data, out, *ours),
         'imageshards --no-analyze': lambda out: imageshards_build(data, out, '--no-analyze', *ours),
         'naive': lambda out: python_module('bench.baseline_writer', data, out),
     }
@@ -93,7 +98,11 @@ def run_builds(args):
                 datasets.warm_page_cache(data)
             first = os.path.join(args.work_dir, 'transform-cache-empty')
             shutil.rmtree(first, ignore_errors=True)
-            own_env = dict(env, IMAGESHARDS_CACHE_DIR=first) if 'first build' in name else env
+            own_env = env
+            if 'first build' in name or 'new kind' in name:
+                own_env = dict(env, IMAGESHARDS_CACHE_DIR=first)
+            if 'new kind' in name:
+                own_env[transform_cache.PACKAGED_ENV] = '0'
             seconds, peak = run_measured(command(out), env=own_env)[:2]
             runs[name].append((seconds, peak))
             print(f'  round {round_ + 1}: {name:<26}{seconds:>7.1f} s {peak / 2**20:>7.0f} MiB')

@@ -21,6 +21,16 @@ writes for the same build, with another number of labels (tests/test_transform_c
 Where: $IMAGESHARDS_CACHE_DIR/transform/, by default ~/.cache/imageshards/transform/
 ($XDG_CACHE_HOME respected). Deleting it between builds is safe: the next build writes it again
 (a build that copies from it as it goes fails, and says so).
+
+The package also ships the graph of the default kind (`imageshards build`'s defaults, with the
+versions of TensorFlow and tensorflow-transform that setup.py pins), in
+pipelines/transform_graphs/: a fresh machine or container, whose cache is empty, builds
+without TensorFlow too. It is looked up under the same key, so it serves only where the code
+and versions are those that wrote it; a test fails when they change, and
+
+    python -m pipelines.transform_cache package
+
+writes it again (with TFT, as the helper does). IMAGESHARDS_PACKAGED_GRAPHS=0 ignores it.
 """
 
 import hashlib
@@ -35,9 +45,18 @@ import tempfile
 from imageshards import layout
 from imageshards import storage
 from imageshards import transform_assets
+from pipelines import options
 
 _LOG = logging.getLogger(__name__)
 ENV = 'IMAGESHARDS_CACHE_DIR'
+PACKAGED_ENV = 'IMAGESHARDS_PACKAGED_GRAPHS'  # '0': ignore the graphs the package ships
+PACKAGED_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'transform_graphs')
+# The kind whose graph the package ships: `imageshards build`'s defaults.
+DEFAULT_KIND = {
+    'fmt': options.BuildConfig.format,
+    'levels': options.BuildConfig.label_levels,
+    'image_size': options.BuildConfig.transform_image_size,
+}
 KEY_JSON = 'key.json'  # in each cached output: what its key was made of, for people
 # The code whose change changes the graph or its metadata.
 _SOURCES = (
@@ -76,25 +95,37 @@ def kind(fmt, levels, image_size):
 
 
 def find(settings):
-    """The cached output for `settings` (transform_output.settings()), or None."""
-    path = _path(settings)
-    whole = os.path.isfile(os.path.join(path, layout.TRANSFORM_SAVED_MODEL)) and all(
-        os.path.isdir(os.path.join(path, name)) for name in layout.TRANSFORM_DIRS
-    )
-    return path if whole else None
+    """The cached (or shipped) output for `settings` (transform_output.settings()), or None."""
+    for path in _paths(settings['format'], settings['levels'], settings['image_size']):
+        whole = os.path.isfile(os.path.join(path, layout.TRANSFORM_SAVED_MODEL)) and all(
+            os.path.isdir(os.path.join(path, name)) for name in layout.TRANSFORM_DIRS
+        )
+        if whole:
+            return path
+    return None
 
 
 def has_kind(fmt, levels, image_size):
-    """Whether an output of this kind is cached: what the build will find, known before the
-    inputs are listed (but for a cache changed meanwhile)."""
-    folder = os.path.join(cache_dir(), kind(fmt, levels, image_size)[0], _GRAPH)
-    return os.path.isdir(folder)
+    """Whether an output of this kind is cached (or shipped): what the build will find, known
+    before the inputs are listed (but for a cache changed meanwhile)."""
+    return any(os.path.isdir(path) for path in _paths(fmt, levels, image_size))
 
 
-def keep(staging_dir, settings):
+def _paths(fmt, levels, image_size):
+    """Where an output of this kind is looked for: the cache, then the package."""
+    digest = kind(fmt, levels, image_size)[0]
+    paths = [os.path.join(cache_dir(), digest, _GRAPH)]
+    if os.environ.get(PACKAGED_ENV, '1') != '0':
+        paths.append(os.path.join(PACKAGED_DIR, digest, _GRAPH))
+    return paths
+
+
+def keep(staging_dir, settings, root=None):
     """Copies the tf.Transform output staged in `staging_dir` (by TFT, for `settings`) into the
-    cache, unless it is there already; a failure to do so is only logged."""
-    path = _path(settings)
+    cache (or the folder `root`), unless it is there already; a failure to do so is only
+    logged."""
+    digest = kind(settings['format'], settings['levels'], settings['image_size'])[0]
+    path = os.path.join(root or cache_dir(), digest, _GRAPH)
     if os.path.exists(path) or storage.is_uri(staging_dir):
         return
     try:
@@ -125,6 +156,8 @@ def write(cached, staging_dir, labels, analysis):
         transform_assets.LABEL_VOCABULARY: transform_assets.vocabulary_text(labels),
         transform_assets.PIXEL_STATISTICS: transform_assets.statistics_text(analysis),
     }
+    os.makedirs(os.path.join(staging_dir, layout.TRANSFORM_ASSETS), exist_ok=True)  # (git
+    # keeps no empty folder: the shipped graph has none)
     for name, content in assets.items():
         with open(os.path.join(staging_dir, layout.TRANSFORM_ASSETS, name), 'wb') as f:
             f.write(content)
@@ -147,11 +180,6 @@ def _set_label_domain(path, num_labels):
         f.write(text_format.MessageToString(schema))
 
 
-def _path(settings):
-    digest = kind(settings['format'], settings['levels'], settings['image_size'])[0]
-    return os.path.join(cache_dir(), digest, _GRAPH)
-
-
 def _version(package):
     try:
         return importlib.metadata.version(package)
@@ -162,3 +190,32 @@ def _version(package):
 def _source_digest(module):
     with open(importlib.util.find_spec(module).origin, 'rb') as f:
         return hashlib.sha256(f.read()).hexdigest()
+
+
+def package():
+    """Writes the graph of DEFAULT_KIND with TFT into PACKAGED_DIR, in place of any other."""
+    # pylint: disable=import-outside-toplevel
+    from pipelines import transform_output
+
+    with tempfile.TemporaryDirectory(prefix='imageshards-package-') as work:
+        settings = transform_output.settings(
+            ['label'],
+            DEFAULT_KIND['fmt'],
+            DEFAULT_KIND['levels'],
+            DEFAULT_KIND['image_size'],
+            os.path.join(work, 'staging'),
+            os.path.join(work, 'tmp'),
+        )
+        transform_output.write(settings)
+        shutil.rmtree(PACKAGED_DIR, ignore_errors=True)
+        keep(settings['staging_dir'], settings, root=PACKAGED_DIR)
+    digest = kind(**DEFAULT_KIND)[0]
+    print(f'wrote {os.path.join(PACKAGED_DIR, digest, _GRAPH)}')
+
+
+if __name__ == '__main__':
+    import sys
+
+    if sys.argv[1:] != ['package']:
+        sys.exit(f'usage: python -m {__spec__.name} package')
+    package()

@@ -30,9 +30,11 @@ def tf():
 
 @pytest.fixture
 def empty_transform_cache(tmp_path, monkeypatch):
-    """A cache of tf.Transform graphs of this test's own, empty: its builds run TFT."""
+    """A cache of tf.Transform graphs of this test's own, empty, and the package's graphs
+    ignored: its builds run TFT."""
     path = tmp_path / 'transform-cache'
     monkeypatch.setenv('IMAGESHARDS_CACHE_DIR', str(path))
+    monkeypatch.setenv('IMAGESHARDS_PACKAGED_GRAPHS', '0')
     return path
 
 

@@ -53,7 +53,44 @@ def test_a_cached_graph_writes_what_tft_writes_for_another_build(
     written = _build(second, tmp_path / 'by-tft', mode)
     assert reused == {**written, 'created': reused['created']}
 
-    by_tft, from_cache = tmp_path / 'by-tft', tmp_path / 'from-cache'
+    _assert_same_output(tmp_path / 'by-tft', tmp_path / 'from-cache', written, tf, tft)
+
+
+@pytest.mark.slow
+def test_the_shipped_graph_writes_what_tft_writes(tmp_path, empty_transform_cache, monkeypatch, tf):
+    import tensorflow_transform as tft  # pylint: disable=import-outside-toplevel
+
+    tree = _tree(tmp_path / 'tree', ('zebra', 'yak', 'emu', 'gnu'), start=500)
+    mode = '--direct_running_mode=in_memory'
+    written = _build(tree, tmp_path / 'by-tft', mode)
+    monkeypatch.setenv(transform_cache.ENV, str(tmp_path / 'another-empty-cache'))
+    monkeypatch.setenv(transform_cache.PACKAGED_ENV, '1')
+    shipped = transform_cache.find(_settings(['zebra']))
+    assert shipped and shipped.startswith(transform_cache.PACKAGED_DIR)
+    reused = _build(tree, tmp_path / 'from-package', mode)
+    assert reused == {**written, 'created': reused['created']}
+    assert not os.path.exists(tmp_path / 'another-empty-cache' / 'transform')  # nothing kept
+    _assert_same_output(tmp_path / 'by-tft', tmp_path / 'from-package', written, tf, tft)
+
+
+def test_the_package_ships_the_graph_of_the_default_kind_for_this_code(tmp_path, monkeypatch):
+    monkeypatch.setenv(transform_cache.ENV, str(tmp_path / 'empty-cache'))
+    monkeypatch.setenv(transform_cache.PACKAGED_ENV, '1')
+    options = transform_cache.DEFAULT_KIND
+    settings = _settings(['a'], options['fmt'], options['levels'], options['image_size'])
+    shipped = transform_cache.find(settings)
+    assert shipped and shipped.startswith(transform_cache.PACKAGED_DIR), (
+        'pipelines/transform_graphs holds no graph for this code and these versions of '
+        'TensorFlow and tensorflow-transform: run `python -m pipelines.transform_cache package`'
+    )
+    assert transform_cache.has_kind(options['fmt'], options['levels'], options['image_size'])
+    monkeypatch.setenv(transform_cache.PACKAGED_ENV, '0')
+    assert transform_cache.find(settings) is None
+    assert not transform_cache.has_kind(options['fmt'], options['levels'], options['image_size'])
+
+
+def _assert_same_output(by_tft, from_cache, written, tf, tft):
+    """The build output `from_cache` has the tf.Transform output of `by_tft` (TFT's own)."""
     for name in ('label', 'pixel_statistics'):  # the build's assets
         path = os.path.join(layout.TRANSFORM_ASSETS, name)
         assert (from_cache / path).read_bytes() == (by_tft / path).read_bytes()
@@ -162,6 +199,7 @@ def test_an_unwritable_cache_only_costs_the_reuse(tmp_path, monkeypatch, caplog)
     blocked = tmp_path / 'a-file'
     blocked.write_text('')
     monkeypatch.setenv(transform_cache.ENV, str(blocked))
+    monkeypatch.setenv(transform_cache.PACKAGED_ENV, '0')
     staged = tmp_path / 'staged'
     for name in layout.TRANSFORM_DIRS:
         (staged / name).mkdir(parents=True)
