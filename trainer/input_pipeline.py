@@ -8,9 +8,9 @@ Training, per epoch:
     -> batch -> vectorized tf.io.parse_example -> unbatch
     -> [paths builds: tf.io.read_file of image/path, in parallel, after the shuffle]
     -> parallel decode: a random-resized crop cut while decoding the JPEG (general path for
-       PNG), resized, then flipped and erased (augment.split); or K random patches per image,
+       PNG), resized, flipped and erased (augment.split); or K random patches per image,
        reshuffled across many images
-    -> batch (drop_remainder) -> vectorized augmentation of what is left -> prefetch
+    -> batch (drop_remainder) -> vectorized augmentation (the rest) -> prefetch
 
 Everything random is a function of (seed, epoch, position), so an epoch's batches can be
 rebuilt exactly, also from the middle (`start_epoch`, `skip_batches`) after a preemption;
@@ -19,9 +19,8 @@ with `deterministic=True` (the default) parallel steps keep that order.
 Evaluation reads the shards in order, crops centrally and keeps every record.
 
 With `decode_images=False` the same pipeline yields batches of (labels, ids) only, in exactly
-the order it would deliver images: no step that decides the order looks at pixels, so leaving
-out reading (paths builds), decoding and augmentation changes nothing else. `imageshards
-report` measures the shuffle that way.
+the order it would deliver images (no step that decides the order looks at pixels):
+`imageshards report` measures the shuffle that way.
 """
 
 import dataclasses
@@ -241,8 +240,8 @@ def _training_epoch(files, epoch, batch_size, seed, image_size, config, parse, o
     records = _read(shards, opts, opts.deterministic, open_shard).shuffle(
         opts.shuffle_buffer, seed=_epoch_seed(seed, epoch, 2)
     )
-    # Each record's random crop is fixed by (seed, epoch, its position in the epoch), each
-    # batch's augmentation by (seed, epoch, its index), also when resuming mid-epoch.
+    # Each record's random crop and flips are fixed by (seed, epoch, its position in the epoch),
+    # each batch's augmentation by (seed, epoch, its index), also when resuming mid-epoch.
     positions = tf.data.Dataset.range(2**62)
     records = tf.data.Dataset.zip(records, positions)
     resumed = tf.cast(epoch == opts.start_epoch, tf.int64) * opts.skip_batches
@@ -254,20 +253,10 @@ def _training_epoch(files, epoch, batch_size, seed, image_size, config, parse, o
         images = _patches(parsed, opts, crop_seed, skipped, epoch, seed)
         batches = images.batch(batch_size, drop_remainder=True).skip(resumed)
     else:
-        # Flips and erasing are applied to each image as it is decoded (seeded by its
-        # position, like its crop): as a pass over whole batches they capped the pipeline.
-        per_image, config = augment_lib.split(config)
-
-        def crop(encoded, position):
-            image = preprocess.for_training(
-                encoded, image_size, crop_seed(position), opts.area_range
-            )
-            if not per_image.active:
-                return image
-            # A stream of its own: the crop's seed would draw the crop's own numbers again.
-            seed = tf.random.experimental.stateless_fold_in(crop_seed(position), 1)
-            return augment_lib.augment_image(image, per_image, seed)
-
+        per_image, config = augment_lib.split(config)  # flips, erasing: while decoding
+        crop = lambda encoded, position: preprocess.for_training(
+            encoded, image_size, crop_seed(position), opts.area_range, per_image
+        )
         batches = _decode(parsed, crop, opts, skipped).batch(batch_size, drop_remainder=True)
     if opts.batches_per_epoch:
         # Workers holding more records than others stop where the others must: their epochs

@@ -13,6 +13,7 @@ import tensorflow as tf
 
 from imageshards.decode import DCT_METHOD  # evaluation and serving: exactly Pillow's pixels
 from imageshards.decode import decode  # noqa: F401  (all pixels, uint8 RGB)
+from trainer import augment as augment_lib
 from trainer.config import IMAGENET_CROP_AREA
 
 TRAINING_DCT_METHOD = 'INTEGER_FAST'  # training crops: a few levels off, 6% faster to decode
@@ -82,12 +83,19 @@ def random_window(shape, seed, area_range=IMAGENET_CROP_AREA, aspect_ratio_range
     return tf.stack([begin[0], begin[1], size[0], size[1]])
 
 
-def for_training(encoded, image_size, seed, area_range=IMAGENET_CROP_AREA):
-    """Training: a random-resized crop, decoded from the JPEG's crop window only."""
+def for_training(encoded, image_size, seed, area_range=IMAGENET_CROP_AREA, augment=None):
+    """Training: a random-resized crop, decoded from the JPEG's crop window only, then
+    `augment`'s per-image ops (trainer/augment.py `augment_image`), if any."""
     window = decode_window(
         encoded, lambda shape: random_window(shape, seed, area_range), TRAINING_DCT_METHOD
     )
-    return resize(window, image_size)
+    image = resize(window, image_size)
+    if augment is None or not augment.active:
+        return image
+    # A stream of its own: the crop's seed would draw the crop's own numbers again.
+    return augment_lib.augment_image(
+        image, augment, tf.random.experimental.stateless_fold_in(seed, 1)
+    )
 
 
 def random_patches(encoded, patches, patch_size, seed):
