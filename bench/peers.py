@@ -10,7 +10,7 @@ contenders alternated round by round so that the machine's drift hits all alike:
                  of the same kind: its tf.Transform graph cached (pipelines/transform_cache.py;
                  the bench primes the cache with one untimed build if it holds none)
   first build    the same with an empty cache, as on a fresh machine or container: the graph
-                 the package ships for the default kind
+                 the package ships for the default kinds
   new kind       the same with an empty cache and the shipped graph ignored: TFT writes the
                  graph, as for the first build of a kind the package does not ship (each round)
   --no-analyze   `imageshards build --no-analyze`

@@ -22,8 +22,8 @@ Where: $IMAGESHARDS_CACHE_DIR/transform/, by default ~/.cache/imageshards/transf
 ($XDG_CACHE_HOME respected). Deleting it between builds is safe: the next build writes it again
 (a build that copies from it as it goes fails, and says so).
 
-The package also ships the graph of the default kind (`imageshards build`'s defaults, with the
-versions of TensorFlow and tensorflow-transform that setup.py pins), in
+The package also ships the graphs of the default kinds (`imageshards build`'s defaults, in
+either format, with the versions of TensorFlow and tensorflow-transform that setup.py pins), in
 pipelines/transform_graphs/: a fresh machine or container, whose cache is empty, builds
 without TensorFlow too. It is looked up under the same key, so it serves only where the code
 and versions are those that wrote it; a test fails when they change, and
@@ -42,6 +42,7 @@ import os
 import shutil
 import tempfile
 
+from imageshards import features
 from imageshards import layout
 from imageshards import storage
 from imageshards import transform_assets
@@ -51,12 +52,15 @@ _LOG = logging.getLogger(__name__)
 ENV = 'IMAGESHARDS_CACHE_DIR'
 PACKAGED_ENV = 'IMAGESHARDS_PACKAGED_GRAPHS'  # '0': ignore the graphs the package ships
 PACKAGED_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'transform_graphs')
-# The kind whose graph the package ships: `imageshards build`'s defaults.
-DEFAULT_KIND = {
-    'fmt': options.BuildConfig.format,
-    'levels': options.BuildConfig.label_levels,
-    'image_size': options.BuildConfig.transform_image_size,
-}
+# The kinds whose graphs the package ships: `imageshards build`'s defaults, in either format.
+SHIPPED_KINDS = tuple(
+    {
+        'fmt': fmt,
+        'levels': options.BuildConfig.label_levels,
+        'image_size': options.BuildConfig.transform_image_size,
+    }
+    for fmt in (features.EXAMPLES, features.PATHS)
+)
 KEY_JSON = 'key.json'  # in each cached output: what its key was made of, for people
 # The code whose change changes the graph or its metadata.
 _SOURCES = (
@@ -193,24 +197,24 @@ def _source_digest(module):
 
 
 def package():
-    """Writes the graph of DEFAULT_KIND with TFT into PACKAGED_DIR, in place of any other."""
+    """Writes the graphs of SHIPPED_KINDS with TFT into PACKAGED_DIR, in place of any others."""
     # pylint: disable=import-outside-toplevel
     from pipelines import transform_output
 
-    with tempfile.TemporaryDirectory(prefix='imageshards-package-') as work:
-        settings = transform_output.settings(
-            ['label'],
-            DEFAULT_KIND['fmt'],
-            DEFAULT_KIND['levels'],
-            DEFAULT_KIND['image_size'],
-            os.path.join(work, 'staging'),
-            os.path.join(work, 'tmp'),
-        )
-        transform_output.write(settings)
-        shutil.rmtree(PACKAGED_DIR, ignore_errors=True)
-        keep(settings['staging_dir'], settings, root=PACKAGED_DIR)
-    digest = kind(**DEFAULT_KIND)[0]
-    print(f'wrote {os.path.join(PACKAGED_DIR, digest, _GRAPH)}')
+    shutil.rmtree(PACKAGED_DIR, ignore_errors=True)
+    for shipped in SHIPPED_KINDS:
+        with tempfile.TemporaryDirectory(prefix='imageshards-package-') as work:
+            settings = transform_output.settings(
+                ['label'],
+                shipped['fmt'],
+                shipped['levels'],
+                shipped['image_size'],
+                os.path.join(work, 'staging'),
+                os.path.join(work, 'tmp'),
+            )
+            transform_output.write(settings)
+            keep(settings['staging_dir'], settings, root=PACKAGED_DIR)
+        print(f'wrote {os.path.join(PACKAGED_DIR, kind(**shipped)[0], _GRAPH)}')
 
 
 if __name__ == '__main__':

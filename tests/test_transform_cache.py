@@ -57,36 +57,42 @@ def test_a_cached_graph_writes_what_tft_writes_for_another_build(
 
 
 @pytest.mark.slow
-def test_the_shipped_graph_writes_what_tft_writes(tmp_path, empty_transform_cache, monkeypatch, tf):
+@pytest.mark.parametrize('fmt', ['examples', 'paths'])
+def test_a_shipped_graph_writes_what_tft_writes(
+    tmp_path, empty_transform_cache, monkeypatch, tf, fmt
+):
     import tensorflow_transform as tft  # pylint: disable=import-outside-toplevel
 
     tree = _tree(tmp_path / 'tree', ('zebra', 'yak', 'emu', 'gnu'), start=500)
-    mode = '--direct_running_mode=in_memory'
-    written = _build(tree, tmp_path / 'by-tft', mode)
+    flags = ['--direct_running_mode=in_memory', '--format', fmt]
+    written = _build(tree, tmp_path / 'by-tft', *flags)
     monkeypatch.setenv(transform_cache.ENV, str(tmp_path / 'another-empty-cache'))
     monkeypatch.setenv(transform_cache.PACKAGED_ENV, '1')
-    shipped = transform_cache.find(_settings(['zebra']))
+    shipped = transform_cache.find(_settings(['zebra'], fmt=fmt))
     assert shipped and shipped.startswith(transform_cache.PACKAGED_DIR)
-    reused = _build(tree, tmp_path / 'from-package', mode)
+    reused = _build(tree, tmp_path / 'from-package', *flags)
     assert reused == {**written, 'created': reused['created']}
     assert not os.path.exists(tmp_path / 'another-empty-cache' / 'transform')  # nothing kept
     _assert_same_output(tmp_path / 'by-tft', tmp_path / 'from-package', written, tf, tft)
 
 
-def test_the_package_ships_the_graph_of_the_default_kind_for_this_code(tmp_path, monkeypatch):
+@pytest.mark.parametrize('shipped', transform_cache.SHIPPED_KINDS, ids=lambda k: k['fmt'])
+def test_the_package_ships_the_graphs_of_the_default_kinds_for_this_code(
+    tmp_path, monkeypatch, shipped
+):
     monkeypatch.setenv(transform_cache.ENV, str(tmp_path / 'empty-cache'))
     monkeypatch.setenv(transform_cache.PACKAGED_ENV, '1')
-    options = transform_cache.DEFAULT_KIND
-    settings = _settings(['a'], options['fmt'], options['levels'], options['image_size'])
-    shipped = transform_cache.find(settings)
-    assert shipped and shipped.startswith(transform_cache.PACKAGED_DIR), (
+    settings = _settings(['a'], shipped['fmt'], shipped['levels'], shipped['image_size'])
+    found = transform_cache.find(settings)
+    assert found and found.startswith(transform_cache.PACKAGED_DIR), (
         'pipelines/transform_graphs holds no graph for this code and these versions of '
         'TensorFlow and tensorflow-transform: run `python -m pipelines.transform_cache package`'
     )
-    assert transform_cache.has_kind(options['fmt'], options['levels'], options['image_size'])
+    assert transform_cache.has_kind(**shipped)
     monkeypatch.setenv(transform_cache.PACKAGED_ENV, '0')
     assert transform_cache.find(settings) is None
-    assert not transform_cache.has_kind(options['fmt'], options['levels'], options['image_size'])
+    assert not transform_cache.has_kind(**shipped)
+    assert len(os.listdir(transform_cache.PACKAGED_DIR)) == len(transform_cache.SHIPPED_KINDS)
 
 
 def _assert_same_output(by_tft, from_cache, written, tf, tft):
