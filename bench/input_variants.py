@@ -1,7 +1,8 @@
 """Where make_dataset's ceiling is on this host: variants of the input alone, on all cores.
 
 Each variant's images/s over batches of 128 at 224x224 after a warm-up, in one process:
-  make_dataset with --augment standard, none, each of its two ops, deterministic=False;
+  make_dataset with --augment standard, none, each of its two ops, deterministic=False, and
+  standard plus one op that stays on whole batches (a rotation, brightness, scale);
   minimal: TFRecordDataset -> parse_single_example -> the same crop-decode -> batch (what the
   shuffle, interleave and vectorized parse cost on top of decoding), on all cores and on one
   thread (the per-core decode rate); the same with a full decode and resize.
@@ -65,6 +66,15 @@ def main(argv=None):
         'make_dataset, standard, deterministic=False': made(
             augment='standard', deterministic=False
         ),
+        # Ops that stay on whole batches (trainer/augment.py `split`).
+        **{
+            f'make_dataset, {spec}': made(augment=spec)
+            for spec in (
+                'standard,rotation_degrees=10',
+                'standard,brightness_delta=0.1',
+                'standard,scale_range=1.1:1.4',
+            )
+        },
         'minimal crop-decode, all cores': lambda: _minimal(info),
         'minimal crop-decode, one thread': lambda: _minimal(info, threads=1),
         'minimal full decode + resize, all cores': lambda: _minimal(info, crop=False),
