@@ -125,7 +125,14 @@ def test_parse_augment_presets_overrides_and_errors():
         augment.parse_augment('rotation_degrees')
 
 
-PER_IMAGE_OPS = ('flip_horizontal', 'flip_vertical', 'erasing', 'standard')
+PER_IMAGE_OPS = (
+    'flip_horizontal',
+    'flip_vertical',
+    'brightness',
+    'contrast',
+    'erasing',
+    'standard',
+)
 
 
 @pytest.mark.parametrize('name', PER_IMAGE_OPS)
@@ -175,12 +182,45 @@ def test_per_image_erasing_replaces_one_rectangle_in_its_share_of_images(tf, bat
     assert 25 <= erased_count <= 75  # about a quarter of 200
 
 
-def test_split_moves_flips_always_and_erasing_only_when_nothing_follows_it():
+def test_split_moves_every_op_before_a_warp_to_each_image():
     per_image, batched = augment.split(augment.PRESETS['standard'])
     assert per_image == augment.PRESETS['standard'] and not batched.active
-    warped = augment.parse_augment('standard,rotation_degrees=10')
+    rich = augment.parse_augment('standard,scale_range=1.1:1.4,brightness_delta=0.1')
+    per_image, batched = augment.split(rich)
+    assert per_image == rich and not batched.active
+    warped = augment.parse_augment('standard,rotation_degrees=10,scale_range=1.1:1.4')
     per_image, batched = augment.split(warped)
-    assert per_image == augment.AugmentConfig(flip_horizontal=True)
-    assert batched == dataclasses.replace(warped, flip_horizontal=False)
+    assert per_image == augment.AugmentConfig(flip_horizontal=True, scale_range=(1.1, 1.4))
+    assert batched == dataclasses.replace(
+        warped, flip_horizontal=False, scale_range=(1.0, 1.0)
+    )  # the warp, then erasing after it
     per_image, batched = augment.split(augment.AugmentConfig())
     assert not per_image.active and not batched.active
+
+
+def test_per_image_brightness_shifts_each_image_by_one_amount(tf, batch):
+    config = augment.AugmentConfig(brightness_delta=0.1)
+    floats = batch.numpy().astype(np.float64) / (255 if batch.dtype == tf.uint8 else 1)
+    shifts = []
+    for i in range(8):
+        out = augment.augment_image(batch[i], config, tf.constant((4, i), tf.int64)).numpy()
+        out = out.astype(np.float64) / (255 if batch.dtype == tf.uint8 else 1)
+        inside = (out > 0.01) & (out < 0.99)  # not clipped
+        shift = out[inside] - floats[i][inside]
+        assert np.ptp(shift) <= 2.5 / 255 and abs(shift.mean()) <= 0.1 + 1 / 255
+        shifts.append(shift.mean())
+    assert len({round(value, 3) for value in shifts}) > 1
+
+
+def test_scale_window_keeps_a_part_of_the_window_as_scale_crop_would(tf):
+    window = tf.constant([10, 20, 100, 80])
+    for i in range(50):
+        top, left, height, width = augment.scale_window(
+            window, (1.2, 1.6), tf.constant((5, i), tf.int64)
+        ).numpy()
+        assert round(100 / 1.6) <= height <= round(100 / 1.2)
+        assert round(80 / 1.6) <= width <= round(80 / 1.2)
+        assert 10 <= top and top + height <= 110 and 20 <= left and left + width <= 100
+    again = augment.scale_window(window, (1.2, 1.6), tf.constant((5, 0), tf.int64))
+    first = augment.scale_window(window, (1.2, 1.6), tf.constant((5, 0), tf.int64))
+    np.testing.assert_array_equal(again.numpy(), first.numpy())

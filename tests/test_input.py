@@ -88,6 +88,20 @@ def test_flips_leave_each_crop_as_it_was_or_mirror_it(color_builds):
     assert 0.25 < np.mean(mirrored) < 0.75
 
 
+def test_scale_and_brightness_apply_per_image_and_keep_the_order(color_builds):
+    plain = _batches(color_builds['examples'], epochs=1, seed=6)
+    spec = 'scale_range=1.3:1.6,brightness_delta=0.2'
+    augmented = _batches(color_builds['examples'], epochs=1, seed=6, augment=spec)
+    for (x, y, i), (x2, y2, i2) in zip(plain, augmented):
+        np.testing.assert_array_equal(i, i2)
+        np.testing.assert_array_equal(y, y2)
+        assert x2.shape == x.shape and x2.dtype == x.dtype
+    changed = [
+        not np.array_equal(a[0][k], b[0][k]) for a, b in zip(plain, augmented) for k in range(8)
+    ]
+    assert all(changed)
+
+
 def test_evaluation_reads_every_record_once_in_a_fixed_order(color_builds):
     info = DatasetInfo.load(str(color_builds['examples']))
     first = _batches(color_builds['examples'], 'val', training=False)

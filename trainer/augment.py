@@ -8,11 +8,11 @@ ImageProjectiveTransformV3, scale augmentation (resize then random crop) through
 crop_and_resize, random erasing with a mask, brightness and contrast. The same seed gives the
 same result, eagerly or inside tf.data.
 
-The input pipeline applies what it can to each image as it is decoded instead
-(`augment_image`, on the parts that `split` picks: flips, and random erasing where nothing
-follows it): there each image is one core's small tensor, where a whole batch's pass ran as one
-task per batch and capped the pipeline (on 16 cores, 'standard' halved make_dataset's
-images/s as a batch stage; per image it costs under a tenth of decoding one).
+The input pipeline applies what it can to each image as it is decoded instead (`split` picks
+it: every op before an affine warp; `augment_image`, and `scale_window` for the scale): there
+each image is one core's small tensor, in cache, where a whole batch's pass ran as one task per
+batch and capped the pipeline (on 16 cores, 'standard' halved make_dataset's images/s as a
+batch stage; per image it costs under a tenth of decoding one).
 
 Each is off unless asked for. `parse_augment('standard')` turns on a sensible set;
 `parse_augment('standard,rotation_degrees=20,erasing_probability=0')` adjusts it, and
@@ -116,30 +116,47 @@ def split(config):
     """(the part of `config` to apply to each image as it is decoded, the part left for
     whole batches), together the same ops in augment_batch's order.
 
-    Flips come first in that order, so they always move to each image; random erasing comes
-    last, so it moves only when no batch op (scale, warp, brightness or contrast) is asked for.
+    Every op before the first that needs the whole batch's pass (an affine warp) moves to each
+    image: flips, scale (folded into the crop window: `scale_window`), and, without a warp,
+    brightness, contrast and random erasing too.
     """
-    flips = dict(flip_horizontal=config.flip_horizontal, flip_vertical=config.flip_vertical)
-    batched = dataclasses.replace(config, flip_horizontal=False, flip_vertical=False)
-    erasing = dict(erasing_probability=config.erasing_probability, erasing_area=config.erasing_area)
-    if dataclasses.replace(batched, erasing_probability=0.0).active:
-        return AugmentConfig(**flips), batched
-    return AugmentConfig(**flips, **erasing), dataclasses.replace(batched, erasing_probability=0.0)
+    moved = ['flip_horizontal', 'flip_vertical', 'scale_range']
+    if not config.warps:
+        moved += ['brightness_delta', 'contrast_range', 'erasing_probability', 'erasing_area']
+    per_image = AugmentConfig(**{name: getattr(config, name) for name in moved})
+    unset = AugmentConfig()
+    return per_image, dataclasses.replace(config, **{n: getattr(unset, n) for n in moved})
+
+
+def scale_window(window, scale_range, seed):
+    """Scale augmentation folded into a crop window [top, left, height, width]: the part of it
+    that `scale_crop` would keep after enlarging the crop by a random factor in `scale_range`,
+    so that one resize does both (and it costs nothing)."""
+    u = tf.random.stateless_uniform([3], tf.cast(seed, tf.int64))
+    side = 1.0 / (scale_range[0] + u[0] * (scale_range[1] - scale_range[0]))
+    size = tf.cast(window[2:], tf.float32)
+    kept = tf.maximum(tf.cast(tf.round(size * side), tf.int32), 1)
+    offset = tf.cast(tf.floor(u[1:] * tf.cast(window[2:] - kept + 1, tf.float32)), tf.int32)
+    return tf.concat([window[:2] + tf.minimum(offset, window[2:] - kept), kept], axis=0)
 
 
 def augment_image(image, config, seed):
-    """`config`'s flips and random erasing on one image [height, width, 3] (uint8 or floats in
-    [0, 1]), with the same chances and ranges as augment_batch; other ops are not applied here
-    (see `split`).
+    """`config`'s flips, brightness, contrast and random erasing on one image [height, width,
+    3] (uint8 or floats in [0, 1]), with the same chances and ranges as augment_batch; its
+    scale is applied to the crop window (`scale_window`), warps to batches (see `split`).
 
     Every random value comes from one draw: per image, each small op costs about as much as
     the work it would do.
     """
-    u = tf.unstack(tf.random.stateless_uniform([10], tf.cast(seed, tf.int64)))
+    u = tf.unstack(tf.random.stateless_uniform([12], tf.cast(seed, tf.int64)))
     if config.flip_horizontal:
         image = tf.cond(u[0] < 0.5, lambda: tf.reverse(image, [1]), lambda: image)
     if config.flip_vertical:
         image = tf.cond(u[1] < 0.5, lambda: tf.reverse(image, [0]), lambda: image)
+    if config.brightness_delta or tuple(config.contrast_range) != (1.0, 1.0):
+        shift = (u[10] * 2.0 - 1.0) * config.brightness_delta
+        low, high = config.contrast_range
+        image = _adjust(image, shift, low + u[11] * (high - low), [0, 1])
     if config.erasing_probability:
         erase = lambda: _erase(image, u[3:], config.erasing_area)
         chosen = u[2] < config.erasing_probability
@@ -249,14 +266,21 @@ def scale_crop(images, scale_range, seed):
 def brightness_contrast(images, delta, contrast_range, seed):
     """Per image: contrast scaled about its channel means by a factor, plus a brightness shift."""
     batch = tf.shape(images)[0]
-    scale = _scale(images.dtype)
     s = tf.random.experimental.stateless_split(seed, num=2)
-    shift = _uniform([batch, 1, 1, 1], s[0], -delta, delta) * scale
+    shift = _uniform([batch, 1, 1, 1], s[0], -delta, delta)
     factor = _uniform([batch, 1, 1, 1], s[1], contrast_range[0], contrast_range[1])
+    return _adjust(images, shift, factor, [1, 2])
+
+
+def _adjust(images, shift, factor, axes):
+    """(x - mean) * factor + mean + shift (a share of full intensity), the means over `axes`,
+    folded into one multiply-add over the pixels."""
+    scale = _scale(images.dtype)
     values = tf.cast(images, tf.float32)
-    means = tf.reduce_mean(values, axis=[1, 2], keepdims=True)
-    # (x - mean) * factor + mean + shift, folded into one multiply-add over the pixels.
-    adjusted = tf.clip_by_value(values * factor + (means * (1.0 - factor) + shift), 0.0, scale)
+    means = tf.reduce_mean(values, axis=axes, keepdims=True)
+    adjusted = tf.clip_by_value(
+        values * factor + (means * (1.0 - factor) + shift * scale), 0.0, scale
+    )
     return _as(adjusted, images.dtype)
 
 

@@ -9,6 +9,8 @@ stores); training crops are cut while decoding (`decode_and_crop_jpeg`), so only
 kept are decoded.
 """
 
+import dataclasses
+
 import tensorflow as tf
 
 from imageshards.decode import DCT_METHOD  # evaluation and serving: exactly Pillow's pixels
@@ -85,17 +87,22 @@ def random_window(shape, seed, area_range=IMAGENET_CROP_AREA, aspect_ratio_range
 
 def for_training(encoded, image_size, seed, area_range=IMAGENET_CROP_AREA, augment=None):
     """Training: a random-resized crop, decoded from the JPEG's crop window only, then
-    `augment`'s per-image ops (trainer/augment.py `augment_image`), if any."""
-    window = decode_window(
-        encoded, lambda shape: random_window(shape, seed, area_range), TRAINING_DCT_METHOD
-    )
-    image = resize(window, image_size)
-    if augment is None or not augment.active:
+    `augment`'s per-image ops (trainer/augment.py `split`), if any: its scale narrows the
+    window before the one resize, the rest follows it (`augment_image`)."""
+    augment = augment or augment_lib.AugmentConfig()
+    # Streams of their own (salts 1, 2): the crop's seed would draw the crop's numbers again.
+    fold = tf.random.experimental.stateless_fold_in
+
+    def choose(shape):
+        window = random_window(shape, seed, area_range)
+        if tuple(augment.scale_range) == (1.0, 1.0):
+            return window
+        return augment_lib.scale_window(window, augment.scale_range, fold(seed, 2))
+
+    image = resize(decode_window(encoded, choose, TRAINING_DCT_METHOD), image_size)
+    if not dataclasses.replace(augment, scale_range=(1.0, 1.0)).active:
         return image
-    # A stream of its own: the crop's seed would draw the crop's own numbers again.
-    return augment_lib.augment_image(
-        image, augment, tf.random.experimental.stateless_fold_in(seed, 1)
-    )
+    return augment_lib.augment_image(image, augment, fold(seed, 1))
 
 
 def random_patches(encoded, patches, patch_size, seed):
