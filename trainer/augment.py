@@ -8,11 +8,11 @@ ImageProjectiveTransformV3, scale augmentation (resize then random crop) through
 crop_and_resize, random erasing with a mask, brightness and contrast. The same seed gives the
 same result, eagerly or inside tf.data.
 
-The input pipeline applies what it can to each image as it is decoded instead (`split` picks
-it: every op before an affine warp; `augment_image`, and `scale_window` for the scale): there
-each image is one core's small tensor, in cache, where a whole batch's pass ran as one task per
-batch and capped the pipeline (on 16 cores, 'standard' halved make_dataset's images/s as a
-batch stage; per image it costs under a tenth of decoding one).
+The input pipeline applies them to each image as it is decoded instead (`augment_image`, and
+`scale_window` for the scale): there each image is one core's small tensor, in cache, where a
+whole batch's pass ran as one task per batch and capped the pipeline (on 16 cores, 'standard'
+halved make_dataset's images/s as a batch stage, a rotation held it to 1,021 images/s; per
+image the standard set costs under a tenth of decoding one).
 
 Each is off unless asked for. `parse_augment('standard')` turns on a sensible set;
 `parse_augment('standard,rotation_degrees=20,erasing_probability=0')` adjusts it, and
@@ -112,22 +112,6 @@ def augment_batch(images, config, seed):
     return images
 
 
-def split(config):
-    """(the part of `config` to apply to each image as it is decoded, the part left for
-    whole batches), together the same ops in augment_batch's order.
-
-    Every op before the first that needs the whole batch's pass (an affine warp) moves to each
-    image: flips, scale (folded into the crop window: `scale_window`), and, without a warp,
-    brightness, contrast and random erasing too.
-    """
-    moved = ['flip_horizontal', 'flip_vertical', 'scale_range']
-    if not config.warps:
-        moved += ['brightness_delta', 'contrast_range', 'erasing_probability', 'erasing_area']
-    per_image = AugmentConfig(**{name: getattr(config, name) for name in moved})
-    unset = AugmentConfig()
-    return per_image, dataclasses.replace(config, **{n: getattr(unset, n) for n in moved})
-
-
 def scale_window(window, scale_range, seed):
     """Scale augmentation folded into a crop window [top, left, height, width]: the part of it
     that `scale_crop` would keep after enlarging the crop by a random factor in `scale_range`,
@@ -141,18 +125,22 @@ def scale_window(window, scale_range, seed):
 
 
 def augment_image(image, config, seed):
-    """`config`'s flips, brightness, contrast and random erasing on one image [height, width,
-    3] (uint8 or floats in [0, 1]), with the same chances and ranges as augment_batch; its
-    scale is applied to the crop window (`scale_window`), warps to batches (see `split`).
+    """`config` on one image [height, width, 3] (uint8 or floats in [0, 1]), in augment_batch's
+    order and with its chances and ranges, but for the scale, which the caller folds into its
+    crop window (`scale_window`).
 
-    Every random value comes from one draw: per image, each small op costs about as much as
-    the work it would do.
+    Every random value of the small ops comes from one draw: per image, each small op costs
+    about as much as the work it would do.
     """
-    u = tf.unstack(tf.random.stateless_uniform([12], tf.cast(seed, tf.int64)))
+    seed = tf.cast(seed, tf.int64)
+    u = tf.unstack(tf.random.stateless_uniform([12], seed))
     if config.flip_horizontal:
         image = tf.cond(u[0] < 0.5, lambda: tf.reverse(image, [1]), lambda: image)
     if config.flip_vertical:
         image = tf.cond(u[1] < 0.5, lambda: tf.reverse(image, [0]), lambda: image)
+    if config.warps:
+        warp_seed = tf.random.experimental.stateless_fold_in(seed, 1)
+        image = affine_warp(image[None], config, warp_seed)[0]
     if config.brightness_delta or tuple(config.contrast_range) != (1.0, 1.0):
         shift = (u[10] * 2.0 - 1.0) * config.brightness_delta
         low, high = config.contrast_range

@@ -8,9 +8,9 @@ Training, per epoch:
     -> batch -> vectorized tf.io.parse_example -> unbatch
     -> [paths builds: tf.io.read_file of image/path, in parallel, after the shuffle]
     -> parallel decode: a random-resized crop cut while decoding the JPEG (general path for
-       PNG), resized, flipped and erased (augment.split); or K random patches per image,
+       PNG), resized, augmented (trainer/augment.py); or K random patches per image,
        reshuffled across many images
-    -> batch (drop_remainder) -> vectorized augmentation (the rest) -> prefetch
+    -> batch (drop_remainder) -> [patches: vectorized augmentation] -> prefetch
 
 Everything random is a function of (seed, epoch, position), so an epoch's batches can be
 rebuilt exactly, also from the middle (`start_epoch`, `skip_batches`) after a preemption;
@@ -249,11 +249,11 @@ def _training_epoch(files, epoch, batch_size, seed, image_size, config, parse, o
         records = records.skip(resumed * batch_size)
     parsed = parse(records)
     crop_seed = lambda position: tf.stack([tf.cast(seed, tf.int64) * 7919 + epoch, position])
+    per_image, config = (None, config) if opts.patches_per_image else (config, None)
     if opts.patches_per_image:
         images = _patches(parsed, opts, crop_seed, skipped, epoch, seed)
         batches = images.batch(batch_size, drop_remainder=True).skip(resumed)
     else:
-        per_image, config = augment_lib.split(config)  # flips, erasing: while decoding
         crop = lambda encoded, position: preprocess.for_training(
             encoded, image_size, crop_seed(position), opts.area_range, per_image
         )
@@ -262,7 +262,7 @@ def _training_epoch(files, epoch, batch_size, seed, image_size, config, parse, o
         # Workers holding more records than others stop where the others must: their epochs
         # then line up with the trainer's, and a resume finds every epoch where it began.
         batches = batches.take(opts.batches_per_epoch - resumed)
-    if config.active and opts.decode_images:
+    if config and config.active and opts.decode_images:
         batch_index = tf.data.Dataset.range(resumed, 2**62)
         batches = tf.data.Dataset.zip(batches, batch_index).map(
             lambda batch, index: _augment(

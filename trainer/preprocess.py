@@ -87,7 +87,7 @@ def random_window(shape, seed, area_range=IMAGENET_CROP_AREA, aspect_ratio_range
 
 def for_training(encoded, image_size, seed, area_range=IMAGENET_CROP_AREA, augment=None):
     """Training: a random-resized crop, decoded from the JPEG's crop window only, then
-    `augment`'s per-image ops (trainer/augment.py `split`), if any: its scale narrows the
+    augmented by `augment` (a trainer/augment.py AugmentConfig), if any: its scale narrows the
     window before the one resize, the rest follows it (`augment_image`)."""
     augment = augment or augment_lib.AugmentConfig()
     # Streams of their own (salts 1, 2): the crop's seed would draw the crop's numbers again.
