@@ -6,11 +6,9 @@ dropped before each build: a first pass over data larger than memory), 16 shards
 contenders alternated round by round so that the machine's drift hits all alike:
   tfds           TensorFlow Datasets' GeneratorBasedBuilder (bench/peer_tfds.py)
   hf             Hugging Face datasets: imagefolder -> shuffle -> save_to_disk (bench/peer_hf.py)
-  imageshards    `imageshards build` as a user runs it (analysis on), after an earlier build
-                 of the same kind: its tf.Transform graph cached (pipelines/transform_cache.py;
-                 the bench primes the cache with one untimed build if it holds none)
-  first build    the same with an empty cache, as on a fresh machine or container: the graph
-                 the package ships for the default kinds
+  imageshards    `imageshards build` as a user runs it (analysis on), on a fresh machine as
+                 after earlier builds: its tf.Transform graph is one the package ships for the
+                 default kinds (pipelines/transform_cache.py)
   new kind       the same with an empty cache and the shipped graph ignored: TFT writes the
                  graph, as for the first build of a kind the package does not ship (each round)
   --no-analyze   `imageshards build --no-analyze`
@@ -51,7 +49,6 @@ def build_contenders(data, args):
         'tfds': lambda out: python_module('bench.peer_tfds', data, out, *shards),
         'hf': lambda out: python_module('bench.peer_hf', data, out, *shards),
         'imageshards': lambda out: imageshards_build(data, out, *ours),
-        'imageshards, first build': lambda out: imageshards_build(data, out, *ours),
         'imageshards, new kind': lambda out: imageshards_build(data, out, *ours),
         'imageshards --no-analyze': lambda out: imageshards_build(data, out, '--no-analyze', *ours),
         'naive': lambda out: python_module('bench.baseline_writer', data, out),
@@ -78,11 +75,6 @@ def run_builds(args):
     contenders = build_contenders(data, args)
     cache = os.path.join(args.work_dir, 'transform-cache')
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', IMAGESHARDS_CACHE_DIR=cache)
-    if 'imageshards' in contenders and not os.path.isdir(os.path.join(cache, 'transform')):
-        print(f'priming the tf.Transform cache {cache} with one untimed build ...', flush=True)
-        out = os.path.join(args.work_dir, 'peer-priming')
-        run_measured(contenders['imageshards'](out), env=env)
-        shutil.rmtree(out, ignore_errors=True)
     runs = {name: [] for name in contenders}
     names = list(contenders)
     for round_ in range(args.repeat):
@@ -99,9 +91,8 @@ def run_builds(args):
             first = os.path.join(args.work_dir, 'transform-cache-empty')
             shutil.rmtree(first, ignore_errors=True)
             own_env = env
-            if 'first build' in name or 'new kind' in name:
-                own_env = dict(env, IMAGESHARDS_CACHE_DIR=first)
             if 'new kind' in name:
+                own_env = dict(env, IMAGESHARDS_CACHE_DIR=first)
                 own_env[transform_cache.PACKAGED_ENV] = '0'
             seconds, peak = run_measured(command(out), env=own_env)[:2]
             runs[name].append((seconds, peak))

@@ -240,8 +240,8 @@ def _training_epoch(files, epoch, batch_size, seed, image_size, config, parse, o
     records = _read(shards, opts, opts.deterministic, open_shard).shuffle(
         opts.shuffle_buffer, seed=_epoch_seed(seed, epoch, 2)
     )
-    # Each record's random crop and flips are fixed by (seed, epoch, its position in the epoch),
-    # each batch's augmentation by (seed, epoch, its index), also when resuming mid-epoch.
+    # Each crop and its augmentation are fixed by (seed, epoch, its position in the epoch), a
+    # batch of patches' augmentation by (seed, epoch, its index), also when resuming mid-epoch.
     positions = tf.data.Dataset.range(2**62)
     records = tf.data.Dataset.zip(records, positions)
     resumed = tf.cast(epoch == opts.start_epoch, tf.int64) * opts.skip_batches
@@ -249,20 +249,19 @@ def _training_epoch(files, epoch, batch_size, seed, image_size, config, parse, o
         records = records.skip(resumed * batch_size)
     parsed = parse(records)
     crop_seed = lambda position: tf.stack([tf.cast(seed, tf.int64) * 7919 + epoch, position])
-    per_image, config = (None, config) if opts.patches_per_image else (config, None)
     if opts.patches_per_image:
         images = _patches(parsed, opts, crop_seed, skipped, epoch, seed)
         batches = images.batch(batch_size, drop_remainder=True).skip(resumed)
     else:
         crop = lambda encoded, position: preprocess.for_training(
-            encoded, image_size, crop_seed(position), opts.area_range, per_image
+            encoded, image_size, crop_seed(position), opts.area_range, config
         )
         batches = _decode(parsed, crop, opts, skipped).batch(batch_size, drop_remainder=True)
     if opts.batches_per_epoch:
         # Workers holding more records than others stop where the others must: their epochs
         # then line up with the trainer's, and a resume finds every epoch where it began.
         batches = batches.take(opts.batches_per_epoch - resumed)
-    if config and config.active and opts.decode_images:
+    if opts.patches_per_image and config.active and opts.decode_images:
         batch_index = tf.data.Dataset.range(resumed, 2**62)
         batches = tf.data.Dataset.zip(batches, batch_index).map(
             lambda batch, index: _augment(
