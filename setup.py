@@ -74,8 +74,8 @@ setuptools.setup(
     package_dir={'imageshards.configs': 'configs'},
     package_data={
         'imageshards.configs': ['*.yaml'],
-        # The tf.Transform graph of the default kind (pipelines/transform_cache.py).
-        'pipelines': [f'transform_graphs/*/graph/{"*/" * depth}*' for depth in range(4)],
+        # The tf.Transform graph of the default kind (pipelines/analysis/graph_cache.py).
+        'pipelines.analysis': [f'transform_graphs/*/graph/{"*/" * depth}*' for depth in range(4)],
     },
     install_requires=REQUIRED,
     extras_require=EXTRAS,

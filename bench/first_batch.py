@@ -2,7 +2,7 @@
 
 Builds (or reuses, under bench/out/) the 64x64 photo tree into `--num-shards` shards, then, in
 a fresh process for each run (TensorFlow imported before the clock starts), times
-`DatasetInfo.load`, `make_dataset(..., training=True)` and the first batch out of it; prints the
+`dataset_info.load`, `make_dataset(..., training=True)` and the first batch out of it; prints the
 median over the runs.
 
     python -m bench.first_batch                   # 100,000 images in 1,024 shards
@@ -24,10 +24,10 @@ _CHILD = r"""
 import json, sys, time
 import tensorflow as tf
 from trainer import input_pipeline
-from trainer.dataset_info import DatasetInfo
+from trainer import dataset_info
 data, batch_size, image_size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 start = time.perf_counter()
-info = DatasetInfo.load(data)
+info = dataset_info.load(data)
 loaded = time.perf_counter()
 dataset = input_pipeline.make_dataset(
     data, 'train', batch_size, training=True, image_size=(image_size, image_size), info=info,
@@ -77,7 +77,7 @@ def main(argv=None):
     median = {key: statistics.median(run[key] for run in runs) for key in ('load', 'make', 'first')}
     print(
         f'{args.num_shards} shards, {args.count:,} images, batch {args.batch_size}: '
-        f'DatasetInfo.load {median["load"]:.2f} s, make_dataset {median["make"]:.2f} s, '
+        f'dataset_info.load {median["load"]:.2f} s, make_dataset {median["make"]:.2f} s, '
         f'first batch {median["first"]:.2f} s (median of {args.runs})'
     )
 

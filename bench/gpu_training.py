@@ -30,8 +30,8 @@ import tensorflow as tf
 
 from bench.input_throughput import _rate
 from bench.input_throughput import _shards
+from trainer import dataset_info
 from trainer import input_pipeline
-from trainer.dataset_info import DatasetInfo
 from trainer.model import build_model
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -103,7 +103,7 @@ def main(argv=None):
     print(f'Keras backend: {keras.backend.backend()}; host cores: {os.cpu_count()}', flush=True)
     print(f'devices: {gpus or "no GPU, float32 on the CPU"}', flush=True)
     out = args.shards or _shards(args.work_dir, args.count)[0]
-    info = DatasetInfo.load(out)
+    info = dataset_info.load(out)
     size = (224, 224)
 
     def model_fn(image_size=size):

@@ -24,8 +24,8 @@ import tensorflow as tf
 from bench import datasets
 from imageshards import features
 from imageshards import layout
+from trainer import dataset_info
 from trainer import input_pipeline
-from trainer.dataset_info import DatasetInfo
 
 SIZE = (224, 224)
 AUTOTUNE = tf.data.AUTOTUNE
@@ -133,7 +133,7 @@ def main(argv=None):
     parser.add_argument('--only', default='', help='comma-separated contenders to run')
     args = parser.parse_args(argv)
     out, info_data = _shards(args.work_dir, args.count)
-    info = DatasetInfo.load(out)
+    info = dataset_info.load(out)
     files = info.shard_paths('train')
     print(
         f'{info.num_records("train")} records in {len(files)} shards '

@@ -18,9 +18,9 @@ import tensorflow as tf
 
 from bench.input_throughput import _rate
 from imageshards import features
+from trainer import dataset_info
 from trainer import input_pipeline
 from trainer import preprocess
-from trainer.dataset_info import DatasetInfo
 
 SIZE = (224, 224)
 BATCH = 128
@@ -51,7 +51,7 @@ def main(argv=None):
     parser.add_argument('--shards', required=True, help='an imageshards build of JPEGs')
     parser.add_argument('--batches', type=int, default=60)
     args = parser.parse_args(argv)
-    info = DatasetInfo.load(args.shards)
+    info = dataset_info.load(args.shards)
 
     def made(**options):
         return lambda: input_pipeline.make_dataset(

@@ -8,7 +8,7 @@ contenders alternated round by round so that the machine's drift hits all alike:
   hf             Hugging Face datasets: imagefolder -> shuffle -> save_to_disk (bench/peer_hf.py)
   imageshards    `imageshards build` as a user runs it (analysis on), on a fresh machine as
                  after earlier builds: its tf.Transform graph is one the package ships for the
-                 default kinds (pipelines/transform_cache.py)
+                 default kinds (pipelines/analysis/graph_cache.py)
   new kind       the same with an empty cache and the shipped graph ignored: TFT writes the
                  graph, as for the first build of a kind the package does not ship (each round)
   --no-analyze   `imageshards build --no-analyze`
@@ -36,7 +36,7 @@ from bench import datasets
 from bench.build_throughput import imageshards_build
 from bench.build_throughput import python_module
 from bench.measure import run_measured
-from pipelines import transform_cache
+from pipelines.analysis import graph_cache
 
 SHARDS = 16
 
@@ -93,7 +93,7 @@ def run_builds(args):
             own_env = env
             if 'new kind' in name:
                 own_env = dict(env, IMAGESHARDS_CACHE_DIR=first)
-                own_env[transform_cache.PACKAGED_ENV] = '0'
+                own_env[graph_cache.PACKAGED_ENV] = '0'
             seconds, peak = run_measured(command(out), env=own_env)[:2]
             runs[name].append((seconds, peak))
             print(f'  round {round_ + 1}: {name:<26}{seconds:>7.1f} s {peak / 2**20:>7.0f} MiB')

@@ -16,8 +16,12 @@ _OWN_FLAG = re.compile(r'^--[\w-]+: ')
 
 
 def _shown(value):
+    """A default as a person types it: `train=0.8,val=0.2`, `family,species`, `0.5`."""
     if isinstance(value, (tuple, list)):
-        return ','.join(str(v) for v in value)
+        return ','.join(
+            f'{v[0]}={v[1]:g}' if isinstance(v, (tuple, list)) and len(v) == 2 else str(v)
+            for v in value
+        )
     return str(value)
 
 
@@ -29,6 +33,7 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
         default = action.default
         if (
             '%(default)' in text
+            or '(default' in text  # said in words: `(default: from --shard-size-mb)`
             or not action.option_strings
             or default is False
             or default in (None, '', (), [], argparse.SUPPRESS)

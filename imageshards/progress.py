@@ -18,6 +18,7 @@ from imageshards import console
 
 _LOG = logging.getLogger(__name__)
 LOG_EVERY = 30.0  # seconds between lines when stderr is no terminal
+MIN_RATE_SECONDS = 1.0  # a rate over less time says more of the poll than of the work
 
 
 class _RateColumn(rich_progress.ProgressColumn):
@@ -95,11 +96,13 @@ class Display:
 
 
 def describe(phase, done, total, unit, seconds):
-    """`validating: 27,392 of 57,504 images (48%), 912/s, about 31 s left`."""
-    rate = done / seconds if seconds > 0 else 0.0
+    """`validating: 27,392 of 57,504 images (48%), 912/s, about 31 s left`; the rate only once
+    the phase has been seen for MIN_RATE_SECONDS (a phase first seen done has no rate to say)."""
+    rate = done / seconds if seconds >= MIN_RATE_SECONDS else 0.0
+    shown = f', {rate:,.0f}/s' if rate else ''
     if total is None:
-        return f'{phase}: {done:,} {unit}, {rate:,.0f}/s'
-    text = f'{phase}: {done:,} of {total:,} {unit} ({done / max(total, 1):.0%}), {rate:,.0f}/s'
+        return f'{phase}: {done:,} {unit}{shown}'
+    text = f'{phase}: {done:,} of {total:,} {unit} ({done / max(total, 1):.0%}){shown}'
     if done < total and rate > 0:
         text += f', about {console.duration((total - done) / rate)} left'
     return text

@@ -20,11 +20,11 @@ and gets, per record:
 
 Analyzers: the pixel statistics and the label vocabulary are PTransform analyzers. The build
 measures the statistics itself, exactly, over a fixed sample of the analysis split
-(pipelines/analyze.py: dataset.json `analysis`); `PixelStatistics` carries them into the graph
-as the `pixel_statistics` asset. The vocabulary holds every label of the build sorted by name,
-so its ids are those of dataset.json (a class with no image in the analysed split keeps its
-id). Both are assets, read as the graph loads, so that the graph itself depends only on the
-format, the label levels and the image size (pipelines/transform_cache.py reuses it). TFT's analysis
+(pipelines/analysis/analyze.py: dataset.json `analysis`); `PixelStatistics` carries them into the
+graph as the `pixel_statistics` asset. The vocabulary holds every label of the build sorted by name,
+so its ids are those of dataset.json (a class with no image in the analysed split keeps its id).
+Both are assets, read as the graph loads, so that the graph itself depends only on the format, the
+label levels and the image size (pipelines/analysis/graph_cache.py reuses it). TFT's analysis
 evaluates only the analyzers' inputs - here `image/class/label` and `image/class/text` - so
 analysing the sample decodes no image; images are decoded when the graph transforms records.
 
@@ -33,8 +33,8 @@ empty values for the features a caller leaves out, which is how the trainer read
 `pixel_mean` and `pixel_std` alone.
 
 This module imports TensorFlow and tensorflow_transform: a build imports it only where the
-tf.Transform output is written (pipelines/transform_output.py), never in its Beam workers on
-the local runner.
+tf.Transform output is written (pipelines/analysis/transform_output.py), never in its Beam workers
+on the local runner.
 """
 
 import os
@@ -58,7 +58,8 @@ LABEL_VOCABULARY = transform_assets.LABEL_VOCABULARY  # TFTransformOutput.vocabu
 PIXEL_STATISTICS = transform_assets.PIXEL_STATISTICS
 CHANNELS = transform_assets.CHANNELS
 MIN_STD = 1e-3  # a constant channel (all pixels equal) is centred, not divided by ~0
-# What TFT traces with, and the statistics of the helper's graph (pipelines/transform_output.py).
+# What TFT traces with, and the statistics of the graph a local build's process writes
+# (pipelines/analysis/transform_output.py).
 NEUTRAL = {'pixel_mean': [0.0] * CHANNELS, 'pixel_std': [1.0] * CHANNELS}
 
 
@@ -165,7 +166,7 @@ def _read_statistics(path):
 
     The values are an asset, read as the graph is loaded, not constants in it: the graph is the
     same for every build of one format, label levels and image size, and a build can reuse one
-    written before (pipelines/transform_cache.py)."""
+    written before (pipelines/analysis/graph_cache.py)."""
     initializer = tf.lookup.TextFileInitializer(
         path,
         tf.int64,

@@ -1,1 +1,15 @@
-"""Apache Beam pipelines of imageshards (DirectRunner locally, Dataflow at scale)."""
+"""The Beam build of imageshards (DirectRunner locally, Dataflow at scale).
+
+    build.py    the `imageshards build` command: list, prepare the output, run, report
+    steps.py    the pipeline: its steps in order, each handed what it needs of the context
+    context.py  BuildContext: what every step knows once the inputs are listed
+    options.py  the flags and the typed BuildConfig
+    runner.py   the runner: the local one (local/) or a remote one, Dataflow's needs met
+    counters.py what the steps count: Beam counters, and live counts for the local display
+
+The build's stages, in the order data flows, each a subpackage that runs on every runner:
+inputs/ (listing), validation/ (every image checked, duplicates dropped), assignment/ (splits
+and shards, metadata in packed blocks), writing/ (records, shards, the finished output) and
+analysis/ (statistics and the tf.Transform output). What only the local runner needs is in
+local/; stages never import it.
+"""

@@ -6,11 +6,12 @@
         -> [AnalyzeShards: the train split's statistics, its sample measured as its shards
             are written -> Finalize
             -> WriteTransformOutput: tf.Transform, as steps on Dataflow, locally by the launcher
-               after the pipeline, before _SUCCESS (pipelines/transform_output.py)]
+               after the pipeline, before _SUCCESS (pipelines/analysis/transform_output.py)]
 
-Between validation and writing, image metadata moves in packed blocks (pipelines/blocks.py),
-inline on Dataflow and spilled to OUT/.imageshards-tmp/blocks/ on the local runner, so that the
-launching process's memory does not grow with the number of images.
+Between validation and writing, image metadata moves in packed blocks
+(pipelines/assignment/blocks.py), inline on Dataflow and spilled to OUT/.imageshards-tmp/blocks/
+on the local runner (pipelines/local/spill.py), so that the launching process's memory does not
+grow with the number of images.
 
 Example:
     imageshards build --input data/ --output out/ --splits train=0.9,val=0.1 \\
@@ -29,7 +30,6 @@ import time
 import uuid
 
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import GoogleCloudOptions
 from apache_beam.options.pipeline_options import StandardOptions
 from apache_beam.options.pipeline_options import TestOptions
 
@@ -38,22 +38,23 @@ from imageshards import dataset_json
 from imageshards import layout
 from imageshards import storage
 from imageshards import supervise
-from pipelines import blocks
 from pipelines import counters
-from pipelines import early_listing
-from pipelines import finalize
-from pipelines import helper as helper_lib
-from pipelines import inputs
-from pipelines import listing as listing_lib
 from pipelines import options
-from pipelines import overwrite
-from pipelines import progress
 from pipelines import runner
-from pipelines import transform_output
-from pipelines import warm_workers
+from pipelines.analysis import transform_output
+from pipelines.assignment import blocks
 from pipelines.context import BuildContext
-from pipelines.local_transform import LocalTransform
+from pipelines.inputs import entries
+from pipelines.inputs import listing as listing_lib
+from pipelines.local import direct
+from pipelines.local import early
+from pipelines.local import early_listing
+from pipelines.local import progress
+from pipelines.local import spill
+from pipelines.local import transform_writer
 from pipelines.steps import build_pipeline
+from pipelines.writing import finalize
+from pipelines.writing import overwrite
 
 _LOG = logging.getLogger(__name__)
 
@@ -61,9 +62,9 @@ _LOG = logging.getLogger(__name__)
 def analysis_in_pipeline(pipeline, config):
     """Whether the tf.Transform output is written by steps of the build's pipeline: on
     distributed runners, or when asked; on the local runner, the launcher writes it afterwards
-    (pipelines/transform_output.py says why)."""
+    (pipelines/analysis/transform_output.py says why)."""
     return config.analyze and (
-        config.analysis_in_pipeline or not runner.shuffles_in_memory(pipeline)
+        config.analysis_in_pipeline or not direct.shuffles_in_memory(pipeline)
     )
 
 
@@ -76,7 +77,7 @@ def _transform_work_dir(pipeline, config, output_dir, dry_run):
     dry run traces the analysis (TFT saves its graph while the job is built) into a local
     folder too, removed afterwards: nothing runs that would read it.
     """
-    local = storage.is_uri(output_dir) and runner.shuffles_in_memory(pipeline)
+    local = storage.is_uri(output_dir) and direct.shuffles_in_memory(pipeline)
     if config.analyze and (local or dry_run):
         return tempfile.mkdtemp(prefix='imageshards-transform-')
     return None
@@ -91,7 +92,7 @@ def _listable(spec):
     """
     if (
         not storage.is_uri(spec)
-        or inputs.is_manifest(spec)
+        or entries.is_manifest(spec)
         or any(char in spec for char in '*?[')
         or FileSystems.get_filesystem(spec).has_dirs()
     ):
@@ -103,21 +104,6 @@ def _listable(spec):
     return spec if is_object else spec.rstrip('/') + '/**'
 
 
-def _check_dataflow_paths(pipeline_options, config):
-    """Refuses local paths on Dataflow, whose workers cannot reach this machine's disk."""
-    for flag, path in (('--input', config.input), ('--output', config.output)):
-        if not storage.is_uri(path):
-            raise ValueError(
-                f'{flag} {path} is a local path, which Dataflow workers cannot read or write; '
-                f'use gs:// paths (gsutil -m cp -r ... gs://BUCKET/...) or the DirectRunner'
-            )
-    if pipeline_options.view_as(GoogleCloudOptions).template_location:
-        raise ValueError(
-            '--template_location is not supported: the launcher lists the inputs before each '
-            'run, so a template would replay one listing; run the build command instead'
-        )
-
-
 def run(argv=None, test_pipeline=None):
     """Runs a build; returns the dataset.json it wrote, as a dict.
 
@@ -127,9 +113,9 @@ def run(argv=None, test_pipeline=None):
     started = time.monotonic()
     config, beam_args = options.parse_build_args(argv)
     for flag, path in (('--input', config.input), ('--output', config.output)):
-        if inputs.redact(path) != path:  # before any message could repeat the secret
+        if entries.redact(path) != path:  # before any message could repeat the secret
             raise ValueError(
-                f'{flag} {inputs.redact(path)} carries credentials; give them '
+                f'{flag} {entries.redact(path)} carries credentials; give them '
                 f'to the storage client (gcloud auth, a service account) instead'
             )
     # Made first: a Pipeline checks its options and hands them to FileSystems, so that the
@@ -137,14 +123,14 @@ def run(argv=None, test_pipeline=None):
     pipeline = test_pipeline or runner.make_pipeline(beam_args)
     on_dataflow = runner.is_dataflow(pipeline.options.view_as(StandardOptions).runner)
     if on_dataflow:
-        _check_dataflow_paths(pipeline.options, config)
+        runner.check_dataflow_paths(pipeline.options, config)
     # Only Dataflow honours --dry_run; the local runner would run the build anyway.
     dry_run = on_dataflow and pipeline.options.view_as(TestOptions).dry_run
     output_dir = storage.absolute(config.output).rstrip('/')
     scan = listing_lib.scan_inputs(
         _listable(config.input), config.allow_roots, config.follow_symlinks, config.label_levels
     )
-    if not inputs.is_manifest(config.input) and output_dir.startswith(scan.base + '/'):
+    if not entries.is_manifest(config.input) and output_dir.startswith(scan.base + '/'):
         raise ValueError(
             f'--output {output_dir} is inside --input {scan.base}: a later build '
             f'would list its own output as images; choose another directory'
@@ -156,7 +142,7 @@ def run(argv=None, test_pipeline=None):
     transform_dir = _transform_work_dir(pipeline, config, output_dir, dry_run)
     transform = _local_transform(pipeline, config, dry_run)
     try:
-        if test_pipeline is not None or runner.mode_given(beam_args):
+        if test_pipeline is not None or direct.mode_given(beam_args):
             beam_args = None  # the pipeline or its mode is the caller's: keep it
         return _build(
             pipeline,
@@ -177,14 +163,14 @@ def run(argv=None, test_pipeline=None):
 
 
 def _local_transform(pipeline, config, dry_run):
-    """The LocalTransform of a local build with the analysis, or None: its helper process is
+    """The LocalTransform of a local build with the analysis, or None: its graph process is
     the one the command started before importing Beam, else one started now, before listing,
     so that it imports TensorFlow while this process lists and the workers validate (none
     where a cached graph will likely do)."""
     if not config.analyze or analysis_in_pipeline(pipeline, config) or dry_run:
-        helper_lib.stop_untaken()
+        transform_writer.stop_untaken()
         return None
-    return LocalTransform(config)
+    return transform_writer.LocalTransform(config)
 
 
 def _build(
@@ -210,23 +196,23 @@ def _build(
             )
         )
         context = context.written_after()
-    if transform and transform.helper:
-        pipeline = runner.share_cores(pipeline, transform.helper, summary.num_inputs, beam_args)
-    if runner.shuffles_in_memory(pipeline) and not dry_run:
-        _LOG.info('running on %s', runner.describe(pipeline))
+    if transform and transform.process:
+        pipeline = direct.share_cores(pipeline, transform.process, summary.num_inputs, beam_args)
+    if direct.shuffles_in_memory(pipeline) and not dry_run:
+        _LOG.info('running on %s', direct.describe(pipeline))
     store = blocks.BlockStore()
-    if runner.shuffles_in_memory(pipeline):
+    if direct.shuffles_in_memory(pipeline):
         # The local runner holds every shuffled element in this process: metadata goes to
-        # files, and its shuffles move byte ranges of them (pipelines/blocks.py).
-        store = blocks.BlockStore(storage.join(output_dir, layout.TEMP_DIR, layout.BLOCKS_DIR))
+        # files, and its shuffles move byte ranges of them (pipelines/local/spill.py).
+        store = spill.SpillingStore(storage.join(output_dir, layout.TEMP_DIR, layout.BLOCKS_DIR))
     build_pipeline(pipeline, context, store)
-    watched = runner.shuffles_in_memory(pipeline) and not dry_run
-    with progress.Watch({progress.VALIDATE: summary.num_inputs}, _UNITS, enabled=watched):
+    watched = direct.shuffles_in_memory(pipeline) and not dry_run
+    with progress.Watch({counters.VALIDATE: summary.num_inputs}, _UNITS, enabled=watched):
         result = _launch(pipeline, listing_path, on_dataflow, dry_run)
     if result is None:
         _LOG.info('--dry_run: built the job without running it; %s is as it was', output_dir)
         return None
-    # Not complete yet where the helper's tf.Transform output (and _SUCCESS) are still to come.
+    # Not complete yet where the local tf.Transform output (and _SUCCESS) are still to come.
     dataset = dataset_json.load(output_dir, complete=False)
     if transform:  # the local runner's last step: the tf.Transform output, then _SUCCESS
         transform.finish(summary.labels, dataset['analysis'])
@@ -328,13 +314,13 @@ def _report(result, dataset, output_dir, seconds):
         )
 
 
-_UNITS = {progress.VALIDATE: 'images', progress.WRITE: 'records'}
+_UNITS = {counters.VALIDATE: 'images', counters.WRITE: 'records'}
 
 
 def main(argv=None):
     """`imageshards build` in this process (see `command` for the one a person runs)."""
     argv = sys.argv[1:] if argv is None else argv
-    console.configure_logging(verbose='--verbose' in argv, filters=[runner.worker_log_filter()])
+    console.configure_logging(verbose='--verbose' in argv, filters=[direct.worker_log_filter()])
     try:
         run(argv)
     except (ValueError, FileExistsError, FileNotFoundError) as e:
@@ -344,9 +330,7 @@ def main(argv=None):
         print(interrupted_message(argv), file=sys.stderr)
         return console.INTERRUPTED_EXIT_CODE
     finally:
-        helper_lib.stop_untaken()
-        early_listing.stop_untaken()
-        warm_workers.stop_untaken()
+        early.stop_untaken()
     return 0
 
 

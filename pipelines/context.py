@@ -7,10 +7,10 @@ whole (it pickles into the step: everything in it is plain data).
 
 import dataclasses
 
-from imageshards import dataset_json
+from imageshards import dataset_facts
 from imageshards import layout
 from imageshards import storage
-from pipelines.inputs import ListingSummary
+from pipelines.inputs.entries import ListingSummary
 from pipelines.options import BuildConfig
 
 
@@ -26,8 +26,8 @@ class BuildContext:
         transform_dir: where the tf.Transform output is staged and TFT keeps its temporary files
             (the build's temporary folder, but for a local run with an object-store output).
         transform_by_launcher: whether the launcher writes the tf.Transform output after the
-            pipeline (the local runner: pipelines/local_transform.py), from the helper's work
-            or from a cached graph; else the pipeline's steps write it.
+            pipeline (the local runner: pipelines/local/transform_writer.py), from a graph kept
+            or written beside the build; else the pipeline's steps write it.
     """
 
     config: BuildConfig
@@ -65,13 +65,13 @@ class BuildContext:
 
     @property
     def analysis_in_pipeline(self):
-        """Whether steps of the pipeline write the tf.Transform output (else the helper)."""
+        """Whether steps of the pipeline write the tf.Transform output (else the launcher)."""
         return self.config.analyze and not self.transform_by_launcher
 
     @property
     def completes_in_pipeline(self):
         """Whether Finalize writes `_SUCCESS`; else the launcher does, after the tf.Transform
-        output of the helper process."""
+        output."""
         return not self.config.analyze or self.analysis_in_pipeline
 
     @property
@@ -90,7 +90,7 @@ class BuildContext:
     @property
     def facts(self):
         """What dataset.json states about the build (imageshards/dataset_json.py)."""
-        return dataset_json.BuildFacts(
+        return dataset_facts.BuildFacts(
             format=self.config.format,
             seed=self.config.seed,
             input=self.config.input,

@@ -40,7 +40,7 @@ class BuildConfig:
     analyze: bool = True  # the analysis of the train split and its tf.Transform output
     analysis_size: int = 32  # images are measured resized to this square size
     analysis_split: str = 'train'
-    analysis_sample: int = 1000  # images measured for the pixel statistics (pipelines/analyze.py)
+    analysis_sample: int = 1000  # images measured for the pixel statistics (analysis/analyze.py)
     transform_image_size: int = 224  # the side of the tf.Transform graph's `image` output
     analysis_in_pipeline: bool = False  # write the TFT output in pipeline steps on the local runner
 
@@ -121,13 +121,13 @@ def build_arg_parser():
         '--num-shards',
         type=flags.integer(minimum=1),
         default=BuildConfig.num_shards,
-        help='shards per split',
+        help='shards per split (default: from --shard-size-mb)',
     )
     shards.add_argument(
         '--shard-size-mb',
         type=flags.number(above=0),
         default=BuildConfig.shard_size_mb,
-        help='target shard size in MB of image bytes (default %(default)s)',
+        help='target shard size in MB of image bytes',
     )
     parser.add_argument(
         '--dedup',
@@ -190,26 +190,25 @@ def build_arg_parser():
         type=flags.integer(minimum=1),
         default=BuildConfig.analysis_size,
         help='side of the square every image is resized to for the pixel mean and standard '
-        'deviation (default %(default)s)',
+        'deviation',
     )
     parser.add_argument(
         '--analysis-split',
         default=BuildConfig.analysis_split,
-        help='the split the analysis reads (default %(default)s)',
+        help='the split the analysis reads',
     )
     parser.add_argument(
         '--analysis-sample',
         type=flags.integer(minimum=1),
         default=BuildConfig.analysis_sample,
         help='images of the analysis split whose pixels are measured: a fixed sample chosen by '
-        'seed and key; dataset.json states the standard errors (default %(default)s)',
+        'seed and key; dataset.json states the standard errors',
     )
     parser.add_argument(
         '--transform-image-size',
         type=flags.integer(minimum=1),
         default=BuildConfig.transform_image_size,
-        help='side of the normalized image the tf.Transform graph makes of a record '
-        '(default %(default)s)',
+        help='side of the normalized image the tf.Transform graph makes of a record',
     )
     parser.add_argument(
         '--analysis-in-pipeline',

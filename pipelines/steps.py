@@ -3,29 +3,29 @@
     ReadListing -> ValidateImages -> [DropDuplicates] -> AssignShards -> WriteShards -> Finalize
         [WriteShards' summaries of the analysed split -> AnalyzeShards -> Finalize,
          and WriteTransformOutput (Dataflow, --analysis-in-pipeline; locally, the launcher
-         writes it after the pipeline: pipelines/local_transform.py)]
+         writes it after the pipeline: pipelines/local/transform_writer.py)]
 
-Between validation and writing, image metadata moves in packed blocks (pipelines/blocks.py),
-passed as block refs: the blocks themselves on Dataflow, byte ranges of files under
-OUT/.imageshards-tmp/blocks/ on the local runner.
+Between validation and writing, image metadata moves in packed blocks
+(pipelines/assignment/blocks.py), passed as block refs: the blocks themselves on Dataflow, byte
+ranges of files under OUT/.imageshards-tmp/blocks/ on the local runner.
 """
 
 import apache_beam as beam
 
 from imageshards import features
-from pipelines import blocks
-from pipelines.analyze import AnalyzeShards
-from pipelines.assign import AssignShards
-from pipelines.assign import RankGroups
-from pipelines.assign import bucket_bits_for
-from pipelines.dedup import DropDuplicates
-from pipelines.encode import RecordEncoder
-from pipelines.finalize import Finalize
-from pipelines.listing import work_items
-from pipelines.transform_output import WriteTransformOutput
-from pipelines.validate import ValidateImages
-from pipelines.write import Sample
-from pipelines.write import WriteShards
+from pipelines.analysis.analyze import AnalyzeShards
+from pipelines.analysis.transform_output import WriteTransformOutput
+from pipelines.assignment import blocks
+from pipelines.assignment.assign import AssignShards
+from pipelines.assignment.assign import RankGroups
+from pipelines.assignment.assign import bucket_bits_for
+from pipelines.inputs.listing import work_items
+from pipelines.validation.dedup import DropDuplicates
+from pipelines.validation.validate import ValidateImages
+from pipelines.writing.encode import RecordEncoder
+from pipelines.writing.finalize import Finalize
+from pipelines.writing.write import Sample
+from pipelines.writing.write import WriteShards
 
 
 def build_pipeline(pipeline, context, store=None):

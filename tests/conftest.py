@@ -10,8 +10,9 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '1')
-# The suite's builds keep and reuse tf.Transform graphs (pipelines/transform_cache.py) in a cache
-# of its own, not the user's: the first build of each kind writes one with TFT, the rest reuse it.
+# The suite's builds keep and reuse tf.Transform graphs (pipelines/analysis/graph_cache.py) in a
+# cache of its own, not the user's: the first build of each kind writes one with TFT, the rest reuse
+# it.
 _CACHE = tempfile.mkdtemp(prefix='imageshards-test-cache-')
 os.environ['IMAGESHARDS_CACHE_DIR'] = _CACHE
 atexit.register(shutil.rmtree, _CACHE, True)

@@ -12,12 +12,12 @@ from PIL import Image
 
 from imageshards import features
 from imageshards import tfrecord
-from pipelines import analyze
 from pipelines import build
+from pipelines.analysis import analyze
+from trainer import dataset_info
 from trainer import export
 from trainer import input_pipeline
 from trainer import transform
-from trainer.dataset_info import DatasetInfo
 from trainer.model import build_model
 
 import images_for_tests as imgs
@@ -283,7 +283,7 @@ def test_steps_in_the_pipeline_write_the_same_analysis(analyzed, tmp_path, tf):
 @pytest.mark.slow
 def test_served_model_matches_the_evaluation_pipeline_on_raw_bytes(analyzed, tf, tmp_path):
     out, dataset = analyzed
-    info = DatasetInfo.load(str(out))
+    info = dataset_info.load(str(out))
     output = transform.load(info)
     image_size = (24, 24)
     model = build_model('small_cnn', info.num_classes, image_size, transform_output=output)
@@ -293,14 +293,7 @@ def test_served_model_matches_the_evaluation_pipeline_on_raw_bytes(analyzed, tf,
     served = tf.saved_model.load(path).signatures['serving_default']
     # One shard, so that the evaluation pipeline reads records in file order.
     shard = dataset['splits']['val']['shards'][0]
-    single = DatasetInfo(
-        info.data_dir,
-        info.format,
-        info.labels,
-        {'val': {**dataset['splits']['val'], 'shards': [shard]}},
-        info.counts,
-        info.raw,
-    )
+    single = info.with_splits({'val': {**dataset['splits']['val'], 'shards': [shard]}})
     evaluation = input_pipeline.make_dataset(
         str(out), 'val', 8, training=False, image_size=image_size, info=single
     )
@@ -334,7 +327,7 @@ def test_without_analysis_no_transform_and_the_trainer_scales(tmp_path, caplog, 
     assert 'analysis' not in dataset
     assert not (out / 'transform_fn').exists() and not (out / 'transformed_metadata').exists()
     with caplog.at_level(logging.INFO):
-        assert transform.load(DatasetInfo.load(str(out))) is None
+        assert transform.load(dataset_info.load(str(out))) is None
     assert [r.message for r in caplog.records if 'no transform_fn' in r.message]
     model = build_model('small_cnn', 2, (8, 8), transform_output=None)
     assert model.get_layer('scale') is not None
@@ -345,7 +338,7 @@ def test_a_model_with_the_transform_saves_and_loads_in_the_keras_format(analyzed
     import keras  # pylint: disable=import-outside-toplevel
 
     out, _ = analyzed
-    output = transform.load(DatasetInfo.load(str(out)))
+    output = transform.load(dataset_info.load(str(out)))
     model = build_model('small_cnn', 4, (16, 16), transform_output=output)
     assert 'TransformPixels' in model.to_json()  # what TensorBoard's graph needs
     images = tf.cast(tf.random.stateless_uniform([3, 16, 16, 3], [1, 2], 0, 255), tf.uint8)

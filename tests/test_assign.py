@@ -10,9 +10,10 @@ import pytest
 from apache_beam.testing.util import assert_that
 from apache_beam.testing.util import equal_to
 
-from pipelines import assign
-from pipelines import blocks
-from pipelines.validate import ImageMeta
+from pipelines.assignment import assign
+from pipelines.assignment import blocks
+from pipelines.assignment.blocks import ImageMeta
+from pipelines.local import spill as spill_lib
 
 from beam_helpers import collect
 from beam_helpers import new_test_pipeline
@@ -190,7 +191,7 @@ def _placements(tmp_path, chunks, fractions, num_shards, bucket_bits, spill=Fals
 
     With `spill`, the blocks go through files under tmp_path, as on the local runner.
     """
-    store = blocks.BlockStore(str(tmp_path / 'blocks') if spill else None)
+    store = spill_lib.SpillingStore(str(tmp_path / 'blocks')) if spill else blocks.BlockStore()
 
     def build(p):
         assigned = (

@@ -21,7 +21,7 @@ from PIL import Image
 from imageshards import features
 from imageshards import tfrecord
 from pipelines import build
-from pipelines import images
+from pipelines.validation import images
 
 import images_for_tests as imgs
 from bad_input_kinds import BROKEN

@@ -1,11 +1,13 @@
-"""Blocks of image metadata: packing, and keeping them inline or spilled to files."""
+"""Blocks of image metadata: packing, and keeping them inline or (the local runner) spilled to
+files, with the payloads of small images."""
 
 import hashlib
 
 import pytest
 
-from pipelines import blocks
-from pipelines.blocks import ImageMeta
+from pipelines.assignment import blocks
+from pipelines.assignment.blocks import ImageMeta
+from pipelines.local import spill
 
 
 def _meta(i, **changes):
@@ -55,7 +57,7 @@ def test_inline_store_passes_blocks_as_they_are(tmp_path):
 
 
 def test_spilled_store_writes_one_file_per_put_and_reads_byte_ranges(tmp_path):
-    store = blocks.BlockStore(str(tmp_path / 'blocks'))
+    store = spill.SpillingStore(str(tmp_path / 'blocks'))
     first = store.put('validated', [blocks.pack([_meta(1)]), b'', blocks.pack([_meta(2)])])
     second = store.put('placed', [blocks.pack([_meta(3), _meta(4)])])
     files = sorted(path.name for path in (tmp_path / 'blocks').iterdir())
@@ -74,7 +76,7 @@ def test_spilled_store_writes_one_file_per_put_and_reads_byte_ranges(tmp_path):
 
 
 def test_a_spilled_block_cut_short_is_an_error(tmp_path):
-    store = blocks.BlockStore(str(tmp_path))
+    store = spill.SpillingStore(str(tmp_path))
     (ref,) = store.put('v', [blocks.pack([_meta(1)])])
     path = tmp_path / ref[0]
     path.write_bytes(path.read_bytes()[:50])
@@ -83,7 +85,7 @@ def test_a_spilled_block_cut_short_is_an_error(tmp_path):
 
 
 def test_payloads_are_read_back_in_the_order_asked_across_files_and_windows(tmp_path):
-    store = blocks.BlockStore(str(tmp_path / 'blocks'))
+    store = spill.SpillingStore(str(tmp_path / 'blocks'))
     assert blocks.BlockStore().payloads() is None  # inline: the writer reads the inputs
     metas = []
     for item in range(5):  # five work items, five payload files
@@ -91,6 +93,7 @@ def test_payloads_are_read_back_in_the_order_asked_across_files_and_windows(tmp_
         for i in range(7):
             data = hashlib.sha256(f'{item}-{i}'.encode()).digest() * (1 + i)
             payload, offset = payloads.add(data)
+            assert payloads.add(bytes(spill.PAYLOAD_MAX_BYTES + 1)) is None  # read again
             metas.append(
                 _meta(10 * item + i, num_bytes=len(data))._replace(
                     payload=payload, payload_offset=offset

@@ -16,7 +16,7 @@ import pytest
 from imageshards import features
 from imageshards import tfrecord
 from pipelines import build
-from pipelines import images
+from pipelines.validation import images
 
 import images_for_tests as imgs
 

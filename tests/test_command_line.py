@@ -13,9 +13,11 @@ import pytest
 
 import imageshards
 from imageshards import console
+from imageshards import progress as display_lib
 from imageshards import supervise
 from imageshards.cli import main as cli
-from pipelines import progress
+from pipelines import counters
+from pipelines.local import progress
 
 import images_for_tests as imgs
 
@@ -114,7 +116,7 @@ def _ctrl_c_as_in_a_terminal():
 
 
 def _workers(process):
-    """The Beam worker processes below `process` (pipelines/warm_workers.py: their claims)."""
+    """The Beam worker processes below `process` (pipelines/local/warm_workers.py: their claims)."""
     found = []
     for child in process.children(recursive=True):
         try:
@@ -161,10 +163,10 @@ def test_ctrl_c_stops_a_build_in_one_line_with_no_process_left(tree, tmp_path):
 
 
 def test_progress_counts_add_up_across_threads(tmp_path, monkeypatch):
-    monkeypatch.setenv(progress.ENV, str(tmp_path))
+    monkeypatch.setenv(counters.PROGRESS_ENV, str(tmp_path))
     threads = [
         threading.Thread(
-            target=lambda: [progress.advance('validating', 3, total=600) for _ in range(50)]
+            target=lambda: [counters.advance('validating', 3, total=600) for _ in range(50)]
         )
         for _ in range(4)
     ]
@@ -172,19 +174,30 @@ def test_progress_counts_add_up_across_threads(tmp_path, monkeypatch):
         thread.start()
     for thread in threads:
         thread.join()
-    time.sleep(2 * progress.FLUSH_SECONDS)  # the last burst is written by the flushing thread
+    time.sleep(2 * counters.FLUSH_SECONDS)  # the last burst is written by the flushing thread
     assert progress.read_counts(str(tmp_path)) == ({'validating': 600}, {'validating': 600})
 
 
 def test_a_bundles_last_counts_are_written_at_its_end(tmp_path, monkeypatch):
     # The runner may stop a worker right after its last bundle, before the timed flush.
-    monkeypatch.setenv(progress.ENV, str(tmp_path))
-    monkeypatch.setattr(progress, 'FLUSH_SECONDS', 3600.0)
-    progress.advance('writing', 5, total=7)  # the first count is written at once
-    progress.advance('writing', 2)
+    monkeypatch.setenv(counters.PROGRESS_ENV, str(tmp_path))
+    monkeypatch.setattr(counters, 'FLUSH_SECONDS', 3600.0)
+    counters.advance('writing', 5, total=7)  # the first count is written at once
+    counters.advance('writing', 2)
     assert progress.read_counts(str(tmp_path)) == ({'writing': 5}, {'writing': 7})
-    progress.flush()
+    counters.flush()
     assert progress.read_counts(str(tmp_path)) == ({'writing': 7}, {'writing': 7})
+
+
+def test_a_progress_line_states_a_rate_only_over_a_second_or_more():
+    # A phase first seen done (all its counts in one poll) has no rate worth saying.
+    assert display_lib.describe('writing', 1797, 1797, 'records', 0.0004) == (
+        'writing: 1,797 of 1,797 records (100%)'
+    )
+    assert display_lib.describe('validating', 500, 1000, 'images', 2.0) == (
+        'validating: 500 of 1,000 images (50%), 250/s, about 2.0 s left'
+    )
+    assert display_lib.describe('listing', 30, None, 'files', 3.0) == 'listing: 30 files, 10/s'
 
 
 def test_words():

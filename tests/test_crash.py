@@ -16,12 +16,12 @@ import time
 import pytest
 
 from imageshards import layout
-from pipelines import assign
 from pipelines import build
-from pipelines import finalize
 from pipelines import options
+from pipelines.assignment import assign
 from pipelines.context import BuildContext
-from pipelines.inputs import ListingSummary
+from pipelines.inputs.entries import ListingSummary
+from pipelines.writing import finalize
 
 import images_for_tests as imgs
 

@@ -1,4 +1,5 @@
-"""pipelines/early_listing.py: the listing the build command starts before it imports Beam."""
+"""pipelines/local/early_listing.py: the listing the build command starts before it imports
+Beam."""
 
 import json
 import os
@@ -6,8 +7,9 @@ import os
 import pytest
 
 from pipelines import build
-from pipelines import early_listing
-from pipelines import inputs
+from pipelines import options
+from pipelines.inputs import entries
+from pipelines.local import early_listing
 
 import images_for_tests as imgs
 from beam_helpers import built
@@ -28,9 +30,9 @@ def _argv(root, out, *extra):
 def test_a_build_takes_the_early_listing_and_builds_what_it_would_have(tmp_path, caplog):
     root = _tree(tmp_path)
     mode = ['--direct_running_mode=in_memory', '--no-analyze']
-    early = early_listing.start_early(_argv(root, tmp_path / 'early'))
+    early = early_listing.start_early(options.peek_build_config(_argv(root, tmp_path / 'early')))
     assert early is not None
-    with caplog.at_level('DEBUG', logger='pipelines.early_listing'):
+    with caplog.at_level('DEBUG', logger='pipelines.local.early_listing'):
         build.run(_argv(root, tmp_path / 'early', *mode))
     assert 'listed by the early listing process' in caplog.text
     assert not os.path.exists(early.folder)
@@ -48,13 +50,16 @@ def test_not_started_but_for_a_local_folder(tmp_path, monkeypatch, spec):
     monkeypatch.chdir(tmp_path)
     _tree(tmp_path)
     (tmp_path / 'manifest.csv').write_text('path,label\nin/ant/img_0000.jpg,ant\n')
-    assert early_listing.start_early(['--input', spec, '--output', 'out']) is None
+    assert (
+        early_listing.start_early(options.peek_build_config(['--input', spec, '--output', 'out']))
+        is None
+    )
 
 
 def test_a_build_of_other_listing_options_lists_itself(tmp_path, caplog):
     root = _tree(tmp_path)
-    early = early_listing.start_early(_argv(root, tmp_path / 'out'))
-    with caplog.at_level('DEBUG', logger='pipelines.early_listing'):
+    early = early_listing.start_early(options.peek_build_config(_argv(root, tmp_path / 'out')))
+    with caplog.at_level('DEBUG', logger='pipelines.local.early_listing'):
         dataset = build.run(
             _argv(root, tmp_path / 'out', '--chunk-size', '2', '--no-analyze')
             + ['--direct_running_mode=in_memory']
@@ -66,9 +71,9 @@ def test_a_build_of_other_listing_options_lists_itself(tmp_path, caplog):
 
 def test_a_failed_early_listing_leaves_the_listing_to_the_build(tmp_path, caplog):
     root = _tree(tmp_path)
-    early = early_listing.start_early(_argv(root, tmp_path / 'out'))
+    early = early_listing.start_early(options.peek_build_config(_argv(root, tmp_path / 'out')))
     early._process.kill()  # pylint: disable=protected-access  # as if it had crashed
-    with caplog.at_level('DEBUG', logger='pipelines.early_listing'):
+    with caplog.at_level('DEBUG', logger='pipelines.local.early_listing'):
         dataset = build.run(
             _argv(root, tmp_path / 'out', '--no-analyze', '--direct_running_mode=in_memory')
         )
@@ -78,14 +83,16 @@ def test_a_failed_early_listing_leaves_the_listing_to_the_build(tmp_path, caplog
 
 
 def test_an_untaken_early_listing_is_stopped_and_removed(tmp_path):
-    early = early_listing.start_early(_argv(_tree(tmp_path), tmp_path / 'out'))
+    early = early_listing.start_early(
+        options.peek_build_config(_argv(_tree(tmp_path), tmp_path / 'out'))
+    )
     early_listing.stop_untaken()
     assert not os.path.exists(early.folder)
     early_listing.stop_untaken()  # nothing left to stop
 
 
 def test_listing_counts_survive_their_json():
-    counts = inputs.ListingCounts()
+    counts = entries.ListingCounts()
     rows = [
         ('birds/owl', {'family': 'birds', 'species': 'owl'}, 'train', ''),
         ('birds/owl', {'family': 'birds', 'species': 'owl'}, '', ''),
@@ -93,8 +100,8 @@ def test_listing_counts_survive_their_json():
         ('', {}, '', 'no_label'),
     ]
     for i, (label, levels, split, reject) in enumerate(rows):
-        counts.add(inputs.InputEntry(i, f'/p/{i}', f'{i}', label, split, reject, levels=levels))
-    again = inputs.ListingCounts.from_json(json.loads(json.dumps(counts.to_json())))
-    scan = inputs.InputScan('/p', iter(()), levels=['family', 'species'])
+        counts.add(entries.InputEntry(i, f'/p/{i}', f'{i}', label, split, reject, levels=levels))
+    again = entries.ListingCounts.from_json(json.loads(json.dumps(counts.to_json())))
+    scan = entries.InputScan('/p', iter(()), levels=['family', 'species'])
     assert again.summary(scan) == counts.summary(scan)
     assert again.rejected == counts.rejected and again.num_inputs == 4

@@ -1,4 +1,5 @@
-"""Structural validation of JPEG and PNG files (pipelines/image_structure.py) against decoding.
+"""Structural validation of JPEG and PNG files (pipelines/validation/image_structure.py)
+against decoding.
 
 The promise: a file the structural check calls plain is one that a full Pillow decode reads, at
 the size and mode the check reports, and that validation by decoding would have kept with the
@@ -15,9 +16,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from pipelines import image_structure
-from pipelines import images
-from pipelines import png_structure
+from pipelines.validation import image_structure
+from pipelines.validation import images
+from pipelines.validation import png_structure
 
 import images_for_tests as imgs
 

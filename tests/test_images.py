@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from pipelines import images
+from pipelines.validation import images
 
 import images_for_tests as imgs
 

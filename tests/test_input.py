@@ -9,8 +9,8 @@ import pytest
 from imageshards import features
 from imageshards import tfrecord
 from trainer import corrupt_shards
+from trainer import dataset_info
 from trainer import input_pipeline
-from trainer.dataset_info import DatasetInfo
 
 SIZE = (16, 16)
 
@@ -23,7 +23,7 @@ def _batches(data_dir, split='train', batch=8, training=True, **options):
 
 
 def test_training_batches_are_full_shuffled_and_cover_each_epoch(color_builds):
-    info = DatasetInfo.load(str(color_builds['examples']))
+    info = dataset_info.load(str(color_builds['examples']))
     per_epoch = input_pipeline.steps_per_epoch(info, 'train', 8)
     batches = _batches(color_builds['examples'], epochs=2, seed=1)
     assert len(batches) == 2 * per_epoch
@@ -103,7 +103,7 @@ def test_scale_and_brightness_apply_per_image_and_keep_the_order(color_builds):
 
 
 def test_evaluation_reads_every_record_once_in_a_fixed_order(color_builds):
-    info = DatasetInfo.load(str(color_builds['examples']))
+    info = dataset_info.load(str(color_builds['examples']))
     first = _batches(color_builds['examples'], 'val', training=False)
     again = _batches(color_builds['examples'], 'val', training=False)
     ids = np.concatenate([b[2] for b in first])
@@ -200,7 +200,7 @@ def test_a_corrupt_shard_is_named(tf, tmp_path, color_builds):
         for _ in dataset:
             pass
     named = corrupt_shards.name_corrupt_shards(
-        caught.value, DatasetInfo.load(str(copy)).shard_paths('train')
+        caught.value, dataset_info.load(str(copy)).shard_paths('train')
     )
     assert isinstance(named, corrupt_shards.CorruptShardError)
     assert str(shard) in str(named)
@@ -229,7 +229,7 @@ def test_an_undecodable_image_fails_loudly_or_is_skipped_and_counted(tf, tmp_pat
         skipped=skipped,
     )
     delivered = sum(int(labels.shape[0]) for _, labels in dataset)
-    records = DatasetInfo.load(str(copy)).num_records('train')
+    records = dataset_info.load(str(copy)).num_records('train')
     assert skipped.skipped == 1
     assert delivered == (records - 1) // 8 * 8
 
@@ -239,7 +239,7 @@ def test_an_unfinished_build_is_refused(tmp_path, color_builds):
     shutil.copytree(color_builds['examples'], copy)
     (copy / '_SUCCESS').unlink()
     with pytest.raises(FileNotFoundError, match='has no _SUCCESS'):
-        DatasetInfo.load(str(copy))
+        dataset_info.load(str(copy))
 
 
 def test_epochs_can_be_cut_to_a_number_of_batches_and_resumed_inside_one(color_builds):
@@ -262,7 +262,7 @@ def test_epochs_can_be_cut_to_a_number_of_batches_and_resumed_inside_one(color_b
 
 def _stored_ids(tf, build, split):
     """{shard path: image ids in the shard's stored order}."""
-    info = DatasetInfo.load(str(build))
+    info = dataset_info.load(str(build))
     spec = {features.ID: tf.io.FixedLenFeature([], tf.int64)}
     return {
         path: [
@@ -277,7 +277,7 @@ def _epoch_ids(build, **options):
     dataset = input_pipeline.make_dataset(
         str(build), 'train', 4, training=True, with_ids=True, decode_images=False, **options
     )
-    per_epoch = input_pipeline.steps_per_epoch(DatasetInfo.load(str(build)), 'train', 4)
+    per_epoch = input_pipeline.steps_per_epoch(dataset_info.load(str(build)), 'train', 4)
     ids = [int(i) for _, batch_ids in dataset for i in batch_ids.numpy()]
     return [ids[e * per_epoch * 4 : (e + 1) * per_epoch * 4] for e in range(options['epochs'])]
 

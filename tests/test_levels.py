@@ -8,14 +8,14 @@ import json
 import numpy as np
 import pytest
 
-from imageshards import dataset_json
+from imageshards import dataset_facts
 from imageshards import features
 from imageshards import records
 from imageshards import tfrecord
 from imageshards.cli import inspect as inspect_lib
 from imageshards.cli import verify as verify_lib
 from pipelines import build
-from pipelines import listing
+from pipelines.inputs import listing
 
 import images_for_tests as imgs
 
@@ -167,7 +167,7 @@ def test_verify_finds_level_counts_that_do_not_add_up(lenient_build):
     assert any('level family counts' in message for message in problems), problems
     assert any('splits.train.level_counts.family' in message for message in problems)
     del damaged['splits']['val']['level_missing']
-    assert any('level_missing' in p for p in dataset_json.structure_problems(damaged))
+    assert any('level_missing' in p for p in dataset_facts.structure_problems(damaged))
 
 
 def test_tree_levels_come_from_nested_folders(tmp_path):
@@ -366,12 +366,12 @@ def _evaluation(out, **options):
 def _restored_model(config, dataset):
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
 
+    from trainer import dataset_info  # pylint: disable=import-outside-toplevel
     from trainer import transform  # pylint: disable=import-outside-toplevel
-    from trainer.dataset_info import DatasetInfo  # pylint: disable=import-outside-toplevel
     from trainer.model import build_model  # pylint: disable=import-outside-toplevel
 
     heads = {level: len(names) for level, names in dataset['label_levels'].items()}
-    normalize = transform.load(DatasetInfo.load(config.data))  # as training built it
+    normalize = transform.load(dataset_info.load(config.data))  # as training built it
     model = build_model(config.model, 0, config.image_size, heads=heads, transform_output=normalize)
     checkpoint = tf.train.Checkpoint(model=model)
     checkpoint.restore(tf.train.latest_checkpoint(config.resolved_checkpoint_dir)).expect_partial()

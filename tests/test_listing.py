@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from pipelines import listing
+from pipelines.inputs import listing
 
 import images_for_tests as imgs
 

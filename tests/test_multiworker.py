@@ -21,9 +21,9 @@ import time
 
 import pytest
 
+from trainer import dataset_info
 from trainer import input_pipeline
 from trainer import transform
-from trainer.dataset_info import DatasetInfo
 from trainer.model import build_model
 
 FLAGS = [
@@ -112,7 +112,7 @@ def two_workers(color_builds, tmp_path_factory):
     logs = {role: (tmp_path / f'{role}.log').read_text() for role in UMASKS}
     assert codes == {'chief': 0, 'worker': 0}, logs
     pids = {role: p.pid for role, p in processes.items()}
-    return DatasetInfo.load(str(data)), tmp_path, logs, pids
+    return dataset_info.load(str(data)), tmp_path, logs, pids
 
 
 def _files_read(log, split):

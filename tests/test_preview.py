@@ -9,13 +9,13 @@ from imageshards import features
 from imageshards import tfrecord
 from imageshards.cli import main as cli
 from imageshards.cli import preview
+from trainer import dataset_info
 from trainer import input_pipeline
-from trainer.dataset_info import DatasetInfo
 
 
 def _label_texts(build):
     """image/id -> image/class/text of every record of the build, read without TensorFlow."""
-    info = DatasetInfo.load(str(build))
+    info = dataset_info.load(str(build))
     texts = {}
     for path in info.shard_paths('train'):
         with open(path, 'rb') as f:

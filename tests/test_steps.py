@@ -13,16 +13,17 @@ from imageshards import features
 from imageshards import layout
 from imageshards import storage
 from imageshards import tfrecord
-from pipelines import assign
-from pipelines import blocks
-from pipelines import images
-from pipelines import listing
-from pipelines.blocks import ImageMeta
-from pipelines.dedup import DropDuplicates
-from pipelines.encode import RecordEncoder
-from pipelines.inputs import InputEntry
-from pipelines.validate import ValidateImages
-from pipelines.write import WriteShards
+from pipelines.assignment import assign
+from pipelines.assignment import blocks
+from pipelines.assignment.blocks import ImageMeta
+from pipelines.inputs import listing
+from pipelines.inputs.entries import InputEntry
+from pipelines.local import spill
+from pipelines.validation import images
+from pipelines.validation.dedup import DropDuplicates
+from pipelines.validation.validate import ValidateImages
+from pipelines.writing.encode import RecordEncoder
+from pipelines.writing.write import WriteShards
 
 import images_for_tests as imgs
 from beam_helpers import collect
@@ -84,7 +85,7 @@ def test_validate_images_keeps_metadata_and_rejects_with_reasons(tmp_path):
     )
     listing_path, items = _listing(tmp_path, entries, chunk_size=2)
     assert len(items) == 3
-    store = blocks.BlockStore(str(tmp_path / 'blocks'))
+    store = spill.SpillingStore(str(tmp_path / 'blocks'))
     with new_test_pipeline() as p:
         result = (
             p

@@ -1,10 +1,13 @@
-"""The shape of the code: folders that import downward only, and modules and functions of a size
-a reader can hold.
+"""The shape of the code: folders that import downward only, no module that imports itself
+through others, the build's stages apart from the local runner's machinery, and modules and
+functions of a size a reader can hold.
 
 Every import counts, also one inside a function and a module named by a string (`importlib`,
 `python -m`): the foundation (`imageshards/`) imports no other folder of this project, the
 Beam build (`pipelines/`) and the trainer (`trainer/`) import the foundation only, and the
-command-line tools (`imageshards/cli/`) may import all three.
+command-line tools (`imageshards/cli/`) may import all three. Inside `pipelines/`, the stages'
+subpackages import each other without a cycle and never import `pipelines/local/` nor the
+build's drivers at its top (build, steps, runner).
 """
 
 import ast
@@ -24,6 +27,10 @@ LAYERS = {
     'tests': 3,
 }
 CHECKED = ('imageshards', 'pipelines', 'trainer', 'bench', 'tests')
+PACKAGES = ('imageshards', 'pipelines', 'trainer')  # where no module may import itself
+# The build's stages (pipelines/<stage>/), and what they may not import.
+STAGES = ('inputs', 'validation', 'assignment', 'writing', 'analysis')
+NOT_FOR_STAGES = ('pipelines.local', 'pipelines.build', 'pipelines.steps', 'pipelines.runner')
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
 _ARGPARSE_CALLS = ('add_argument', 'add')  # flag declarations, however many a command has
@@ -50,7 +57,12 @@ def _module_files():
 
 
 def _folder(path):
-    return path.parent.relative_to(REPOSITORY).as_posix()
+    """The folder whose layer a file has: its own, or the nearest one above it with a layer
+    (pipelines/validation/ is pipelines/)."""
+    folder = path.parent.relative_to(REPOSITORY)
+    while folder.as_posix() not in LAYERS and folder.parent != pathlib.Path('.'):
+        folder = folder.parent
+    return folder.as_posix()
 
 
 def _imported(tree, package, modules):
@@ -90,6 +102,23 @@ def folder_imports():
             if edge[0] != edge[1]:
                 edges.setdefault(edge, []).append((path.relative_to(REPOSITORY), target))
     return edges
+
+
+def module_imports():
+    """{module: {the project modules it imports}} of the packages in PACKAGES."""
+    modules = _module_files()
+    graph = {}
+    for name, path in modules.items():
+        if name.split('.')[0] not in PACKAGES:
+            continue
+        package = name if path.name == '__init__.py' else name.rpartition('.')[0]
+        tree = ast.parse(path.read_text(encoding='utf-8'))
+        graph[name] = {
+            target
+            for target in _imported(tree, package, modules)
+            if target != name and target.split('.')[0] in PACKAGES
+        }
+    return graph
 
 
 def _cycle(edges):
@@ -137,6 +166,36 @@ def test_the_foundation_imports_nothing_above_it():
     edges = folder_imports()
     above = {edge: where for edge, where in edges.items() if edge[0] == 'imageshards'}
     assert not above, above
+
+
+def test_no_module_imports_itself_through_others():
+    graph = module_imports()
+    edges = {(source, target): [] for source, targets in graph.items() for target in targets}
+    assert _cycle(edges) is None, f'modules that import each other in a circle: {_cycle(edges)}'
+
+
+def _stage(module):
+    parts = module.split('.')
+    return parts[1] if len(parts) > 2 and parts[0] == 'pipelines' and parts[1] in STAGES else None
+
+
+def test_the_stages_never_import_the_local_runner_or_the_drivers_and_have_no_cycle():
+    graph = module_imports()
+    forbidden = {
+        (module, target)
+        for module, targets in graph.items()
+        if _stage(module)
+        for target in targets
+        if target.startswith(NOT_FOR_STAGES)
+    }
+    assert not forbidden, f'stages importing local/ or the drivers (module, imported): {forbidden}'
+    between = {
+        (_stage(module), _stage(target)): []
+        for module, targets in graph.items()
+        for target in targets
+        if _stage(module) and _stage(target) and _stage(module) != _stage(target)
+    }
+    assert _cycle(between) is None, f'stages that import each other: {_cycle(between)}'
 
 
 def test_the_cycle_check_finds_a_cycle():

@@ -8,10 +8,10 @@ import pytest
 from imageshards import features
 from imageshards import tfrecord
 from trainer import config as config_lib
+from trainer import dataset_info
 from trainer import input_pipeline
 from trainer import train as train_lib
 from trainer import transform
-from trainer.dataset_info import DatasetInfo
 from trainer.model import build_model
 
 IMAGE_SIZE = 32
@@ -65,7 +65,7 @@ def _restored_model(config, info):
 
 def test_exported_model_serves_raw_bytes_like_the_evaluation_pipeline(tf, trained):
     config, _ = trained
-    info = DatasetInfo.load(config.data)
+    info = dataset_info.load(config.data)
     model = _restored_model(config, info)
     served = tf.saved_model.load(config.resolved_model_dir).signatures['serving_default']
     evaluation = input_pipeline.make_dataset(

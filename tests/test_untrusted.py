@@ -10,7 +10,7 @@ import re
 import pytest
 
 from pipelines import build
-from pipelines import listing
+from pipelines.inputs import listing
 
 import images_for_tests as imgs
 

@@ -1,4 +1,4 @@
-"""pipelines/warm_workers.py: the local runner's workers, started before the launcher imports
+"""pipelines/local/warm_workers.py: the local runner's workers, started before the launcher imports
 Beam and claimed by the runner's worker command."""
 
 import os
@@ -8,7 +8,7 @@ import psutil
 import pytest
 
 from pipelines import build
-from pipelines import warm_workers
+from pipelines.local import warm_workers
 
 import images_for_tests as imgs
 from beam_helpers import built

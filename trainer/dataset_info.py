@@ -1,12 +1,12 @@
-"""What a build's dataset.json says, read the way the trainer reads data: with tf.io.gfile.
+"""A build read the way the trainer reads data: with tf.io.gfile.
 
-The trainer takes shard paths from here, never from a glob, so stray files in the data
-directory cannot leak into training. `tf.io.gfile` reads local paths, `gs://` (TensorFlow's
-own GCS filesystem) and Vertex AI's Cloud Storage FUSE mounts (`/gcs/<bucket>/...`) alike.
-Loading and the rule that a build without `_SUCCESS` is refused are imageshards/dataset_json.py's.
+The trainer takes shard paths from the build's dataset.json, never from a glob, so stray files
+in the data directory cannot leak into training. `tf.io.gfile` reads local paths, `gs://`
+(TensorFlow's own GCS filesystem) and Vertex AI's Cloud Storage FUSE mounts (`/gcs/<bucket>/...`)
+alike. What a build says and the rule that one without `_SUCCESS` is refused are
+imageshards/dataset_json.py's (`Build`); this module gives it tf.io.gfile to read with.
 """
 
-import dataclasses
 import posixpath
 
 import tensorflow as tf
@@ -26,53 +26,7 @@ class GFiles:
             return f.read()
 
 
-@dataclasses.dataclass(frozen=True)
-class DatasetInfo:
-    data_dir: str
-    format: str  # 'examples' or 'paths'
-    labels: tuple
-    splits: dict  # split -> the split's entry in dataset.json
-    counts: dict
-    raw: dict  # the whole dataset.json
-
-    @classmethod
-    def load(cls, data_dir):
-        """The complete build in `data_dir` (FileNotFoundError: none, or not finished)."""
-        data_dir = data_dir.rstrip('/')
-        raw = dataset_json.load(data_dir, complete=True, files=GFiles)
-        return cls(data_dir, raw['format'], tuple(raw['labels']), raw['splits'], raw['counts'], raw)
-
-    @property
-    def num_classes(self):
-        return len(self.labels)
-
-    @property
-    def label_levels(self):
-        """{level: names} of a build with label levels (ids are positions); else {}."""
-        return {level: tuple(names) for level, names in self.raw.get('label_levels', {}).items()}
-
-    def check_levels(self, levels):
-        """Raises ValueError unless the build has every label level of `levels`."""
-        unknown = [level for level in levels if level not in self.label_levels]
-        if unknown:
-            have = ', '.join(self.label_levels) or 'none'
-            raise ValueError(
-                f'--label-levels {",".join(unknown)}: not label levels of {self.data_dir} '
-                f'(it has: {have}); build with label/<level> manifest columns or --label-levels'
-            )
-
-    def split(self, name):
-        """The split's entry in dataset.json (ValueError: the build has no such split)."""
-        return dataset_json.split_entry(self.data_dir, self.splits, name)
-
-    def shard_paths(self, split):
-        """The split's shard files, in the build's order."""
-        return dataset_json.shard_paths(self.data_dir, self.splits, split, join=posixpath.join)
-
-    def num_records(self, split):
-        return self.split(split)['num_records']
-
-    def class_counts(self, split):
-        """Records per label id, in label order."""
-        counts = self.split(split)['class_counts']
-        return [counts.get(name, 0) for name in self.labels]
+def load(data_dir):
+    """The complete build in `data_dir`, a dataset_json.Build (FileNotFoundError: none, or not
+    finished)."""
+    return dataset_json.Build.load(data_dir, complete=True, files=GFiles)

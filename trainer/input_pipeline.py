@@ -30,10 +30,10 @@ import tensorflow as tf
 
 from imageshards import features
 from trainer import augment as augment_lib
+from trainer import dataset_info
 from trainer import preprocess
 from trainer.config import IMAGENET_CROP_AREA
 from trainer.config import TrainConfig
-from trainer.dataset_info import DatasetInfo
 
 _LOG = logging.getLogger(__name__)
 AUTOTUNE = tf.data.AUTOTUNE
@@ -119,13 +119,13 @@ def make_dataset(
         image_size: (height, width) of the output images.
         augment: None, a preset name ('standard'), a spec string, or an AugmentConfig.
         input_context: a tf.distribute.InputContext: read a disjoint subset of shards.
-        info: the DatasetInfo, if already loaded.
+        info: the build (trainer/dataset_info.load), if already loaded.
         skipped: a SkippedImages to count undecodable images in (with skip_bad_images).
         label_levels: label level names of the build to yield instead of the primary label.
         **options: fields of InputOptions.
     """
     opts = InputOptions(**options)
-    info = info or DatasetInfo.load(data_dir)
+    info = info or dataset_info.load(data_dir)
     levels = tuple(label_levels or ())
     info.check_levels(levels)
     files, counts = _files_for(info, split, input_context)

@@ -22,13 +22,13 @@ import tensorflow as tf
 from imageshards import console
 from trainer import config as config_lib
 from trainer import corrupt_shards
+from trainer import dataset_info
 from trainer import distribute
 from trainer import export
 from trainer import heads as heads_lib
 from trainer import input_pipeline
 from trainer import job
 from trainer import transform
-from trainer.dataset_info import DatasetInfo
 from trainer.model import build_model
 
 _LOG = logging.getLogger(__name__)
@@ -94,7 +94,7 @@ def _train(config, checkpoint_dir, model_dir):
     distribute.check_devices(config)
     strategy = distribute.choose_strategy()
     policy = distribute.set_precision(config.mixed_precision)
-    info = DatasetInfo.load(config.data)
+    info = dataset_info.load(config.data)
     check_classes(info, config.label_levels)
     config = _with_crop_area(config, info)
     steps = _steps_per_epoch(config, info)

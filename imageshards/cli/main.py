@@ -8,9 +8,7 @@ import sys
 import imageshards
 from imageshards import console
 from imageshards import supervise
-from pipelines import early_listing
-from pipelines import helper
-from pipelines import warm_workers
+from pipelines.local import early
 
 # command -> (module whose main(argv) runs it, what it does)
 COMMANDS = {
@@ -70,9 +68,7 @@ def main(argv=None):
             'imageshards.cli', argv, lambda: _module(command).interrupted_message(rest)
         )
     if command == 'build':  # the supervised child: listing, TensorFlow's import start first
-        early_listing.start_early(rest)
-        if not helper.start_early(rest):  # else its import takes the time workers would
-            warm_workers.start_early(rest)
+        early.start(rest)
     # Imported on demand: `imageshards verify` need not load Beam, nor `build` TensorFlow.
     module = _module(command)
     try:

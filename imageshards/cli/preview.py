@@ -55,10 +55,10 @@ def training_images(data_dir, split='train', *, count=GRID * GRID, **dataset_arg
             patches_per_image, patch_size, ...), as the trainer passes them; an `area_range`
             of 'auto' is resolved for the split's size, as the trainer does.
     """
+    from trainer import dataset_info
     from trainer import input_pipeline
-    from trainer.dataset_info import DatasetInfo
 
-    info = DatasetInfo.load(data_dir)
+    info = dataset_info.load(data_dir)
     if dataset_args.get('area_range') == 'auto':
         dataset_args['area_range'] = config_lib.resolve_crop_area('auto', info.num_records(split))
     available = info.num_records(split) * max(1, dataset_args.get('patches_per_image', 0))

@@ -199,9 +199,9 @@ def report(data_dir, split, out_dir, *, epochs, batch_size, seed, baseline_buffe
     """
     import tensorflow as tf
 
-    from trainer.dataset_info import DatasetInfo
+    from trainer import dataset_info
 
-    info = DatasetInfo.load(data_dir)
+    info = dataset_info.load(data_dir)
     records = info.num_records(split)
     baseline_buffer = baseline_buffer or default_baseline_buffer(records)
     class_counts = info.class_counts(split)

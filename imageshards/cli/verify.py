@@ -26,6 +26,7 @@ import concurrent.futures
 import time
 
 from imageshards import console
+from imageshards import dataset_facts
 from imageshards import dataset_json
 from imageshards import features
 from imageshards import layout
@@ -154,7 +155,7 @@ def accounting_problems(output_dir, dataset):
     """
     where = storage.join(output_dir, layout.DATASET_JSON)
     counts = dataset['counts']
-    found = [(where, message) for message in dataset_json.count_problems(dataset)]
+    found = [(where, message) for message in dataset_facts.count_problems(dataset)]
     for name, key in ((layout.REJECTED_JSONL, 'rejected'), (layout.DUPLICATES_JSONL, 'duplicates')):
         path = storage.join(output_dir, name)
         lines = _line_count(path)
@@ -203,7 +204,7 @@ def verify(output_dir, max_problems=20, io_threads=8, batch_size=128):
     except (FileNotFoundError, ValueError) as e:
         problems.add(storage.join(output_dir, layout.DATASET_JSON), str(e))
         return problems.total
-    for problem in dataset_json.structure_problems(dataset):
+    for problem in dataset_facts.structure_problems(dataset):
         problems.add(storage.join(output_dir, layout.DATASET_JSON), problem)
     if problems.total:
         return problems.total

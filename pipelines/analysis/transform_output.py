@@ -1,0 +1,127 @@
+"""The tf.Transform output of a build, in TFT's own layout.
+
+    dataset.json `analysis` + the build's labels, format, label levels and image size
+        -> tft_beam.AnalyzeDataset(imageshards/transform.py) over no records
+        -> WriteTransformFn: transform_fn/, transformed_metadata/
+        -> the raw metadata: metadata/ (what `TFTransformOutput.raw_feature_spec()` reads)
+    all staged under the build's temporary folder; Finalize (or, locally, the launcher) moves
+    them into place before `_SUCCESS`.
+
+The analysis reads no records: what the graph needs of the data, the pixel statistics and the
+label vocabulary, is the build's own (measured as the shards are written:
+pipelines/analysis/analyze.py) and reaches the graph as two assets
+(imageshards/transform_assets.py), which TFT's analyzers of imageshards/transform.py write
+without looking at the records they are given.
+
+Where it runs: on a distributed runner (Dataflow), as steps of the build's pipeline
+(`WriteTransformOutput`). On the local runner, `write` below, in a process of the launcher's
+(pipelines/local/transform_writer.py) with neutral statistics: TensorFlow and
+tensorflow_transform are then imported by that process alone, instead of by every worker
+process (each import costs ~4 s of CPU and ~850 MB on the 2-core machine of bench/RESULTS.md).
+The launcher keeps that graph (pipelines/analysis/graph_cache.py) and writes the build's output
+from it with the build's own assets, as a later build of the same kind does with no TFT at all.
+"""
+
+import apache_beam as beam
+
+from imageshards import layout
+from imageshards import storage
+
+
+class WriteTransformOutput(beam.PTransform):
+    """The pipeline -> one element once the TFT output is staged.
+
+    Args:
+        analysis: a PCollection of dataset.json's `analysis` entry.
+        labels: the build's label names, by id.
+        fmt: the build's format (`examples` or `paths`).
+        levels: the build's label level names.
+        image_size: the side of the transform's `image` output.
+        staging_dir: where transform_fn/, transformed_metadata/ and metadata/ are written.
+        temp_dir: TFT's own temporary folder.
+    """
+
+    def __init__(self, analysis, labels, fmt, levels, image_size, staging_dir, temp_dir):
+        super().__init__()
+        self._analysis = analysis
+        self._labels = tuple(labels)
+        self._format = fmt
+        self._levels = tuple(levels)
+        self._image_size = image_size
+        self._staging_dir = staging_dir
+        self._temp_dir = temp_dir
+
+    def expand(self, pipeline):
+        # pylint: disable=import-outside-toplevel
+        import tensorflow_transform.beam as tft_beam
+        from tensorflow_transform.tf_metadata import schema_utils
+        from tfx_bsl.tfxio import tf_example_record
+
+        from imageshards import transform
+
+        schema = schema_utils.schema_from_feature_spec(
+            transform.raw_feature_spec(self._format, self._levels)
+        )
+        tfxio = tf_example_record.TFExampleBeamRecord(
+            physical_format='tfrecord', telemetry_descriptors=['imageshards'], schema=schema
+        )
+        preprocessing_fn = transform.make_preprocessing_fn(
+            self._labels, self._analysis, self._format, self._levels, self._image_size
+        )
+        records = pipeline | 'NoRecords' >> beam.Create([]).with_output_types(bytes)
+        batches = records | 'ToRecordBatches' >> tfxio.BeamSource()
+        with tft_beam.Context(temp_dir=self._temp_dir):
+            transform_fn = (
+                batches,
+                tfxio.TensorAdapterConfig(),
+            ) | 'AnalyzeDataset' >> tft_beam.AnalyzeDataset(preprocessing_fn)
+            written = transform_fn | 'WriteTransformFn' >> tft_beam.WriteTransformFn(
+                self._staging_dir
+            )
+        return written | 'WriteRawMetadata' >> beam.Map(
+            _write_raw_metadata, schema, storage.join(self._staging_dir, layout.RAW_METADATA_DIR)
+        )
+
+
+def _write_raw_metadata(unused_written, schema, path):
+    # pylint: disable=import-outside-toplevel
+    from tensorflow_transform.tf_metadata import dataset_metadata
+    from tensorflow_transform.tf_metadata import metadata_io
+
+    metadata_io.write_metadata(dataset_metadata.DatasetMetadata(schema), path)
+    return path
+
+
+def settings(labels, fmt, levels, image_size, staging_dir, temp_dir):
+    """What it takes to write a build's graph (`write`, WriteTransformOutput), known once the
+    inputs are listed."""
+    return {
+        'labels': list(labels),
+        'format': fmt,
+        'levels': list(levels),
+        'image_size': image_size,
+        'staging_dir': staging_dir,
+        'temp_dir': temp_dir,
+    }
+
+
+def write(settings):
+    """Runs WriteTransformOutput for `settings` (as `settings()` made them) with neutral pixel
+    statistics, in a pipeline of this process: the graph, whose assets the launcher replaces
+    with the build's (graph_cache.write)."""
+    # pylint: disable=import-outside-toplevel
+    from apache_beam.runners.portability.fn_api_runner import fn_runner
+
+    from imageshards import transform
+
+    with beam.Pipeline(runner=fn_runner.FnApiRunner()) as pipeline:
+        analysis = pipeline | 'NeutralStatistics' >> beam.Create([transform.NEUTRAL])
+        _ = pipeline | 'WriteTransformOutput' >> WriteTransformOutput(
+            analysis,
+            settings['labels'],
+            settings['format'],
+            settings['levels'],
+            settings['image_size'],
+            settings['staging_dir'],
+            settings['temp_dir'],
+        )

@@ -1,0 +1,186 @@
+"""Image metadata in blocks: what the build's shuffles move, packed many images to one value.
+
+A block is the metadata of many images (`ImageMeta`) packed into one bytes value, about 100
+bytes per image. Every step between validation and writing passes blocks, never one element
+per image: Python objects of a million images cost the local runner ~0.5 KB each, and one
+element per image costs any shuffle its per-element overhead.
+
+Steps pass a block as the `ref` a store gives for it. `BlockStore` keeps blocks inline: the ref
+is the block itself, and on Dataflow its shuffle service holds the data. The local runner,
+whose shuffles hold every element in the launching process, passes a store that spills blocks
+to files and refs to byte ranges of them, and keeps the bytes of small images for the writer
+(pipelines/local/spill.py); steps see only the store's methods.
+"""
+
+import struct
+import typing
+
+from imageshards import storage
+
+
+class ImageMeta(typing.NamedTuple):
+    """What the shuffle moves for one valid image: compact metadata, never pixels or bytes."""
+
+    id: int
+    key: str  # the source is `inputs.source_path(base, key)`
+    label: int
+    split: str  # a manifest's split, or '' to be assigned
+    format: str
+    height: int
+    width: int
+    channels: int
+    sha256: bytes  # digest of the stored bytes (the original, or the lossless re-encode)
+    num_bytes: int  # of the stored bytes
+    source_sha256: bytes  # digest of the source file when re-encoded, else b''
+    source_crc32c: int  # lets the writer check cheaply that the file has not changed since
+    reencoded: bool
+    levels: tuple = ()  # label level ids, in the build's level order (-1: missing)
+    payload: int = 0  # the number of the payload file holding the stored bytes; 0: none
+    payload_offset: int = 0  # where in it (`num_bytes` long)
+
+    @property
+    def content_digest(self):
+        """The sha256 digest of the source file's bytes."""
+        return self.source_sha256 or self.sha256
+
+    def with_payload(self, payload, offset):
+        """This ImageMeta with its stored bytes at `offset` in payload file `payload`."""
+        return _new_meta(ImageMeta, (*self[:-2], payload, offset))
+
+
+# ImageMeta from a tuple of every field, without the keyword handling of ImageMeta(...): a
+# million images are made several times over in a build.
+_new_meta = tuple.__new__
+
+
+# id, label, height, width, channels, num_bytes, source_crc32c, reencoded, payload,
+# payload_offset, then the byte lengths of key, split, format, sha256 and source_sha256 and the
+# number of label level ids; then key, split, format, sha256 and source_sha256 and the level ids
+# as int32, in that order.
+_FIXED = struct.Struct('<qIIIHQI?QQIHBBBB')
+_LEVEL_ID = struct.Struct('<i')
+
+
+def pack(metas):
+    """One block of `metas`, in their order."""
+    parts = []
+    for meta in metas:
+        key, split, fmt = meta.key.encode(), meta.split.encode(), meta.format.encode()
+        parts.append(
+            _FIXED.pack(
+                meta.id,
+                meta.label,
+                meta.height,
+                meta.width,
+                meta.channels,
+                meta.num_bytes,
+                meta.source_crc32c,
+                meta.reencoded,
+                meta.payload,
+                meta.payload_offset,
+                len(key),
+                len(split),
+                len(fmt),
+                len(meta.sha256),
+                len(meta.source_sha256),
+                len(meta.levels),
+            )
+        )
+        parts += (key, split, fmt, meta.sha256, meta.source_sha256)
+        if meta.levels:
+            parts.append(struct.pack(f'<{len(meta.levels)}i', *meta.levels))
+    return b''.join(parts)
+
+
+def unpack(block):
+    """The ImageMeta of a block, in the order they were packed."""
+    metas, position, size = [], 0, len(block)
+    while position < size:
+        (
+            image_id,
+            label,
+            height,
+            width,
+            channels,
+            num_bytes,
+            crc,
+            reencoded,
+            payload,
+            payload_offset,
+            key_len,
+            split_len,
+            format_len,
+            sha_len,
+            source_len,
+            num_levels,
+        ) = _FIXED.unpack_from(block, position)
+        position += _FIXED.size
+        key = block[position : position + key_len].decode()
+        position += key_len
+        split = block[position : position + split_len].decode()
+        position += split_len
+        fmt = block[position : position + format_len].decode()
+        position += format_len
+        sha256 = block[position : position + sha_len]
+        position += sha_len
+        source_sha256 = block[position : position + source_len]
+        position += source_len
+        levels = struct.unpack_from(f'<{num_levels}i', block, position) if num_levels else ()
+        position += _LEVEL_ID.size * num_levels
+        metas.append(
+            _new_meta(
+                ImageMeta,
+                (
+                    image_id,
+                    key,
+                    label,
+                    split,
+                    fmt,
+                    height,
+                    width,
+                    channels,
+                    sha256,
+                    num_bytes,
+                    source_sha256,
+                    crc,
+                    reencoded,
+                    levels,
+                    payload,
+                    payload_offset,
+                ),
+            )
+        )
+    return metas
+
+
+class BlockStore:
+    """Keeps blocks inline: a ref is its block. The interface every store has; configuration
+    only, so that it pickles into every DoFn that puts or gets blocks."""
+
+    def put(self, prefix, blocks):
+        """Refs of `blocks` (`prefix` names where a spilling store puts them)."""
+        del prefix
+        return list(blocks)
+
+    def get(self, ref):
+        """The block a ref stands for."""
+        return ref
+
+    def metas(self, refs):
+        """Every ImageMeta of the blocks `refs` stand for."""
+        return [meta for ref in refs for meta in unpack(self.get(ref))]
+
+    def payloads(self):
+        """Where validation keeps one work item's stored bytes for the writer, or None: an
+        inline store keeps none, and the writer reads the inputs again."""
+        return None
+
+    def read_payloads(self, metas, read_input, path_of=None):
+        """Yields the stored bytes of each of `metas`, in their order: `read_input(meta)`, the
+        file `path_of(meta)` (if given) asked of the kernel ahead (`storage.prefetching`)."""
+        for meta in storage.prefetching(metas, path_of or _nothing):
+            yield read_input(meta)
+
+
+def _nothing(unused_meta):
+    return None

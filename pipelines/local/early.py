@@ -1,0 +1,39 @@
+"""What the `imageshards build` command starts before it imports Beam, so that the seconds of
+importing it are not spent waiting: the early listing of a local tree
+(pipelines/local/early_listing.py), and either the tf.Transform graph process
+(pipelines/local/transform_writer.py) or the local runner's warm workers
+(pipelines/local/warm_workers.py), whose imports would otherwise take the same core.
+
+Each is a guess from the command line alone; a build that turns out not to want one stops it,
+and `stop_untaken` stops whatever no build took. No Beam here: imported before Beam is.
+"""
+
+from pipelines import options
+from pipelines.local import early_listing
+from pipelines.local import transform_writer
+from pipelines.local import warm_workers
+
+# Flags after which the build runs no local analysis beside its pipeline.
+_NO_LOCAL_ANALYSIS = ('--no-analyze', '--analysis-in-pipeline', '--dry_run', '--help', '-h')
+
+
+def start(argv):
+    """Starts what a build of `argv` (the build's arguments) will likely want."""
+    config = options.peek_build_config(argv)
+    if config is None:
+        return  # the build itself says what is wrong with its arguments
+    early_listing.start_early(config)
+    flags = {arg.split('=')[0] for arg in argv}
+    # A Dataflow runner or config (guessed from the words alone) writes its transform itself.
+    local_analysis = not (
+        flags & set(_NO_LOCAL_ANALYSIS) or any('dataflow' in arg.lower() for arg in argv)
+    )
+    if not (local_analysis and transform_writer.start_early(config)):
+        warm_workers.start_early(argv)  # else its imports take the time the workers' would
+
+
+def stop_untaken():
+    """Stops what `start` started and no build took (or a build is done with)."""
+    transform_writer.stop_untaken()
+    early_listing.stop_untaken()
+    warm_workers.stop_untaken()

@@ -1,0 +1,175 @@
+"""The local runner's block store: blocks spilled to files, and the bytes of small images kept
+for the writer.
+
+The local FnApiRunner holds every element of its shuffles in the launching process, so its
+builds pass blocks (pipelines/assignment/blocks.py) as byte ranges `(name, offset, length)` of
+files under the build's temporary folder (OUT/.imageshards-tmp/blocks/). The files go through
+`FileSystems`, so an output on gs:// works too, and Finalize deletes them with the rest of
+`OUT/.imageshards-tmp/`.
+
+The store also keeps the bytes that records of small images will store ("payloads"):
+validation, which has just read and checked them, appends each work item's to one file, and
+the writer reads them back by byte range, a few files per shard, instead of opening every input
+a second time (at 200,000 images of 2 KB, half of the writer's time went to opening and reading
+files). An ImageMeta then names its payload (`payload`, a file number, and `payload_offset`).
+Larger images (over PAYLOAD_MAX_BYTES) are read again from their inputs, as on Dataflow: for
+them, copying the bytes out and back costs more than opening the file (20,000 photos of 47 KB
+built 0.5 to 2 s faster without payloads).
+"""
+
+import os
+import uuid
+
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+from imageshards import storage
+from pipelines.assignment import blocks
+
+PAYLOAD_MAX_BYTES = 16 << 10
+
+
+class SpillingStore(blocks.BlockStore):
+    """Spills blocks to files in `spill_dir` and passes byte ranges of them as refs; keeps the
+    stored bytes of small images in payload files.
+
+    Configuration only, so that it pickles into every DoFn that puts or gets blocks.
+    """
+
+    def __init__(self, spill_dir):
+        self.spill_dir = spill_dir
+
+    def put(self, prefix, blocks):
+        """Refs of `blocks`: byte ranges of one new file named after `prefix`."""
+        name = f'{prefix}-{uuid.uuid4().hex}.bin'
+        refs, offset = [], 0
+        with FileSystems.create(
+            FileSystems.join(self.spill_dir, name), compression_type=CompressionTypes.UNCOMPRESSED
+        ) as f:
+            for block in blocks:
+                f.write(block)
+                refs.append((name, offset, len(block)))
+                offset += len(block)
+        return refs
+
+    def get(self, ref):
+        """The block a ref stands for (an inline ref is the block itself)."""
+        if isinstance(ref, bytes):
+            return ref
+        name, offset, length = ref
+        if not length:
+            return b''
+        path = FileSystems.join(self.spill_dir, name)
+        with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+            f.seek(offset)
+            block = f.read(length)
+        if len(block) != length:
+            raise OSError(f'{path}: expected {length} bytes at {offset}, read {len(block)}')
+        return block
+
+    def payloads(self):
+        """A PayloadFile for one work item's stored bytes."""
+        return PayloadFile(self.spill_dir)
+
+    def read_payloads(self, metas, read_input, window_bytes=64 << 20, path_of=None):
+        """Yields the stored bytes of each of `metas`, in their order: from its payload, or
+        `read_input(meta)` for an image without one (whose file `path_of(meta)`, if given, is
+        asked of the kernel ahead: `storage.prefetching`). Each window of at most
+        `window_bytes` of payloads is read file by file, in offset order: a payload file is
+        opened once per window, not once per image."""
+        start = 0
+        while start < len(metas):
+            end, size = start, 0
+            while end < len(metas) and (
+                end == start or size + metas[end].num_bytes <= window_bytes
+            ):
+                size += metas[end].num_bytes if metas[end].payload else 0
+                end += 1
+            window = metas[start:end]
+            kept = sorted(
+                (i for i in range(len(window)) if window[i].payload),
+                key=lambda i: _payload_position(window[i]),
+            )
+            found = {i: self._read_payload(window[i]) for i in kept}
+            self._open_payloads.clear()
+            ahead = lambda m: None if m.payload or not path_of else path_of(m)
+            for i, meta in enumerate(storage.prefetching(window, ahead)):
+                yield found.pop(i) if meta.payload else read_input(meta)
+            start = end
+
+    def _read_payload(self, meta):
+        path = storage.join(self.spill_dir, payload_name(meta.payload))
+        handle = self._open_payloads.get(path)
+        if handle is None:
+            self._open_payloads.clear()  # one file open at a time: reads come sorted by file
+            handle = self._open_payloads[path] = _open_local_or_remote(path)
+        handle.seek(meta.payload_offset)
+        data = handle.read(meta.num_bytes)
+        if len(data) != meta.num_bytes:
+            raise OSError(f'{path}: expected {meta.num_bytes} bytes at {meta.payload_offset}')
+        return data
+
+    @property
+    def _open_payloads(self):
+        if not hasattr(self, '_handles'):
+            self._handles = _Handles()
+        return self._handles
+
+    def __getstate__(self):
+        return {'spill_dir': self.spill_dir}
+
+
+def _payload_position(meta):
+    return meta.payload, meta.payload_offset
+
+
+def payload_name(number):
+    return f'payload-{number:016x}.bin'
+
+
+class _Handles(dict):
+    """Open payload files, closed when forgotten."""
+
+    def clear(self):
+        for handle in self.values():
+            handle.close()
+        super().clear()
+
+
+def _open_local_or_remote(path):
+    if FileSystems.get_scheme(path) is None:
+        return open(path, 'rb')  # pylint: disable=consider-using-with
+    return FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
+
+
+class PayloadFile:
+    """Appends one work item's stored image bytes to a payload file of its own."""
+
+    def __init__(self, spill_dir):
+        self._spill_dir = spill_dir
+        self.number = uuid.uuid4().int & ((1 << 63) - 1) or 1
+        self._parts, self._size = [], 0
+
+    def add(self, data):
+        """Keeps `data` if small enough to be worth it (PAYLOAD_MAX_BYTES); returns (payload,
+        offset) for its ImageMeta, or None."""
+        if len(data) > PAYLOAD_MAX_BYTES:
+            return None
+        offset = self._size
+        self._parts.append(data)
+        self._size += len(data)
+        return self.number, offset
+
+    def close(self):
+        if not self._parts:
+            return
+        path = FileSystems.join(self._spill_dir, payload_name(self.number))
+        if FileSystems.get_scheme(path) is None:
+            os.makedirs(self._spill_dir, exist_ok=True)
+            with open(path, 'wb') as f:
+                f.writelines(self._parts)
+        else:
+            with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+                for part in self._parts:
+                    f.write(part)
+        self._parts = []

@@ -1,0 +1,222 @@
+"""The local runner's worker processes, their imports done while the launcher imports Beam.
+
+The FnApiRunner starts its workers (`python -m apache_beam.runners.worker.sdk_worker_main`,
+one per core) once the pipeline runs, and each then imports Beam (~1.2 s of CPU on the 2-core
+machine of bench/RESULTS.md) after the launcher has imported it too: on 20,000 photos the
+build's second core idled through most of the launcher's first 2 s, then both cores spent
+1.2 s on the same imports before any image was read. So the `imageshards build` command starts
+one process first (`start_early`, beside the early listing) that imports what a worker needs,
+once, and waits. The runner's worker command then is `python -m pipelines.local.warm_workers claim
+FOLDER`, a process of no imports that takes a slot and hands it the environment the runner gave
+the command (where to reach the runner, the pipeline options, the progress folder); the waiting
+process forks a worker for it, which runs Beam's worker in that environment, and the claim
+waits for that worker to end and exits with its status, as the runner expects of the process it
+started. Forking is safe there: that process has one thread and has opened no gRPC channel.
+With no slot left, the claim becomes Beam's own worker.
+
+    python -m pipelines.local.warm_workers serve FOLDER   the waiting process
+    python -m pipelines.local.warm_workers claim FOLDER   the runner's worker command
+
+FOLDER/free/N is there until a claim takes slot N (a rename: one claim wins); FOLDER/slots/N/
+then gets the claim's `environment.json`, the forked worker's `pid` and the `exit` status it
+leaves. No Beam at module level: the build command imports this before Beam.
+"""
+
+import json
+import logging
+import os
+import select
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+_LOG = logging.getLogger(__name__)
+PID, ENVIRONMENT, EXIT = 'pid', 'environment.json', 'exit'
+CLAIMED = 'claimed-'  # FOLDER/free/N, once taken
+SERVER = 'server.pid'  # the serving process's
+BEAM_WORKER = 'apache_beam.runners.worker.sdk_worker_main'
+_POLL_SECONDS = 0.01
+_early = None  # the WarmWorkers `start_early` started, until the build ends
+
+
+class WarmWorkers:
+    """The serving process for `count` workers, and its folder."""
+
+    def __init__(self, count):
+        self.folder = tempfile.mkdtemp(prefix='imageshards-workers-')
+        self.count = count
+        for index in range(count):
+            os.makedirs(os.path.join(self.folder, 'slots', str(index)))
+        self._process = subprocess.Popen(  # pylint: disable=consider-using-with
+            [sys.executable, '-m', __name__, 'serve', self.folder]
+        )
+        _write_atomically(os.path.join(self.folder, SERVER), str(self._process.pid).encode())
+        os.makedirs(os.path.join(self.folder, 'free'))
+        for index in range(count):  # claimable once the server's pid is there to watch
+            open(os.path.join(self.folder, 'free', str(index)), 'wb').close()
+
+    @property
+    def command(self):
+        """The runner's worker command line (a shell command, as Beam's environments take)."""
+        return shlex.join([sys.executable, '-m', __name__, 'claim', self.folder])
+
+    @property
+    def claimed(self):
+        """How many of the workers a claim has taken."""
+        return sum(name.startswith(CLAIMED) for name in os.listdir(self.folder))
+
+    def close(self):
+        """Stops the workers still running (a claimed one has ended with the pipeline) and
+        removes the folder."""
+        if self._process.poll() is None:
+            self._process.kill()
+        self._process.wait()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def start_early(argv):
+    """Starts the workers now where `argv` (the build's arguments) runs the local runner with
+    worker processes: no --runner, --dry_run, --config (it may name another runner) or help,
+    and `--direct_running_mode`, if given, multi_processing; and on Linux (pidfds, and forking
+    a process that imported gRPC but opened nothing, which macOS does not promise to allow).
+    Returns the WarmWorkers, or None.
+    """
+    global _early  # pylint: disable=global-statement
+    if not hasattr(os, 'pidfd_open') or not hasattr(os, 'fork'):
+        return None  # Linux 5.3 and later only: elsewhere, Beam's own workers
+    values = dict(arg.split('=', 1) if '=' in arg else (arg, '') for arg in argv)
+    if set(values) & {'--runner', '--dry_run', '--config', '--help', '-h'}:
+        return None
+    if values.get('--direct_running_mode', 'multi_processing') != 'multi_processing':
+        return None
+    try:
+        count = int(values.get('--direct_num_workers') or 0) or os.cpu_count() or 1
+    except ValueError:
+        return None  # the build itself says what is wrong with it
+    _early = WarmWorkers(count)
+    return _early
+
+
+def worker_command(num_workers):
+    """The worker command for a local run of `num_workers` worker processes: the early workers',
+    where they were started for as many; else None (Beam's own)."""
+    if _early is not None and _early.count == num_workers:
+        return _early.command
+    return None
+
+
+def stop_untaken():
+    """Stops the early workers, once the build is done with them, or does not want them."""
+    global _early  # pylint: disable=global-statement
+    early, _early = _early, None
+    if early:
+        if early.claimed:
+            _LOG.debug('%d of %d workers started early were used', early.claimed, early.count)
+        early.close()
+
+
+def serve(folder):
+    """The waiting workers: imports what a worker needs once; then, as claims hand the slots
+    their environments, forks a worker for each, and waits for them to end."""
+    # pylint: disable=import-outside-toplevel,unused-import
+    from apache_beam.runners.worker import sdk_worker_main
+
+    from pipelines import steps  # noqa: F401  (the build's DoFns, unpickled by the worker)
+
+    slots = os.path.join(folder, 'slots')
+    waiting, children = set(os.listdir(slots)), []
+    while waiting:
+        for name in sorted(waiting):
+            slot = os.path.join(slots, name)
+            if not os.path.exists(os.path.join(slot, ENVIRONMENT)):
+                continue
+            waiting.discard(name)
+            child = os.fork()  # one thread here, and no gRPC channel yet: safe to fork
+            if child == 0:
+                os._exit(_run_worker(sdk_worker_main, slot))  # pylint: disable=protected-access
+            children.append(child)
+            _write_atomically(os.path.join(slot, PID), str(child).encode('ascii'))
+        time.sleep(_POLL_SECONDS)
+    for child in children:  # reaped here; their claims wait for them to end, not for this
+        os.waitpid(child, 0)
+    return 0
+
+
+def _run_worker(sdk_worker_main, slot):
+    """Beam's worker in the environment of the claim of `slot`; returns its exit status."""
+    with open(os.path.join(slot, ENVIRONMENT), encoding='utf-8') as f:
+        environment = json.load(f)
+    os.environ.clear()
+    os.environ.update(environment)
+    status = 1
+    try:
+        sdk_worker_main.main(sys.argv)
+        status = 0
+    finally:
+        _write_atomically(os.path.join(slot, EXIT), str(status).encode('ascii'))
+    return status
+
+
+def claim(folder):
+    """The runner's worker command: takes a waiting worker and waits for it; returns its exit
+    status. Becomes Beam's worker where none is left."""
+    free = os.path.join(folder, 'free')
+    for name in sorted(os.listdir(free)):
+        try:
+            os.rename(os.path.join(free, name), os.path.join(folder, f'{CLAIMED}{name}'))
+        except FileNotFoundError:  # another claim took it first
+            continue
+        return _hand_over(folder, os.path.join(folder, 'slots', name))
+    os.execv(sys.executable, [sys.executable, '-m', BEAM_WORKER])
+    return 1  # not reached
+
+
+def _hand_over(folder, slot):
+    """Hands `slot` this process's environment and waits for the worker forked for it; where
+    the serving process ended without forking it (it failed), becomes Beam's own worker."""
+    _write_atomically(os.path.join(slot, ENVIRONMENT), json.dumps(dict(os.environ)).encode())
+    path = os.path.join(slot, PID)
+    server = _ended(_read_int(os.path.join(folder, SERVER)))
+    while not os.path.exists(path):
+        if server is None or select.select([server], [], [], _POLL_SECONDS)[0]:
+            if not os.path.exists(path):  # written before the server could end, if at all
+                os.execv(sys.executable, [sys.executable, '-m', BEAM_WORKER])
+    worker = _ended(_read_int(path))
+    if worker is not None:
+        select.select([worker], [], [])
+    try:
+        with open(os.path.join(slot, EXIT), encoding='ascii') as f:
+            return int(f.read())
+    except (OSError, ValueError):  # killed: no status written
+        return 1
+
+
+def _ended(pid):
+    """A descriptor readable once process `pid` has ended, or None where it has already."""
+    try:
+        return os.pidfd_open(pid)
+    except OSError:
+        return None
+
+
+def _read_int(path):
+    with open(path, encoding='ascii') as f:
+        return int(f.read())
+
+
+def _write_atomically(path, data):
+    with open(f'{path}.tmp', 'wb') as f:
+        f.write(data)
+    os.replace(f'{path}.tmp', path)
+
+
+def main(argv=None):
+    role, path = (sys.argv[1:] if argv is None else argv)[:2]
+    return serve(path) if role == 'serve' else claim(path)
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,235 @@
+"""ValidateImages: read and check every input once, keep metadata, reject with reasons.
+
+Work items are chunks of listed inputs: the byte range of one line of the listing file, read
+here, so that the runner moves two numbers per chunk rather than the line. A chunk's local files
+are read and checked one after the other: the check is mostly Python holding the GIL, and the
+local runner has a worker process per core. On `gs://`, a thread pool reads concurrently to
+hide per-object latency. The metadata of a chunk's valid images leaves as one block
+(pipelines/assignment/blocks.py).
+"""
+
+import concurrent.futures
+import hashlib
+import typing
+
+import apache_beam as beam
+import google_crc32c
+from PIL import Image
+
+from imageshards import features
+from imageshards import layout
+from imageshards import storage
+from imageshards.storage import read_input
+from pipelines import counters
+from pipelines.assignment import blocks
+from pipelines.assignment.blocks import ImageMeta
+from pipelines.inputs.listing import read_work_item
+from pipelines.validation import images
+
+REJECTED = 'rejected'
+MISSING_LEVEL_REASON = 'missing_label_level'
+
+
+def rejection(entry, reason, detail):
+    """One line of rejected.jsonl."""
+    return {'id': entry.id, 'path': entry.path, 'reason': reason, 'detail': detail}
+
+
+def level_ids(entry, levels, allow_missing):
+    """The label level ids of an entry, in level order; raises MissingLevel where one has no
+    value, unless `allow_missing` (then its id is -1).
+
+    Args:
+        levels: [(level, {name: id})] in the build's level order.
+    """
+    names = [level for level, _ in levels]
+    missing = [level for level in names if not entry.levels.get(level)]
+    if missing and not allow_missing:
+        raise MissingLevel(
+            f'no value for label level {", ".join(missing)} (of {", ".join(names)}); '
+            f'pass --allow-missing-levels to keep such images with id -1'
+        )
+    return tuple(
+        ids.get(entry.levels.get(level, ''), features.MISSING_LEVEL) for level, ids in levels
+    )
+
+
+class MissingLevel(ValueError):
+    """An input without a value for a label level."""
+
+
+class _ValidateWorkItem(beam.DoFn):
+    """Work item -> a block of its valid images' ImageMeta; rejections to the REJECTED output.
+
+    Its arguments are those of ValidateImages.
+    """
+
+    def __init__(
+        self,
+        listing_path,
+        label_ids,
+        store,
+        max_pixels,
+        io_threads,
+        reencode_dir,
+        levels,
+        allow_missing_levels,
+        rank_groups,
+    ):
+        self._listing_path = listing_path
+        self._label_ids = label_ids
+        self._store = store
+        self._max_pixels = max_pixels
+        self._io_threads = io_threads
+        self._reencode_dir = reencode_dir  # set for `paths` builds
+        self._levels = levels  # [(level, {name: id})]
+        self._allow_missing_levels = allow_missing_levels
+        self._rank_groups = rank_groups
+        self._pool = None
+        self._listed = counters.counter('listed')
+        self._valid = counters.counter('validated')
+        self._reencoded = counters.counter('reencoded')
+
+    def setup(self):
+        # Pillow refuses at open beyond twice this; our own check rejects beyond it.
+        Image.MAX_IMAGE_PIXELS = self._max_pixels
+        if self._io_threads > 1:
+            self._pool = concurrent.futures.ThreadPoolExecutor(self._io_threads)
+
+    def finish_bundle(self):
+        counters.flush()  # the bundle's last counts shown before the runner stops this worker
+
+    def teardown(self):
+        if self._pool:
+            self._pool.shutdown()
+
+    def process(self, item):
+        entries = read_work_item(self._listing_path, item)
+        self._listed.inc(len(entries))
+        # The bytes each record will store, kept for the writer (local runner, examples).
+        payloads = None if self._reencode_dir else self._store.payloads()
+        valid = []
+        if self._pool:
+            outcomes = self._pool.map(self._validate, entries)
+        else:
+            outcomes = map(self._validate, storage.prefetching(entries, _path_to_read))
+        for outcome in outcomes:
+            if isinstance(outcome, dict):
+                counters.counter(f'rejected_{outcome["reason"]}').inc()
+                yield beam.pvalue.TaggedOutput(REJECTED, outcome)
+                continue
+            meta, stored = outcome
+            kept = payloads.add(stored) if payloads else None
+            if kept:
+                meta = meta.with_payload(*kept)
+            valid.append(meta)
+        if payloads:
+            payloads.close()
+        self._valid.inc(len(valid))
+        counters.advance(counters.VALIDATE, len(entries))
+        if valid and self._rank_groups:
+            yield from self._rank_groups.keyed_blocks(valid, self._store)
+        elif valid:
+            yield from self._store.put('validated', [blocks.pack(valid)])
+
+    def _validate(self, entry):
+        """(ImageMeta, the bytes its record stores) of a valid input, else its rejection."""
+        if entry.reject:
+            return rejection(entry, entry.reject, entry.detail)
+        try:  # before reading: a rejected row costs no read
+            levels = level_ids(entry, self._levels, self._allow_missing_levels)
+        except MissingLevel as e:
+            return rejection(entry, MISSING_LEVEL_REASON, str(e))
+        try:
+            data = read_input(entry.path)
+        except Exception as e:  # every failure to read becomes a rejection with its cause
+            reason = 'missing_file' if not storage.input_exists(entry.path) else 'read_error'
+            return rejection(entry, reason, f'{type(e).__name__}: {e}')
+        try:
+            info, stored = images.inspect_image(data, self._max_pixels)
+        except images.Rejected as e:
+            return rejection(entry, e.reason, e.detail)
+        source_sha256 = b''
+        if info.reencoded:
+            self._reencoded.inc()
+            source_sha256 = hashlib.sha256(data).digest()
+            if self._reencode_dir:
+                storage.write_once(
+                    storage.join(self._reencode_dir, layout.reencoded_file(info.sha256)), stored
+                )
+        meta = ImageMeta(
+            id=entry.id,
+            key=entry.key,
+            label=self._label_ids[entry.label],
+            split=entry.split,
+            format=info.format,
+            height=info.height,
+            width=info.width,
+            channels=info.channels,
+            sha256=bytes.fromhex(info.sha256),
+            num_bytes=info.num_bytes,
+            source_sha256=source_sha256,
+            source_crc32c=google_crc32c.value(data),
+            reencoded=info.reencoded,
+            levels=levels,
+        )
+        return meta, data if stored is None else stored
+
+
+def _path_to_read(entry):
+    return None if entry.reject else entry.path
+
+
+class Validated(typing.NamedTuple):
+    """ValidateImages' outputs."""
+
+    blocks: beam.PCollection  # block refs of the valid images' ImageMeta (or keyed: see below)
+    rejected: beam.PCollection  # rejected.jsonl lines
+
+
+class ValidateImages(beam.PTransform):
+    """Work items -> Validated: blocks of the valid images' ImageMeta, and rejections.
+
+    Args:
+        listing_path: the listing file whose byte ranges the work items are.
+        label_ids: label name -> id.
+        store: the BlockStore that keeps the blocks.
+        max_pixels: images declaring more pixels are rejected (decompression bombs).
+        io_threads: inputs read and checked at once per worker (1: one after the other).
+        reencode_dir: for `paths` builds, the output folder of lossless copies.
+        levels: [(level, {name: id})] of a build with label levels, in level order.
+        allow_missing_levels: an input missing a level value gets id -1 instead of being
+            rejected as `missing_label_level`.
+        rank_groups: an assign.RankGroups: the blocks keyed as AssignShards(keyed=True)
+            takes them, with no step between (no --dedup); None: block refs.
+    """
+
+    def __init__(
+        self,
+        listing_path,
+        label_ids,
+        store,
+        *,
+        max_pixels,
+        io_threads=1,
+        reencode_dir=None,
+        levels=(),
+        allow_missing_levels=False,
+        rank_groups=None,
+    ):
+        super().__init__()
+        self._fn = _ValidateWorkItem(
+            listing_path,
+            label_ids,
+            store,
+            max_pixels,
+            io_threads,
+            reencode_dir,
+            levels,
+            allow_missing_levels,
+            rank_groups,
+        )
+
+    def expand(self, items):
+        outputs = items | 'Decode' >> beam.ParDo(self._fn).with_outputs(REJECTED, main='valid')
+        return Validated(outputs.valid, outputs[REJECTED])

@@ -1,0 +1,89 @@
+"""From an ImageMeta to its record: the bytes it stores, read again and checked, and the
+serialized `tf.train.Example` (imageshards/features.py). Used by WriteShards and by the
+analysis, which encodes its sample exactly as the shards hold it."""
+
+import hashlib
+
+import google_crc32c
+
+from imageshards import features
+from imageshards import layout
+from imageshards import storage
+from imageshards.storage import read_input
+from pipelines.inputs.entries import source_path
+from pipelines.validation import images
+
+
+class InputChangedError(RuntimeError):
+    """An input's bytes differ from those validated earlier in the same build."""
+
+
+class RecordEncoder:
+    """ImageMeta (and the stored bytes) -> the serialized tf.train.Example of a record.
+
+    Configuration only, so that it pickles into the DoFns that write records.
+
+    Args:
+        input_base: what image keys are relative to (the listing's base).
+        output_dir: the build's output directory (a `paths` build's re-encoded copies are there).
+        fmt: `examples` or `paths`.
+        label_names: every label name, by id.
+        label_levels: {level: names} of a build with label levels.
+    """
+
+    def __init__(self, input_base, output_dir, fmt, label_names, label_levels=None):
+        self.input_base = input_base
+        self.output_dir = output_dir
+        self.format = fmt
+        self.label_names = label_names
+        self.label_levels = list((label_levels or {}).items())  # [(level, [names])]
+        self._level_names = tuple(level for level, _ in self.label_levels)
+
+    def encode(self, meta, stored=None, source=None):
+        """The record of `meta`; `stored` is the image bytes of an `examples` build, `source`
+        the input's path (default: from its key)."""
+        source = source or source_path(self.input_base, meta.key)
+        values = {
+            features.FORMAT: meta.format,
+            features.HEIGHT: meta.height,
+            features.WIDTH: meta.width,
+            features.CHANNELS: meta.channels,
+            features.LABEL: meta.label,
+            features.LABEL_TEXT: self.label_names[meta.label],
+            features.FILENAME: source,
+            features.SHA256: meta.sha256.hex(),
+            features.ID: meta.id,
+        }
+        for (level, names), level_id in zip(self.label_levels, meta.levels):
+            values[features.level_label(level)] = level_id
+            values[features.level_text(level)] = names[level_id] if level_id >= 0 else ''
+        if self.format == features.EXAMPLES:
+            values[features.ENCODED] = stored
+        else:
+            if meta.reencoded:
+                source = storage.join(self.output_dir, layout.reencoded_file(meta.sha256.hex()))
+            values[features.PATH] = source
+        return features.encode_example(self.format, values, self._level_names)
+
+
+def read_checked(source, meta):
+    """The source file's bytes, checked against the CRC validation took of them."""
+    data = read_input(source)
+    if google_crc32c.value(data) != meta.source_crc32c:
+        raise InputChangedError(
+            f'{source} changed while the build was running (its bytes differ from those '
+            f'validated); rerun the build on inputs that are not being modified'
+        )
+    return data
+
+
+def stored_bytes(data, meta, source):
+    """The bytes a record stores of source bytes `data`: as they are, or re-encoded."""
+    if meta.reencoded:
+        data = images.reencode(data)
+        if hashlib.sha256(data).digest() != meta.sha256:
+            raise InputChangedError(
+                f're-encoding {source} gave other bytes than during '
+                f'validation: workers must share one Pillow version'
+            )
+    return data

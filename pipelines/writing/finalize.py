@@ -1,0 +1,140 @@
+"""Finalize: the build's last step, which makes its output what imageshards/layout.py says.
+
+It moves the staged shards (and, where the pipeline wrote it, the tf.Transform output) into
+place and writes rejected.jsonl, duplicates.jsonl, dataset.json, the TFDS metadata and, last,
+`_SUCCESS`. Every write goes to a temporary name first, so a killed build leaves no file that
+looks finished; running it again writes the same files.
+"""
+
+import json
+
+import apache_beam as beam
+
+from imageshards import dataset_facts
+from imageshards import dataset_json
+from imageshards import layout
+from imageshards import storage
+from imageshards import tfds_metadata
+
+
+def _jsonl(rows):
+    return b''.join(
+        json.dumps(row, ensure_ascii=False, sort_keys=True).encode('utf-8') + b'\n' for row in rows
+    )
+
+
+def _publish_shards(output_dir, shards):
+    """Moves staged shards to their contract names; ones already moved (a rerun) stay."""
+    moves = []
+    for shard in shards:
+        staged = storage.join(output_dir, layout.staged_shard(shard['path']))
+        final = storage.join(output_dir, shard['path'])
+        if storage.exists(staged):
+            moves.append((staged, final))
+        elif not storage.exists(final):
+            raise FileNotFoundError(f'shard {shard["path"]} is neither staged nor in place')
+    for _, final in moves:
+        storage.make_parent(final)
+    if moves:
+        storage.rename([staged for staged, _ in moves], [final for _, final in moves])
+
+
+def publish_transform(output_dir, staging, analysis):
+    """Moves the staged TFT output into place, file by file (object stores have no folders),
+    and records the analysis summary beside it; a rerun after a partial move finishes it.
+
+    A local build with a gs:// output stages it on this machine (TensorFlow writes it, and its
+    file system speaks to Cloud Storage only): then the files are copied up and the local
+    folder removed.
+    """
+    moves = []
+    for name in layout.TRANSFORM_DIRS:
+        prefix = storage.join(staging, name) + '/'
+        moves += [
+            (path, storage.join(output_dir, name, path[len(prefix) :]))
+            for path in storage.list_files(storage.join(staging, name))
+            if path.startswith(prefix)
+        ]
+    final_model = storage.join(output_dir, layout.TRANSFORM_SAVED_MODEL)
+    if not moves and not storage.exists(final_model):
+        raise FileNotFoundError(f'the tf.Transform output is neither in {staging} nor in place')
+    for _, final in moves:
+        storage.make_parent(final)
+    if moves and storage.scheme(staging) == storage.scheme(output_dir):
+        storage.rename([staged for staged, _ in moves], [final for _, final in moves])
+    elif moves:
+        for staged, final in moves:
+            storage.copy(staged, final)
+        storage.delete_tree(staging)
+    path = storage.join(output_dir, layout.ANALYSIS_JSON)
+    storage.make_parent(path)
+    storage.write_atomically(path, json.dumps(analysis, indent=2).encode('utf-8') + b'\n')
+
+
+def complete(output_dir):
+    """Removes the build's temporary folder and marks the build complete: `_SUCCESS`, last."""
+    storage.delete_tree(storage.join(output_dir, layout.TEMP_DIR))
+    storage.write_atomically(storage.join(output_dir, layout.SUCCESS), b'')
+
+
+def _finalize(unused_element, shards, rejections, duplicates, plan, context, analysis, analyzed):
+    """Writes the build's files from its side inputs; yields dataset.json's `counts`."""
+    del analyzed  # a side input only so that this step waits for the TFT output
+    output_dir = context.output_dir
+    rejections = sorted(rejections, key=lambda row: row['id'])
+    duplicates = sorted(duplicates, key=lambda row: row['id'])
+    summary = dataset_facts.make(context.facts, shards, rejections, duplicates, plan.splits)
+    if analysis:
+        summary['analysis'] = analysis[0]
+        if context.analysis_in_pipeline:
+            publish_transform(output_dir, context.transform_staging, analysis[0])
+    _publish_shards(output_dir, shards)
+    storage.write_atomically(storage.join(output_dir, layout.REJECTED_JSONL), _jsonl(rejections))
+    if context.config.dedup:
+        path = storage.join(output_dir, layout.DUPLICATES_JSONL)
+        storage.write_atomically(path, _jsonl(duplicates))
+    storage.write_atomically(
+        storage.join(output_dir, layout.DATASET_JSON), dataset_json.encode(summary)
+    )
+    for name, data in tfds_metadata.files(summary).items():  # tfds.builder_from_directory
+        storage.write_atomically(storage.join(output_dir, name), data)
+    if context.completes_in_pipeline:  # else the launcher does, after the tf.Transform output
+        complete(output_dir)
+    yield summary['counts']
+
+
+class Finalize(beam.PTransform):
+    """The pipeline's root -> dataset.json's `counts`, once every shard is written.
+
+    Runs once, after every shard is written (it reads them all as side inputs). Where the
+    pipeline writes the tf.Transform output (`context.analysis_in_pipeline`), it waits for it
+    and moves it into place too.
+
+    Args:
+        context: the BuildContext.
+        shards: WriteShards' shard entries.
+        rejections: ValidateImages' rejected.jsonl lines.
+        duplicates: DropDuplicates' duplicates.jsonl lines (empty without --dedup).
+        plan: AssignShards' ShardPlan (one element).
+        analysis: dataset.json's `analysis` entry (one element; empty without the analysis).
+        analyzed: complete once the tf.Transform output is staged (empty where the pipeline
+            does not write it).
+    """
+
+    def __init__(self, context, *, shards, rejections, duplicates, plan, analysis, analyzed):
+        super().__init__()
+        self._context = context
+        self._side_inputs = {
+            'shards': beam.pvalue.AsList(shards),
+            'rejections': beam.pvalue.AsList(rejections),
+            'duplicates': beam.pvalue.AsList(duplicates),
+            'plan': beam.pvalue.AsSingleton(plan),
+            'analysis': beam.pvalue.AsList(analysis),
+            'analyzed': beam.pvalue.AsList(analyzed),
+        }
+
+    def expand(self, root):
+        once = root | 'Once' >> beam.Create([None])
+        return once | 'WriteMetadata' >> beam.FlatMap(
+            _finalize, context=self._context, **self._side_inputs
+        )

@@ -1,0 +1,225 @@
+"""WriteShards: one TFRecord file per (split, shard), its records in seeded random order, and
+the analysis's measure of each shard of the analysed split (pipelines/analysis/analyze.py).
+
+Image bytes are read here, a second time, so that the shuffle before this step carries only
+metadata. Each shard is written under the build's temporary folder and stays there, complete,
+until Finalize moves every shard into place at once: a build killed while writing leaves no
+file that looks like a finished shard. The records themselves are made by
+pipelines/writing/encode.py.
+"""
+
+import collections
+import concurrent.futures
+import hashlib
+import typing
+import uuid
+
+import apache_beam as beam
+from PIL import Image
+
+from imageshards import features
+from imageshards import layout
+from imageshards import storage
+from imageshards import tfrecord
+from imageshards.pool import bounded_map
+from pipelines import counters
+from pipelines.analysis import analyze
+from pipelines.assignment import blocks
+from pipelines.assignment.assign import order_key
+from pipelines.inputs.entries import source_path
+from pipelines.validation import images
+from pipelines.writing.encode import read_checked
+from pipelines.writing.encode import stored_bytes
+
+SUMMARIES = 'summaries'
+
+
+class Sample(typing.NamedTuple):
+    """What the writer measures for the analysis (pipelines/analysis/analyze.py)."""
+
+    split: str  # the split analysed
+    size: int  # images measured of it, at most
+    image_size: int  # the side they are measured at
+
+
+class _WriteShard(beam.DoFn):
+    """((split, shard), [block ref]) -> the shard's entry for dataset.json, and to SUMMARIES,
+    for a shard of the analysed split, its analyze.shard_summary (see WriteShards)."""
+
+    def __init__(self, encoder, seed, temp_dir, store, io_threads, sample):
+        self._encoder = encoder
+        self._input_base = encoder.input_base
+        self._output_dir = encoder.output_dir
+        self._format = encoder.format
+        self._label_names = encoder.label_names
+        self._label_levels = encoder.label_levels  # [(level, [names])]
+        self._seed = seed
+        self._temp_dir = temp_dir
+        self._store = store
+        self._io_threads = io_threads
+        self._sample = sample
+        self._pool = None
+        self._records = counters.counter('written')
+        self._bytes = counters.counter('bytes_written')
+        self._shards = counters.counter('shards_written')
+
+    def setup(self):
+        if self._io_threads > 1:  # remote inputs: concurrent reads hide latency
+            self._pool = concurrent.futures.ThreadPoolExecutor(self._io_threads)
+        # Only validated images reach the writer (their size already checked against
+        # --max-pixels, their bytes against a CRC before re-encoding): Pillow's own bomb
+        # limit, which --max-pixels may exceed, must not refuse them here.
+        Image.MAX_IMAGE_PIXELS = None
+
+    def finish_bundle(self):
+        counters.flush()  # the bundle's last counts shown before the runner stops this worker
+
+    def teardown(self):
+        if self._pool:
+            self._pool.shutdown()
+
+    def process(self, keyed, plan):
+        (split, index), refs = keyed
+        metas = sorted(self._store.metas(refs), key=lambda meta: order_key(self._seed, meta))
+        relative = layout.shard_path(split, index, plan.num_shards[split])
+        temporary = storage.join(self._temp_dir, f'{uuid.uuid4().hex}.tfrecord')
+        digest, num_bytes = hashlib.sha256(), 0
+        class_counts = collections.Counter()
+        level_counts = collections.Counter()  # (level index, id) -> records
+        measured = self._measured(split, index, plan)
+        pixel_sums = []  # of the first `measured` records' images (pipelines/analysis/analyze.py)
+        with storage.create(temporary) as f:
+            for meta, (framed, stored) in zip(metas, self._framed_records(metas)):
+                f.write(framed)
+                digest.update(framed)
+                num_bytes += len(framed)
+                class_counts[meta.label] += 1
+                level_counts.update(enumerate(meta.levels))
+                if len(pixel_sums) < measured:
+                    pixel_sums.append(self._pixel_sums(meta, stored))
+        staged = storage.join(self._output_dir, layout.staged_shard(relative))
+        storage.make_parent(staged)
+        storage.rename([temporary], [staged])
+        self._records.inc(len(metas))
+        self._bytes.inc(num_bytes)
+        self._shards.inc()
+        counters.advance(counters.WRITE, len(metas), total=sum(plan.num_records.values()))
+        entry = {
+            'split': split,
+            'index': index,
+            'path': relative,
+            'num_records': len(metas),
+            'num_bytes': num_bytes,
+            'sha256': digest.hexdigest(),
+            'class_counts': {
+                self._label_names[label]: class_counts[label] for label in sorted(class_counts)
+            },
+            'reencoded': sum(meta.reencoded for meta in metas),
+        }
+        if self._label_levels:
+            entry.update(self._level_counts(level_counts))
+        yield entry
+        if self._sample and split == self._sample.split:
+            summary = analyze.shard_summary(metas, class_counts, pixel_sums)
+            yield beam.pvalue.TaggedOutput(SUMMARIES, summary)
+
+    def _measured(self, split, index, plan):
+        """How many of the shard's first records the analysis measures (0: none)."""
+        if not self._sample or split != self._sample.split:
+            return 0
+        return analyze.sample_count(
+            plan.num_records[split], plan.num_shards[split], index, self._sample.size
+        )
+
+    def _pixel_sums(self, meta, stored):
+        """images.pixel_sums of an image, from the bytes its record stores where they are its
+        source's (as written, not read again), else from its file."""
+        if stored is None or meta.reencoded:
+            stored = read_checked(self._source(meta), meta)
+        return images.pixel_sums(stored, self._sample.image_size)
+
+    def _level_counts(self, counts):
+        """A shard entry's `level_counts` ({level: {name: records}}) and `level_missing`."""
+        level_counts, missing = {}, {}
+        for index, (level, names) in enumerate(self._label_levels):
+            level_counts[level] = {
+                names[i]: counts[(index, i)] for i in range(len(names)) if counts[(index, i)]
+            }
+            missing[level] = counts[(index, features.MISSING_LEVEL)]
+        return {'level_counts': level_counts, 'level_missing': missing}
+
+    def _framed_records(self, metas):
+        """(framed record, the bytes it stores, or None in a `paths` build) of each of `metas`,
+        in order: their stored bytes from the payload files validation kept (local runner),
+        else read from the inputs again."""
+        if self._format == features.EXAMPLES and any(meta.payload for meta in metas):
+            payloads = self._store.read_payloads(metas, self._stored_bytes, path_of=self._source)
+            for meta, stored in zip(metas, payloads):
+                yield tfrecord.frame(self._encoder.encode(meta, stored)), stored
+        elif self._pool:
+            yield from bounded_map(self._pool, self._framed_record, metas, 4 * self._io_threads)
+        elif self._format == features.EXAMPLES:
+            yield from map(self._framed_record, storage.prefetching(metas, self._source))
+        else:  # a `paths` build reads no image
+            yield from map(self._framed_record, metas)
+
+    def _source(self, meta):
+        return source_path(self._input_base, meta.key)
+
+    def _stored_bytes(self, meta):
+        source = self._source(meta)
+        return stored_bytes(read_checked(source, meta), meta, source)
+
+    def _framed_record(self, meta):
+        source = self._source(meta)
+        stored = None
+        if self._format == features.EXAMPLES:
+            stored = stored_bytes(read_checked(source, meta), meta, source)
+        return tfrecord.frame(self._encoder.encode(meta, stored, source)), stored
+
+
+class Written(typing.NamedTuple):
+    """WriteShards' outputs."""
+
+    shards: beam.PCollection  # one dataset.json shard entry per shard
+    summaries: beam.PCollection  # analyze.shard_summary per shard of the analysed split
+
+
+class WriteShards(beam.PTransform):
+    """((split, shard), block ref) -> Written.
+
+    Every shard of the plan is written, also one that received no records.
+
+    Args:
+        plan: AssignShards' ShardPlan (a one-element PCollection).
+        encoder: the RecordEncoder of the build's records (its format, labels and levels).
+        seed: the build's seed (the order of records within a shard).
+        temp_dir: where shards are written before they are staged for Finalize.
+        store: the BlockStore of the blocks (default: inline).
+        io_threads: inputs read at once (> 1 for remote inputs).
+        sample: the Sample to measure for the analysis, or None (no summaries).
+    """
+
+    def __init__(self, plan, encoder, *, seed, temp_dir, store=None, io_threads=1, sample=None):
+        super().__init__()
+        self._plan = plan
+        self._fn = _WriteShard(
+            encoder, seed, temp_dir, store or blocks.BlockStore(), io_threads, sample
+        )
+
+    def expand(self, placed):
+        # An empty inline block per shard: a shard nobody placed an image in is written too.
+        every_shard = self._plan | 'ListShards' >> beam.FlatMap(
+            lambda plan: [(key, b'') for key in plan.shard_keys()]
+        )
+        written = (
+            (placed, every_shard)
+            | 'WithEveryShard' >> beam.Flatten()
+            | 'GroupByShard' >> beam.GroupByKey()
+            # ((split, shard), [block ref])
+            | 'Write'
+            >> beam.ParDo(self._fn, plan=beam.pvalue.AsSingleton(self._plan)).with_outputs(
+                SUMMARIES, main='shards'
+            )
+        )
+        return Written(written.shards, written[SUMMARIES])
