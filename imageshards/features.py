@@ -6,6 +6,11 @@ with label levels (`label/<level>` manifest columns, or `--label-levels` for a t
 `image/label/<level>` (int64 id, -1 where missing) and `image/label/<level>/text` (the name, or
 empty) per level; a build without levels has exactly the keys above.
 
+A multi-label build (several labels per image: a `labels` manifest column) stores each label and
+level feature as a list, as TF Model Garden's multi-label decoder (`VarLenFeature(tf.int64)` on
+`image/class/label`) and TFDS's `Sequence(ClassLabel)` read them: the image's label ids, sorted,
+and their names in the same order; an image without a label has empty lists.
+
 Records are `tensorflow.Example` protos, serialized here without TensorFlow, so that Beam
 workers writing shards need not import it (seconds and ~500 MB per worker process). The bytes
 are those of TensorFlow's `example_pb2` with deterministic serialization; tests hold the two to
@@ -84,12 +89,14 @@ def parse_label_levels(text):
     return levels
 
 
-def record_schema(fmt, levels=()):
-    """Returns {key: 'bytes' | 'int64'} for the records of an `examples` or `paths` build.
+def record_schema(fmt, levels=(), multi_label=False):
+    """Returns {key: 'bytes' | 'int64' | 'bytes_list' | 'int64_list'} for the records of an
+    `examples` or `paths` build.
 
     Args:
         fmt: `examples` or `paths`.
         levels: the build's label level names, in order (a dict's keys will do).
+        multi_label: a multi-label build: labels and levels are lists.
     """
     if fmt == EXAMPLES:
         schema = {ENCODED: 'bytes', **_COMMON}
@@ -100,21 +107,39 @@ def record_schema(fmt, levels=()):
     for level in levels:
         schema[level_label(level)] = 'int64'
         schema[level_text(level)] = 'bytes'
+    if multi_label:
+        for key in (LABEL, LABEL_TEXT, *(k for k in schema if k.startswith(LEVEL_PREFIX))):
+            schema[key] += LIST
     return schema
 
 
-def feature_spec(fmt, levels=()):
-    """The `tf.io.parse_example` spec for the records of a build in format `fmt`."""
+LIST = '_list'  # the suffix of a kind of several values: 'int64_list', 'bytes_list'
+
+
+def label_keys(levels=()):
+    """The keys that hold labels: `image/class/label`, `image/class/text` and the levels'."""
+    return (
+        LABEL,
+        LABEL_TEXT,
+        *(key for level in levels for key in (level_label(level), level_text(level))),
+    )
+
+
+def feature_spec(fmt, levels=(), multi_label=False):
+    """The `tf.io.parse_example` spec for the records of a build in format `fmt`: a list kind
+    is a `VarLenFeature` (a SparseTensor per batch)."""
     import tensorflow as tf
 
     dtypes = {'bytes': tf.string, 'int64': tf.int64}
     return {
-        key: tf.io.FixedLenFeature([], dtypes[kind])
-        for key, kind in record_schema(fmt, levels).items()
+        key: tf.io.VarLenFeature(dtypes[kind[: -len(LIST)]])
+        if kind.endswith(LIST)
+        else tf.io.FixedLenFeature([], dtypes[kind])
+        for key, kind in record_schema(fmt, levels, multi_label).items()
     }
 
 
-def encode_example(fmt, values, levels=()):
+def encode_example(fmt, values, levels=(), multi_label=False):
     """Serializes one record; byte-identical for identical values, whatever the process.
 
     The bytes are those of the protobuf runtime's deterministic serialization of a
@@ -124,12 +149,14 @@ def encode_example(fmt, values, levels=()):
 
     Args:
         fmt: `examples` or `paths`.
-        values: {key: value} with every key of `record_schema(fmt, levels)`; bytes features take
-            `bytes` or `str` (UTF-8), int64 features take `int`.
+        values: {key: value} with every key of `record_schema(fmt, levels, multi_label)`; bytes
+            features take `bytes` or `str` (UTF-8), int64 features take `int`, list kinds a
+            tuple of those.
         levels: the build's label level names.
+        multi_label: a multi-label build's records.
     """
-    ordered = _sorted_schema(fmt, tuple(levels))
-    if values.keys() != _schema_keys(fmt, tuple(levels)):
+    ordered = _sorted_schema(fmt, tuple(levels), multi_label)
+    if values.keys() != _schema_keys(fmt, tuple(levels), multi_label):
         raise ValueError(
             f'record keys {sorted(values)} do not match the {fmt} schema '
             f'{sorted(key for key, _, _ in ordered)}'
@@ -144,7 +171,7 @@ def encode_example(fmt, values, levels=()):
                     _ENTRIES.clear()
                 entry = _ENTRIES[(key, value)] = _entry(key, kind, value)
             parts.append(entry)
-        elif kind == 'int64':
+        elif kind != 'bytes':
             parts.append(_entry(key, kind, value))
         else:  # the image's bytes among them: headers only, the bytes copied once by the join
             _append_bytes_entry(parts, _KEY_FIELDS[key], value)
@@ -163,13 +190,15 @@ def _append_bytes_entry(parts, key_field, value):
 
 
 def _entry(key, kind, value):
-    """One map entry of Features.feature: its key and the Feature holding `value`."""
-    if kind == 'int64':
-        number = _varint(value)  # Feature.int64_list (3) holding a packed Int64List
-        feature = bytes((0x1A, len(number) + 2, 0x0A, len(number))) + number
-    else:  # Feature.bytes_list (1) holding a BytesList of one value
-        data = value.encode('utf-8') if isinstance(value, str) else value
-        feature = _delimited(0x0A, _delimited(0x0A, data))
+    """One map entry of Features.feature: its key and the Feature holding `value` (a tuple of
+    values for a list kind)."""
+    values = value if kind.endswith(LIST) else (value,)
+    if kind.startswith('int64'):  # Feature.int64_list (3) holding a packed Int64List
+        numbers = b''.join(_varint(v) for v in values)
+        feature = _delimited(0x1A, _delimited(0x0A, numbers) if numbers else b'')
+    else:  # Feature.bytes_list (1) holding a BytesList
+        data = (v.encode('utf-8') if isinstance(v, str) else v for v in values)
+        feature = _delimited(0x0A, b''.join(_delimited(0x0A, d) for d in data))
     return _delimited(0x0A, _KEY_FIELDS[key] + _delimited(0x12, feature))
 
 
@@ -180,17 +209,17 @@ _MAX_ENTRIES = 100_000
 
 
 @functools.cache
-def _schema_keys(fmt, levels):
-    return frozenset(record_schema(fmt, levels))
+def _schema_keys(fmt, levels, multi_label):
+    return frozenset(record_schema(fmt, levels, multi_label))
 
 
 @functools.cache
-def _sorted_schema(fmt, levels):
+def _sorted_schema(fmt, levels, multi_label):
     """[(key, kind, whether its values repeat)] in the order the protobuf runtime's
     deterministic serialization writes map entries: by key bytes, a key after the longer keys it
     is a prefix of (upb's order)."""
     pairs = sorted(
-        record_schema(fmt, levels).items(),
+        record_schema(fmt, levels, multi_label).items(),
         key=functools.cmp_to_key(lambda a, b: _upb_key_order(a[0], b[0])),
     )
     for key, _ in pairs:
@@ -241,7 +270,7 @@ def _header(tag, size):
     return bytes((tag,)) + _varint(size)
 
 
-_HEADERS = {tag: [bytes((tag, size)) for size in range(0x80)] for tag in (0x0A, 0x12)}
+_HEADERS = {tag: [bytes((tag, size)) for size in range(0x80)] for tag in (0x0A, 0x12, 0x1A)}
 
 
 @functools.cache

@@ -126,3 +126,48 @@ def test_encoding_equals_the_protobuf_runtime_on_random_records():
         assert features.encode_example(features.EXAMPLES, values, levels) == (
             message.SerializeToString(deterministic=True)
         )
+
+
+def test_multi_label_records_hold_lists_as_tensorflow_serializes_them(tf):
+    levels = ('family', 'species')
+    schema = features.record_schema(features.EXAMPLES, levels, multi_label=True)
+    assert [schema[key] for key in features.label_keys(levels)] == [
+        'int64_list',
+        'bytes_list',
+        'int64_list',
+        'bytes_list',
+        'int64_list',
+        'bytes_list',
+    ]
+    # Several labels, one, none (an image with no label), each with its names in id order.
+    for labels, names in (((0, 3, 2**40), ('ant', 'bee', 'ñandú')), ((5,), ('x',)), ((), ())):
+        values = {
+            **VALUES,
+            **PAYLOADS[features.EXAMPLES],
+            features.LABEL: labels,
+            features.LABEL_TEXT: names,
+            'image/label/family': labels[:1],
+            'image/label/family/text': names[:1],
+            'image/label/species': (),
+            'image/label/species/text': (),
+        }
+        ours = features.encode_example(features.EXAMPLES, values, levels, multi_label=True)
+        example = tf.train.Example()
+        for key, kind in schema.items():
+            value = values[key] if kind.endswith(features.LIST) else (values[key],)
+            if kind.startswith('int64'):
+                example.features.feature[key].int64_list.value.extend(value)
+            else:
+                example.features.feature[key].bytes_list.value.extend(
+                    v.encode('utf-8') if isinstance(v, str) else v for v in value
+                )
+        assert ours == example.SerializeToString(deterministic=True)
+        spec = features.feature_spec(features.EXAMPLES, levels, multi_label=True)
+        parsed = tf.io.parse_example([ours], spec)
+        assert parsed[features.LABEL].values.numpy().tolist() == list(labels)
+        assert [n.decode() for n in parsed[features.LABEL_TEXT].values.numpy()] == list(names)
+        assert parsed['image/label/species'].values.numpy().tolist() == []
+    # A single-label build's schema and bytes are unchanged by the multi-label kinds.
+    assert features.record_schema(features.EXAMPLES, levels) == features.record_schema(
+        features.EXAMPLES, levels, multi_label=False
+    )
