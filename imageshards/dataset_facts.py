@@ -9,6 +9,7 @@ import datetime
 
 import imageshards
 from imageshards import features
+from imageshards import stratification
 from imageshards.dataset_json import LEVEL_KEYS
 from imageshards.dataset_json import REQUIRED_KEYS
 from imageshards.dataset_json import SHARD_KEYS
@@ -30,6 +31,10 @@ class BuildFacts:
     allow_missing_levels: bool
     inputs: int  # listed inputs
     skipped: dict  # {reason: files} listing skipped as not inputs
+    multi_label: bool = False  # several labels per image
+    multi_label_levels: tuple = ()  # the levels where some image has several values
+    fractions: tuple = ()  # (split, fraction) the build asked for (--splits)
+    manifest_splits: dict = dataclasses.field(default_factory=dict)  # split -> images placed
 
 
 def make(facts, shards, rejections, duplicates, split_names):
@@ -48,7 +53,9 @@ def make(facts, shards, rejections, duplicates, split_names):
     for shard in shards:
         by_split[shard['split']].append(shard)
     levels = facts.label_levels or {}
-    shard_keys = SHARD_KEYS + (LEVEL_KEYS if levels else ())
+    shard_keys = (
+        SHARD_KEYS + (LEVEL_KEYS if levels else ()) + (MULTI_KEYS if facts.multi_label else ())
+    )
     splits = {}
     for split in split_names:
         entries = sorted(by_split[split], key=lambda shard: shard['index'])
@@ -64,6 +71,8 @@ def make(facts, shards, rejections, duplicates, split_names):
             **(_summed_level_counts(entries, levels) if levels else {}),
             'shards': [{key: shard[key] for key in shard_keys} for shard in entries],
         }
+        if facts.multi_label:
+            splits[split].update(_split_spread(splits[split]))
     counts = _counts(facts, splits, shards, rejections, duplicates)
     gap = accounting_gap(counts)
     if gap:
@@ -77,18 +86,57 @@ def make(facts, shards, rejections, duplicates, split_names):
     if levels:  # only then: a build without levels writes the dataset.json it always did
         summary['label_levels'] = levels
         summary['allow_missing_levels'] = facts.allow_missing_levels
+    if facts.multi_label:  # likewise: only a multi-label build has these
+        summary.update(_multi_label_summary(facts, splits, counts))
     return {
         **summary,
         'counts': counts,
         'splits': splits,
-        'features': features.record_schema(facts.format, levels),
+        'features': features.record_schema(facts.format, levels, facts.multi_label),
         'imageshards_version': imageshards.__version__,
         'created': datetime.datetime.now(datetime.UTC).isoformat(timespec='seconds'),
     }
 
 
-def _counts(facts, splits, shards, rejections, duplicates):
+MULTI_KEYS = ('unlabeled',)  # of every shard of a multi-label build: records with no label
+
+
+def _split_spread(entry):
+    """A multi-label split's records without a label, mean labels per record, and how evenly
+    its shards hold each label (imageshards/stratification.py)."""
+    shards = entry['shards']
+    records = entry['num_records']
+    q, large = divmod(records, len(shards))
+    wanted = [q + 1 if index < large else q for index in range(len(shards))]
+    parts = [(shard['num_records'], shard['class_counts']) for shard in shards]
     return {
+        'unlabeled': sum(shard['unlabeled'] for shard in shards),
+        'label_cardinality': round(sum(entry['class_counts'].values()) / max(records, 1), 6),
+        'stratification': stratification.measures(parts, wanted),
+    }
+
+
+def _multi_label_summary(facts, splits, counts):
+    """dataset.json's keys of a multi-label build: how many labels its records hold, and how
+    evenly its splits hold each label (the split sizes measured against --splits where no
+    manifest placed images itself)."""
+    written = counts['written']
+    parts = [(entry['num_records'], entry['class_counts']) for entry in splits.values()]
+    wanted = None
+    fractions = dict(facts.fractions)
+    if not facts.manifest_splits and set(splits) <= set(fractions):
+        wanted = [written * fractions[split] for split in splits]
+    labels = sum(sum(entry['class_counts'].values()) for entry in splits.values())
+    return {
+        'multi_label': True,
+        'multi_label_levels': list(facts.multi_label_levels),
+        'label_cardinality': round(labels / max(written, 1), 6),
+        'stratification': stratification.measures(parts, wanted),
+    }
+
+
+def _counts(facts, splits, shards, rejections, duplicates):
+    counts = {
         'inputs': facts.inputs,
         'written': sum(split['num_records'] for split in splits.values()),
         'rejected': len(rejections),
@@ -100,6 +148,9 @@ def _counts(facts, splits, shards, rejections, duplicates):
         ),
         'skipped_by_reason': dict(sorted(facts.skipped.items())),
     }
+    if facts.multi_label:
+        counts['unlabeled'] = sum(split['unlabeled'] for split in splits.values())
+    return counts
 
 
 def accounting_gap(counts):
@@ -155,7 +206,7 @@ def structure_problems(dataset):
         for key in LEVEL_KEYS
         if levels and any(key not in entry for entry in objects[name])
     ]
-    schema = features.record_schema(dataset['format'], levels)
+    schema = features.record_schema(dataset['format'], levels, bool(dataset.get('multi_label')))
     if dataset.get('features', schema) != schema:
         found.append(f'features {dataset["features"]} are not the {dataset["format"]} schema')
     return found
@@ -172,8 +223,23 @@ def count_problems(dataset):
     for split, info in dataset['splits'].items():
         found += _split_problems(split, info, set(dataset['labels']))
         for level, names in (dataset.get('label_levels') or {}).items():
-            found += _level_problems(split, info, level, set(names))
+            found += _level_problems(split, info, level, set(names), dataset.get('multi_label'))
+        if dataset.get('multi_label'):
+            found += _differences(f'splits.{split}', info, _split_spread(info))
+    if dataset.get('multi_label'):
+        unlabeled = sum(info['unlabeled'] for info in dataset['splits'].values())
+        found += _differences('counts', counts, {'unlabeled': unlabeled})
     return found
+
+
+def _differences(where, stated, recomputed):
+    """Messages for the keys of `recomputed` whose values `stated` does not hold (a multi-label
+    build's cardinality and stratification measures, recomputed from its counts)."""
+    return [
+        f'{where}.{key} is {stated.get(key)}, but its counts give {value}'
+        for key, value in recomputed.items()
+        if stated.get(key) != value
+    ]
 
 
 def _split_problems(split, info, labels):
@@ -195,15 +261,16 @@ def _split_problems(split, info, labels):
     return found
 
 
-def _level_problems(split, info, level, names):
-    """Where a split's counts of one label level disagree with its shards or its records."""
+def _level_problems(split, info, level, names, multi_label=False):
+    """Where a split's counts of one label level disagree with its shards or its records (in a
+    multi-label build a record counts once per value, so the counts exceed the records)."""
     shards = info['shards']
     summed, found = collections.Counter(), []
     for shard in shards:
         counts = shard['level_counts'].get(level, {})
         summed.update(counts)
         counted = sum(counts.values()) + shard['level_missing'].get(level, 0)
-        if counted != shard['num_records']:
+        if counted < shard['num_records'] if multi_label else counted != shard['num_records']:
             found.append(
                 f'shard {shard["path"]}: level {level} counts {counted} records, '
                 f'not its {shard["num_records"]}'

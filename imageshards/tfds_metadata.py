@@ -22,6 +22,9 @@ keys those of our trainer's parser. What each key decodes to:
                            ClassLabel accepts -1 and `as_dataframe` shows it as `-`), but
                            `int2str(-1)` would give the last name, so test for -1 first
     other int64 keys       Scalar int64; other bytes keys: Text
+A multi-label build's label and level keys are lists: `Sequence(ClassLabel)` (the image's ids,
+empty where it has none, as TFDS's own multi-label datasets such as voc describe them) and
+`Sequence(Text)`.
 A `paths` build has `image/path` (Text) where the image would be, and no Image feature: TFDS
 yields the path, and `as_supervised=True` gives (path, label) for a reader that loads the file.
 
@@ -71,19 +74,30 @@ def features_dict(dataset):
         docs[features.level_label(level)] = f'index in label_levels.{level}; -1: no value'
         docs[features.level_text(level)] = f'the name in label level {level}; empty: no value'
     connectors = {}
-    for key, kind in features.record_schema(dataset['format'], levels).items():
-        doc = docs[key]
+    multi_label = bool(dataset.get('multi_label'))
+    for key, kind in features.record_schema(dataset['format'], levels, multi_label).items():
+        listed = kind.endswith(features.LIST)  # the doc goes to the Sequence
+        doc = None if listed else docs[key]
         if key in names:
-            connectors[key] = tfds.features.ClassLabel(names=names[key], doc=doc)
+            connector = tfds.features.ClassLabel(names=names[key], doc=doc)
         elif key == features.ENCODED:
-            connectors[key] = tfds.features.Image(shape=(None, None, 3), doc=doc)
-        elif kind == 'int64':
-            connectors[key] = tfds.features.Scalar(np.int64, doc=doc)
-        elif kind == 'bytes':
-            connectors[key] = tfds.features.Text(doc=doc)
+            connector = tfds.features.Image(shape=(None, None, 3), doc=doc)
+        elif kind.startswith('int64'):
+            connector = tfds.features.Scalar(np.int64, doc=doc)
+        elif kind.startswith('bytes'):
+            connector = tfds.features.Text(doc=doc)
         else:
             raise ValueError(f'record key {key} of kind {kind!r} has no TFDS feature')
+        if listed:
+            connector = tfds.features.Sequence(connector, doc=_MULTI_DOCS.get(key, docs[key]))
+        connectors[key] = connector
     return tfds.features.FeaturesDict(connectors)
+
+
+_MULTI_DOCS = {
+    features.LABEL: "the image's labels: their indices in dataset.json labels, sorted",
+    features.LABEL_TEXT: "the image's labels, in the order of their indices",
+}
 
 
 def dataset_info(dataset, data_dir='.'):

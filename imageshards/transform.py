@@ -68,12 +68,12 @@ def level_output(level):
     return f'label/{level}'
 
 
-def raw_feature_spec(fmt=features.EXAMPLES, levels=()):
+def raw_feature_spec(fmt=features.EXAMPLES, levels=(), multi_label=False):
     """The feature spec of the build's records: the transform's raw inputs."""
-    return features.feature_spec(fmt, levels)
+    return features.feature_spec(fmt, levels, multi_label)
 
 
-def make_preprocessing_fn(labels, statistics, fmt, levels, image_size):
+def make_preprocessing_fn(labels, statistics, fmt, levels, image_size, multi_label=False):
     """The preprocessing_fn of a build.
 
     Args:
@@ -83,12 +83,16 @@ def make_preprocessing_fn(labels, statistics, fmt, levels, image_size):
         fmt: the build's format; a `paths` build's images are read from `image/path`.
         levels: the build's label level names.
         image_size: S of the `image` output (the build's --transform-image-size).
+        multi_label: a multi-label build: its labels and levels arrive as SparseTensors, and
+            the `label` output is a SparseTensor of each record's label ids.
     """
     labels, levels = tuple(labels), tuple(levels)
 
     def preprocessing_fn(inputs):
+        texts, ids = inputs[features.LABEL_TEXT], inputs[features.LABEL]
+        names = texts.values if multi_label else texts
         (statistics_file,) = tft.experimental.ptransform_analyzer(
-            [inputs[features.LABEL]],
+            [ids.values if multi_label else ids],
             PixelStatistics(statistics),
             output_dtypes=[tf.string],
             output_shapes=[[]],
@@ -99,7 +103,7 @@ def make_preprocessing_fn(labels, statistics, fmt, levels, image_size):
         mean, std = _read_statistics(statistics_file)
         std = tf.maximum(std, MIN_STD)
         (vocabulary,) = tft.experimental.ptransform_analyzer(
-            [inputs[features.LABEL_TEXT]],
+            [names],
             SortedLabelVocabulary(labels),
             output_dtypes=[tf.string],
             output_shapes=[[]],
@@ -109,7 +113,9 @@ def make_preprocessing_fn(labels, statistics, fmt, levels, image_size):
             name='label_vocabulary',
         )
         tft.annotate_asset(LABEL_VOCABULARY, LABEL_VOCABULARY)
-        batch = tf.shape(inputs[features.LABEL])[0]
+        # The constants depend on the label alone, so that a caller asking for them feeds it
+        # alone (trainer/transform.py): no record is decoded.
+        batch = ids.dense_shape[0] if multi_label else tf.shape(ids)[0]
         source = inputs[features.ENCODED if fmt == features.EXAMPLES else features.PATH]
         images = tf.map_fn(
             lambda value: _resized(value, image_size, fmt == features.PATHS),
@@ -118,7 +124,7 @@ def make_preprocessing_fn(labels, statistics, fmt, levels, image_size):
         )
         outputs = {
             IMAGE: (images - mean) / std,
-            LABEL: tft.apply_vocabulary(inputs[features.LABEL_TEXT], vocabulary, default_value=-1),
+            LABEL: tft.apply_vocabulary(texts, vocabulary, default_value=-1),
             PIXEL_MEAN: tf.broadcast_to(mean, [batch, CHANNELS]),
             PIXEL_STD: tf.broadcast_to(std, [batch, CHANNELS]),
         }

@@ -128,7 +128,11 @@ def run(argv=None, test_pipeline=None):
     dry_run = on_dataflow and pipeline.options.view_as(TestOptions).dry_run
     output_dir = storage.absolute(config.output).rstrip('/')
     scan = listing_lib.scan_inputs(
-        _listable(config.input), config.allow_roots, config.follow_symlinks, config.label_levels
+        _listable(config.input),
+        config.allow_roots,
+        config.follow_symlinks,
+        config.label_levels,
+        config.label_separator,
     )
     if not entries.is_manifest(config.input) and output_dir.startswith(scan.base + '/'):
         raise ValueError(
@@ -193,6 +197,7 @@ def _build(
                 config.transform_image_size,
                 context.transform_staging,
                 context.tft_temp_dir,
+                summary.multi_label,
             )
         )
         context = context.written_after()

@@ -99,4 +99,8 @@ class BuildContext:
             allow_missing_levels=self.config.allow_missing_levels,
             inputs=self.listing.num_inputs,
             skipped=dict(self.listing.skipped),
+            multi_label=self.listing.multi_label,
+            multi_label_levels=self.listing.multi_label_levels,
+            fractions=self.config.splits,
+            manifest_splits=self.listing.manifest_splits,
         )

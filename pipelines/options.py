@@ -37,6 +37,7 @@ class BuildConfig:
     follow_symlinks: bool = False
     label_levels: tuple = ()  # a tree's levels, one per nested folder; a manifest's, to check
     allow_missing_levels: bool = False  # a missing level value gets id -1 instead of a rejection
+    label_separator: str = None  # between a multi-label CSV cell's labels; None: whitespace
     analyze: bool = True  # the analysis of the train split and its tf.Transform output
     analysis_size: int = 32  # images are measured resized to this square size
     analysis_split: str = 'train'
@@ -83,6 +84,16 @@ def parse_splits(text):
     if abs(total - 1.0) > 1e-6:
         raise ValueError(f'--splits: fractions sum to {total:g}, not 1, in {text!r}')
     return tuple(splits)
+
+
+def _separator(text):
+    """--label-separator: a non-empty string (a tab may be given as \\t)."""
+    text = str(text).replace('\\t', '\t')
+    if not text:
+        raise ValueError(
+            '--label-separator: give a non-empty separator, or leave it out for whitespace'
+        )
+    return text
 
 
 def build_arg_parser():
@@ -172,6 +183,13 @@ def build_arg_parser():
         default=BuildConfig.label_levels,
         help='label levels, coarse to fine, e.g. family,species: a tree takes them from nested '
         'folders (<root>/<family>/<species>/...); a manifest has label/<level> columns',
+    )
+    parser.add_argument(
+        '--label-separator',
+        type=flags.words(_separator),
+        default=BuildConfig.label_separator,
+        help='what separates the labels in one cell of a multi-label CSV manifest (a labels '
+        'column, and its label/<level> cells) (default: whitespace)',
     )
     parser.add_argument(
         '--allow-missing-levels',

@@ -38,7 +38,12 @@ def build_pipeline(pipeline, context, store=None):
     store = store or blocks.BlockStore()
     config, listing = context.config, context.listing
     encoder = RecordEncoder(
-        listing.base, context.output_dir, config.format, listing.labels, listing.label_levels
+        listing.base,
+        context.output_dir,
+        config.format,
+        listing.labels,
+        listing.label_levels,
+        listing.multi_label,
     )
     rank_groups = RankGroups(config.seed, bucket_bits_for(listing.largest_group))
     # Without --dedup, validation keys its blocks for AssignShards itself: one pass less.
@@ -129,6 +134,7 @@ def _analysis(pipeline, context, summaries):
         image_size=config.transform_image_size,
         staging_dir=context.transform_staging,
         temp_dir=context.tft_temp_dir,
+        multi_label=context.listing.multi_label,
     )
     return analysis, transformed
 

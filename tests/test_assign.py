@@ -12,6 +12,7 @@ from apache_beam.testing.util import equal_to
 
 from pipelines.assignment import assign
 from pipelines.assignment import blocks
+from pipelines.assignment import splits as split_lib
 from pipelines.assignment.blocks import ImageMeta
 from pipelines.local import spill as spill_lib
 
@@ -95,7 +96,7 @@ def test_split_counts_are_stratified_and_proportional(trial):
     raw = [rng.random() for _ in range(rng.randint(1, 4))]
     fractions = [value / sum(raw) for value in raw]
     sizes = [rng.randint(0, 60) for _ in range(rng.randint(1, 25))]
-    rows = assign.stratified_split_counts(sizes, fractions)
+    rows = split_lib.stratified_split_counts(sizes, fractions)
     for size, row in zip(sizes, rows):
         assert sum(row) == size
         assert all(abs(count - size * f) <= 1 for count, f in zip(row, fractions))
@@ -104,7 +105,7 @@ def test_split_counts_are_stratified_and_proportional(trial):
 
 
 def test_split_counts_balance_ties_across_classes():
-    rows = assign.stratified_split_counts([5] * 10, [0.8, 0.1, 0.1])
+    rows = split_lib.stratified_split_counts([5] * 10, [0.8, 0.1, 0.1])
     totals = [sum(column) for column in zip(*rows)]
     assert totals == [40, 5, 5]
 

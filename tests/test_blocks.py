@@ -124,3 +124,15 @@ def test_payloads_are_read_back_in_the_order_asked_across_files_and_windows(tmp_
         data if m.payload else f'input {m.id}'.encode() for m, data in zip(mixed, expected)
     ]
     assert asked == [f'/in/{m.id}' for m in mixed if not m.payload]
+
+
+def test_pack_round_trips_multi_label_images():
+    metas = [
+        _meta(0, label=(0, 3, 7), levels=((1,), (), (2, 4, 2**31 - 1))),
+        _meta(1, label=(), levels=((), ())),  # no label, no level value
+        _meta(2, label=(5,), levels=()),
+        _meta(3),  # single-label images pack as before beside them
+    ]
+    assert blocks.unpack(blocks.pack(metas)) == metas
+    many = _meta(4, label=tuple(range(3000)), levels=(tuple(range(300)),) * 3)
+    assert blocks.unpack(blocks.pack([many])) == [many]

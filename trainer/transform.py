@@ -76,14 +76,24 @@ class TransformPixels(keras.layers.Layer):
         import tensorflow_transform as tft  # pylint: disable=import-outside-toplevel
 
         self.data_dir = data_dir
-        self._tft_layer = tft.TFTransformOutput(data_dir).transform_features_layer()
+        output = tft.TFTransformOutput(data_dir)
+        self._tft_layer = output.transform_features_layer()
+        spec = output.raw_feature_spec()[features.LABEL]
+        self._multi_label = isinstance(spec, tf.io.VarLenFeature)
 
     def call(self, images):
-        constants = self._tft_layer({features.LABEL: tf.zeros([1], tf.int64)})
+        constants = self._tft_layer({features.LABEL: self._one_label()})
         shape = [1, 1, 1, transform_assets.CHANNELS]
         mean = tf.reshape(constants[transform_assets.PIXEL_MEAN], shape)
         std = tf.reshape(constants[transform_assets.PIXEL_STD], shape)
         return (tf.cast(images, tf.float32) - mean) / std
+
+    def _one_label(self):
+        """A batch of one label, what the graph's constants are computed from: an id, or in a
+        multi-label build an empty list of them."""
+        if self._multi_label:
+            return tf.SparseTensor(tf.zeros([0, 2], tf.int64), tf.zeros([0], tf.int64), [1, 0])
+        return tf.zeros([1], tf.int64)
 
     def compute_output_shape(self, input_shape):
         return input_shape

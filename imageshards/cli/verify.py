@@ -70,7 +70,22 @@ class _ShardTally:
         self.records = 0
         self.classes = collections.Counter()
         self.levels = collections.defaultdict(collections.Counter)  # level -> name -> records
+        self.unlabeled = 0  # multi-label records with no label
         self.intact = True
+
+    def count(self, label, levels):
+        """Counts a record's label and level names (tuples of names in a multi-label build; ''
+        or () where a level has no value)."""
+        if isinstance(label, tuple):
+            self.classes.update(label)
+            self.unlabeled += not label
+        elif label is not None:
+            self.classes[label] += 1
+        for level, name in levels.items():
+            if isinstance(name, tuple):
+                self.levels[level].update(name or ('',))
+            elif name is not None:
+                self.levels[level][name] += 1
 
 
 class _ShardReader:
@@ -109,11 +124,7 @@ class _ShardReader:
             for offset, record in records.framed_records(reader, path):
                 tally.records += 1
                 label, job, levels = self._checker.check(path, offset, record)
-                if label is not None:
-                    tally.classes[label] += 1
-                for level, name in levels.items():
-                    if name is not None:
-                        tally.levels[level][name] += 1
+                tally.count(label, levels)
                 if job is None:
                     continue
                 batch.append(job)
@@ -141,6 +152,8 @@ class _ShardReader:
                 found['level_missing'] = {
                     level: tally.levels[level][''] for level in entry['level_missing']
                 }
+            if 'unlabeled' in entry:
+                found['unlabeled'] = tally.unlabeled
         for key, value in found.items():
             if entry[key] != value:
                 self._problems.add(path, f'{key} is {value}, but dataset.json says {entry[key]}')

@@ -26,7 +26,8 @@ class RecordChecker:
 
     def __init__(self, dataset, problems):
         self._levels = dataset.get('label_levels') or {}
-        self._schema = features.record_schema(dataset['format'], self._levels)
+        self._multi = bool(dataset.get('multi_label'))
+        self._schema = features.record_schema(dataset['format'], self._levels, self._multi)
         self._payload_key = features.ENCODED if features.ENCODED in self._schema else features.PATH
         self._labels = dataset['labels']
         self._problems = problems
@@ -36,7 +37,7 @@ class RecordChecker:
 
     def check(self, where, offset, record):
         """Returns (label name or None, ImageJob or None, {level: name, '' if missing}) for one
-        record."""
+        record; in a multi-label build, tuples of names for the label and each level."""
         try:
             example = records.parse_example(record)
         except records.NotAnExampleError as e:
@@ -68,6 +69,9 @@ class RecordChecker:
         text = values.get(features.level_text(level))
         if level_id is None or text is None:
             return None
+        if self._multi:
+            what = f'{features.level_label(level)} (label_levels.{level})'
+            return self._names(where, offset, level_id, text, names, what)
         text = text.decode('utf-8', 'replace')
         if level_id == features.MISSING_LEVEL and not text:
             return ''
@@ -82,14 +86,18 @@ class RecordChecker:
         return text
 
     def _scalars(self, where, offset, values):
-        """{key: value} of the schema's keys that hold exactly one value of the right kind."""
+        """{key: value} of the schema's keys that hold exactly one value of the right kind, or
+        any number of them for a list kind (the value: a tuple)."""
         for key in sorted(set(values) - set(self._schema)):
             self._problems.add(where, f'unexpected feature {key}', offset)
         scalars = {}
         for key, kind in self._schema.items():
             found, items = values.get(key, (None, []))
+            listed = kind.endswith(features.LIST)
             if key not in values:
                 self._problems.add(where, f'missing feature {key}', offset)
+            elif listed and found == kind[: -len(features.LIST)]:
+                scalars[key] = tuple(items)
             elif found != kind or len(items) != 1:
                 self._problems.add(
                     where, f'{key} holds {len(items)} {found} values, not one {kind}', offset
@@ -98,10 +106,28 @@ class RecordChecker:
                 scalars[key] = items[0]
         return scalars
 
+    def _names(self, where, offset, ids, texts, names, what):
+        """The names of a multi-label record's ids (a tuple), checked: sorted, distinct, in
+        range, each with its text; None where they cannot be told."""
+        texts = tuple(text.decode('utf-8', 'replace') for text in texts)
+        problem = ''
+        if list(ids) != sorted(set(ids)):
+            problem = f'{what} ids {list(ids)} are not sorted and distinct'
+        elif not all(0 <= i < len(names) for i in ids):
+            problem = f'{what} ids {list(ids)} are not all indices of its names'
+        elif len(texts) != len(ids) or any(names[i] != t for i, t in zip(ids, texts)):
+            problem = f'{what} ids {list(ids)} do not name their texts {list(texts)}'
+        if problem:
+            self._problems.add(where, problem, offset)
+            return None
+        return texts
+
     def _label_name(self, where, offset, values):
         label, text = values.get(features.LABEL), values.get(features.LABEL_TEXT)
         if label is None or text is None:
             return None
+        if self._multi:
+            return self._names(where, offset, label, text, self._labels, 'image/class/label')
         text = text.decode('utf-8', 'replace')
         if not 0 <= label < len(self._labels):
             self._problems.add(

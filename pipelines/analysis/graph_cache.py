@@ -85,12 +85,13 @@ def cache_dir():
     return os.path.join(root, 'transform')
 
 
-def kind(fmt, levels, image_size):
+def kind(fmt, levels, image_size, multi_label=False):
     """What the graph is made of: its folder of the cache, and the parts of its key."""
     parts = {
         'format': fmt,
         'label_levels': list(levels),
         'image_size': image_size,
+        **({'multi_label': True} if multi_label else {}),
         'versions': {name: _version(name) for name in _PACKAGES},
         'sources': {name: _source_digest(name) for name in _SOURCES},
     }
@@ -100,7 +101,7 @@ def kind(fmt, levels, image_size):
 
 def find(settings):
     """The cached (or shipped) output for `settings` (transform_output.settings()), or None."""
-    for path in _paths(settings['format'], settings['levels'], settings['image_size']):
+    for path in _paths(*_kind_of(settings)):
         whole = os.path.isfile(os.path.join(path, layout.TRANSFORM_SAVED_MODEL)) and all(
             os.path.isdir(os.path.join(path, name)) for name in layout.TRANSFORM_DIRS
         )
@@ -109,10 +110,20 @@ def find(settings):
     return None
 
 
-def has_kind(fmt, levels, image_size):
+def has_kind(fmt, levels, image_size, multi_label=False):
     """Whether an output of this kind is cached (or shipped): what the build will find, known
     before the inputs are listed (but for a cache changed meanwhile)."""
-    return any(os.path.isdir(path) for path in _paths(fmt, levels, image_size))
+    return any(os.path.isdir(path) for path in _paths(fmt, levels, image_size, multi_label))
+
+
+def _kind_of(settings):
+    """(format, levels, image size, multi_label) of transform_output.settings()."""
+    return (
+        settings['format'],
+        settings['levels'],
+        settings['image_size'],
+        settings.get('multi_label', False),
+    )
 
 
 def describe(path):
@@ -122,6 +133,8 @@ def describe(path):
     what = f'{parts["format"]}, image size {parts["image_size"]}'
     if parts['label_levels']:
         what += f', label levels {",".join(parts["label_levels"])}'
+    if parts.get('multi_label'):
+        what += ', multi-label'
     if os.path.commonpath([path, PACKAGED_DIR]) == PACKAGED_DIR:
         return f'the one imageshards ships for this kind ({what}); no TensorFlow needed'
     return (
@@ -130,9 +143,9 @@ def describe(path):
     )
 
 
-def _paths(fmt, levels, image_size):
+def _paths(fmt, levels, image_size, multi_label=False):
     """Where an output of this kind is looked for: the cache, then the package."""
-    digest = kind(fmt, levels, image_size)[0]
+    digest = kind(fmt, levels, image_size, multi_label)[0]
     paths = [os.path.join(cache_dir(), digest, _GRAPH)]
     if os.environ.get(PACKAGED_ENV, '1') != '0':
         paths.append(os.path.join(PACKAGED_DIR, digest, _GRAPH))
@@ -143,7 +156,7 @@ def keep(staging_dir, settings, root=None):
     """Copies the tf.Transform output staged in `staging_dir` (by TFT, for `settings`) into the
     cache (or the folder `root`), unless it is there already; a failure to do so is only
     logged."""
-    digest = kind(settings['format'], settings['levels'], settings['image_size'])[0]
+    digest = kind(*_kind_of(settings))[0]
     path = os.path.join(root or cache_dir(), digest, _GRAPH)
     if os.path.exists(path) or storage.is_uri(staging_dir):
         return
@@ -154,7 +167,7 @@ def keep(staging_dir, settings, root=None):
             shutil.copytree(os.path.join(staging_dir, name), os.path.join(scratch, name))
         for name in transform_assets.NAMES:  # this build's: written anew by each build
             os.remove(os.path.join(scratch, layout.TRANSFORM_ASSETS, name))
-        parts = dict(kind(settings['format'], settings['levels'], settings['image_size'])[1])
+        parts = dict(kind(*_kind_of(settings))[1])
         with open(os.path.join(scratch, KEY_JSON), 'w', encoding='utf-8') as f:
             json.dump(parts, f, indent=2, sort_keys=True)
         try:

@@ -39,9 +39,12 @@ class WriteTransformOutput(beam.PTransform):
         image_size: the side of the transform's `image` output.
         staging_dir: where transform_fn/, transformed_metadata/ and metadata/ are written.
         temp_dir: TFT's own temporary folder.
+        multi_label: a multi-label build (its labels and levels are lists).
     """
 
-    def __init__(self, analysis, labels, fmt, levels, image_size, staging_dir, temp_dir):
+    def __init__(
+        self, analysis, labels, fmt, levels, image_size, staging_dir, temp_dir, multi_label=False
+    ):
         super().__init__()
         self._analysis = analysis
         self._labels = tuple(labels)
@@ -50,6 +53,7 @@ class WriteTransformOutput(beam.PTransform):
         self._image_size = image_size
         self._staging_dir = staging_dir
         self._temp_dir = temp_dir
+        self._multi_label = multi_label
 
     def expand(self, pipeline):
         # pylint: disable=import-outside-toplevel
@@ -60,13 +64,18 @@ class WriteTransformOutput(beam.PTransform):
         from imageshards import transform
 
         schema = schema_utils.schema_from_feature_spec(
-            transform.raw_feature_spec(self._format, self._levels)
+            transform.raw_feature_spec(self._format, self._levels, self._multi_label)
         )
         tfxio = tf_example_record.TFExampleBeamRecord(
             physical_format='tfrecord', telemetry_descriptors=['imageshards'], schema=schema
         )
         preprocessing_fn = transform.make_preprocessing_fn(
-            self._labels, self._analysis, self._format, self._levels, self._image_size
+            self._labels,
+            self._analysis,
+            self._format,
+            self._levels,
+            self._image_size,
+            self._multi_label,
         )
         records = pipeline | 'NoRecords' >> beam.Create([]).with_output_types(bytes)
         batches = records | 'ToRecordBatches' >> tfxio.BeamSource()
@@ -92,7 +101,7 @@ def _write_raw_metadata(unused_written, schema, path):
     return path
 
 
-def settings(labels, fmt, levels, image_size, staging_dir, temp_dir):
+def settings(labels, fmt, levels, image_size, staging_dir, temp_dir, multi_label=False):
     """What it takes to write a build's graph (`write`, WriteTransformOutput), known once the
     inputs are listed."""
     return {
@@ -102,6 +111,7 @@ def settings(labels, fmt, levels, image_size, staging_dir, temp_dir):
         'image_size': image_size,
         'staging_dir': staging_dir,
         'temp_dir': temp_dir,
+        'multi_label': multi_label,
     }
 
 
@@ -124,4 +134,5 @@ def write(settings):
             settings['image_size'],
             settings['staging_dir'],
             settings['temp_dir'],
+            settings.get('multi_label', False),
         )

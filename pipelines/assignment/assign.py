@@ -5,7 +5,9 @@ images of each class, so retries, runners and worker counts cannot change the re
 
 * Splits: each class is divided among the requested splits in proportion (every class's count
   within one image of its share), the lowest-ranked images going to the first split. A manifest's
-  `split` column overrides this for its rows.
+  `split` column overrides this for its rows. In a multi-label build the "class" of an image is
+  its label set, and the sets are divided by iterative stratification, rare labels first
+  (pipelines/assignment/splits.py).
 * Shards: each split has S shards whose record counts differ by at most one, and each shard's
   count of every class is within one of its proportional share (`ShardPlan.class_row`). Which
   images of a class go to which shard follows their rank, so it is uniformly random.
@@ -27,6 +29,7 @@ import typing
 import apache_beam as beam
 
 from pipelines.assignment import blocks
+from pipelines.assignment import splits as split_lib
 from pipelines.options import BuildConfig
 
 _RANK = 'rank'
@@ -51,34 +54,6 @@ def _salted(seed, purpose):
 def order_key(seed, meta):
     """Sort key of a record inside its shard."""
     return shuffle_hash(seed, _ORDER, meta.key), meta.key
-
-
-def stratified_split_counts(class_sizes, fractions):
-    """Divides each class among splits: every count within one of `size * fraction`.
-
-    Where a class's share must round up in some split, the split that is furthest behind its
-    overall share (over the classes so far) gets it, so split totals stay proportional too.
-
-    Args:
-        class_sizes: [n_c] per class, in label order.
-        fractions: [f_s] per split, summing to 1.
-    Returns:
-        [[count per split] per class].
-    """
-    totals = [0] * len(fractions)
-    cumulative = 0
-    rows = []
-    for size in class_sizes:
-        quotas = [size * fraction for fraction in fractions]
-        row = [math.floor(quota) for quota in quotas]
-        cumulative += size
-        eligible = [s for s, quota in enumerate(quotas) if quota > row[s]]
-        behind = sorted(eligible, key=lambda s: (totals[s] + row[s] - cumulative * fractions[s], s))
-        for s in behind[: size - sum(row)]:
-            row[s] += 1
-        totals = [total + count for total, count in zip(totals, row)]
-        rows.append(row)
-    return rows
 
 
 def shard_extras(class_sizes, num_shards):
@@ -154,6 +129,7 @@ class ShardPlan:
     shares: dict  # label -> [(split, count)] for images with no manifest split
     explicit: dict  # (split, label) -> images a manifest put in that split
     extras: dict  # (split, label) -> shard_extras() entry
+    rows: dict = None  # (split, label set) -> records per shard, in a multi-label build
 
     def runs(self, group, label, bucket, size):
         """Where the `size` images of a bucket go, by rank: [(split, shard, start, end)], the
@@ -185,12 +161,15 @@ class ShardPlan:
 
     def row_bounds(self, split, label):
         """Cumulative record counts of a class over the shards of a split, for bisect."""
-        row = class_row(
-            self.class_counts[(split, label)],
-            self.num_records[split],
-            self.num_shards[split],
-            self.extras[(split, label)],
-        )
+        if self.rows:
+            row = self.rows[(split, label)]
+        else:
+            row = class_row(
+                self.class_counts[(split, label)],
+                self.num_records[split],
+                self.num_shards[split],
+                self.extras[(split, label)],
+            )
         bounds, running = [], 0
         for count in row:
             running += count
@@ -218,7 +197,7 @@ def make_plan(counts, fractions, num_shards=0, shard_bytes=DEFAULT_SHARD_BYTES):
     labels = sorted({label for _, label in group_sizes})
     names = [name for name, _ in fractions]
     unassigned = [group_sizes[('', label)] for label in labels]
-    rows = stratified_split_counts(unassigned, [fraction for _, fraction in fractions])
+    rows = split_lib.split_counts(labels, unassigned, [fraction for _, fraction in fractions])
     shares = {label: list(zip(names, row)) for label, row in zip(labels, rows)}
     explicit = {key: images for key, images in group_sizes.items() if key[0] and images}
     class_counts, split_bytes = collections.Counter(explicit), collections.Counter()
@@ -234,11 +213,18 @@ def make_plan(counts, fractions, num_shards=0, shard_bytes=DEFAULT_SHARD_BYTES):
         num_records[split] += images
     manifest_only = sorted(set(num_records) - set(names))
     splits = tuple(s for s in names + manifest_only if num_records[s] > 0)
-    shard_counts, extras = {}, {}
+    shard_counts, extras, rows = {}, {}, {}
+    multi_label = any(isinstance(label, tuple) for label in labels)
     for split in splits:
         derived = min(num_records[split], math.ceil(split_bytes[split] / shard_bytes))
         shard_counts[split] = num_shards or max(1, derived)
         sizes = [class_counts.get((split, label), 0) for label in labels]
+        if multi_label:  # label sets: shards stratified for every label, as the splits are
+            for label, row in zip(
+                labels, split_lib.shard_counts(labels, sizes, shard_counts[split])
+            ):
+                rows[(split, label)] = tuple(row)
+            continue
         for label, entry in zip(labels, shard_extras(sizes, shard_counts[split])):
             extras[(split, label)] = entry
     return ShardPlan(
@@ -250,6 +236,7 @@ def make_plan(counts, fractions, num_shards=0, shard_bytes=DEFAULT_SHARD_BYTES):
         shares,
         explicit,
         extras,
+        rows or None,
     )
 
 

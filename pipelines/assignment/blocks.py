@@ -23,7 +23,7 @@ class ImageMeta(typing.NamedTuple):
 
     id: int
     key: str  # the source is `inputs.source_path(base, key)`
-    label: int
+    label: int  # the label's id; in a multi-label build, the sorted tuple of the image's ids
     split: str  # a manifest's split, or '' to be assigned
     format: str
     height: int
@@ -34,7 +34,8 @@ class ImageMeta(typing.NamedTuple):
     source_sha256: bytes  # digest of the source file when re-encoded, else b''
     source_crc32c: int  # lets the writer check cheaply that the file has not changed since
     reencoded: bool
-    levels: tuple = ()  # label level ids, in the build's level order (-1: missing)
+    levels: tuple = ()  # label level ids, in the build's level order (-1: missing); a tuple
+    # of ids per level in a multi-label build
     payload: int = 0  # the number of the payload file holding the stored bytes; 0: none
     payload_offset: int = 0  # where in it (`num_bytes` long)
 
@@ -54,10 +55,12 @@ _new_meta = tuple.__new__
 
 
 # id, label, height, width, channels, num_bytes, source_crc32c, reencoded, payload,
-# payload_offset, then the byte lengths of key, split, format, sha256 and source_sha256 and the
-# number of label level ids; then key, split, format, sha256 and source_sha256 and the level ids
-# as int32, in that order.
-_FIXED = struct.Struct('<qIIIHQI?QQIHBBBB')
+# payload_offset, then the byte lengths of key, split, format, sha256 and source_sha256, the
+# number of level int32s and whether the image is a multi-label one; then key, split, format,
+# sha256 and source_sha256 and the level ids as int32, in that order. A multi-label image's
+# `label` field is its number of label ids, which follow the strings as int32s, and its levels
+# are each a count and that many ids.
+_FIXED = struct.Struct('<qIIIHQI?QQIHBBBHB')
 _LEVEL_ID = struct.Struct('<i')
 
 
@@ -66,10 +69,12 @@ def pack(metas):
     parts = []
     for meta in metas:
         key, split, fmt = meta.key.encode(), meta.split.encode(), meta.format.encode()
+        multi = isinstance(meta.label, tuple)
+        levels = _flat_levels(meta.levels) if multi else meta.levels
         parts.append(
             _FIXED.pack(
                 meta.id,
-                meta.label,
+                len(meta.label) if multi else meta.label,
                 meta.height,
                 meta.width,
                 meta.channels,
@@ -83,13 +88,40 @@ def pack(metas):
                 len(fmt),
                 len(meta.sha256),
                 len(meta.source_sha256),
-                len(meta.levels),
+                len(levels),
+                multi,
             )
         )
         parts += (key, split, fmt, meta.sha256, meta.source_sha256)
-        if meta.levels:
-            parts.append(struct.pack(f'<{len(meta.levels)}i', *meta.levels))
+        if multi and meta.label:
+            parts.append(struct.pack(f'<{len(meta.label)}i', *meta.label))
+        if levels:
+            parts.append(struct.pack(f'<{len(levels)}i', *levels))
     return b''.join(parts)
+
+
+def _labels(block, position, label, num_levels, multi):
+    """(label, levels, position after them) of an image whose strings end at `position`."""
+    if multi:
+        label = struct.unpack_from(f'<{label}i', block, position) if label else ()
+        position += _LEVEL_ID.size * len(label)
+    levels = struct.unpack_from(f'<{num_levels}i', block, position) if num_levels else ()
+    position += _LEVEL_ID.size * num_levels
+    return label, _nested_levels(levels) if multi else levels, position
+
+
+def _flat_levels(levels):
+    """A multi-label image's levels as int32s: each level's count, then its ids."""
+    return [value for ids in levels for value in (len(ids), *ids)]
+
+
+def _nested_levels(flat):
+    levels, position = [], 0
+    while position < len(flat):
+        count = flat[position]
+        levels.append(tuple(flat[position + 1 : position + 1 + count]))
+        position += 1 + count
+    return tuple(levels)
 
 
 def unpack(block):
@@ -113,6 +145,7 @@ def unpack(block):
             sha_len,
             source_len,
             num_levels,
+            multi,
         ) = _FIXED.unpack_from(block, position)
         position += _FIXED.size
         key = block[position : position + key_len].decode()
@@ -125,8 +158,7 @@ def unpack(block):
         position += sha_len
         source_sha256 = block[position : position + source_len]
         position += source_len
-        levels = struct.unpack_from(f'<{num_levels}i', block, position) if num_levels else ()
-        position += _LEVEL_ID.size * num_levels
+        label, levels, position = _labels(block, position, label, num_levels, multi)
         metas.append(
             _new_meta(
                 ImageMeta,

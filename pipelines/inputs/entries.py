@@ -18,13 +18,18 @@ IMAGE_EXTENSIONS = frozenset(
     ['.jpg', '.jpeg', '.jpe', '.jfif', '.png', '.gif', '.bmp', '.webp', '.tif', '.tiff']
 )
 MANIFEST_COLUMNS = ('path', 'label', 'split')
+MULTI_LABEL_COLUMN = 'labels'  # in place of `label`: several labels per image
 # URL user info (user:password@), which must never be used or shown.
 USERINFO = re.compile(r'^([a-zA-Z][a-zA-Z0-9+.-]*://)[^/?#]*@')
 _WEB_SCHEMES = ('http://', 'https://', 'ftp://')
 
 
 class InputEntry(typing.NamedTuple):
-    """One input of the build. `reject` holds a reason code when listing already rejected it."""
+    """One input of the build. `reject` holds a reason code when listing already rejected it.
+
+    In a multi-label build `label` is a sorted tuple of names (empty: no label), and so is
+    each level's value.
+    """
 
     id: int
     path: str  # what workers read: an absolute local path or a URI
@@ -34,6 +39,24 @@ class InputEntry(typing.NamedTuple):
     reject: str = ''
     detail: str = ''
     levels: dict = {}  # label level -> value ('' or absent: missing); never mutated
+
+    @classmethod
+    def from_json(cls, fields):
+        """An entry from its JSON list (a listing file's): lists, a multi-label entry's labels
+        and level values, become tuples again."""
+        entry = cls(*fields)
+        if isinstance(entry.label, list):
+            levels = {level: tuple(values) for level, values in entry.levels.items()}
+            entry = entry._replace(label=tuple(entry.label), levels=levels)
+        return entry
+
+
+def names_of(value):
+    """The names of a label or level value: a multi-label tuple as it is, a name as a 1-tuple,
+    a missing ('') value as none."""
+    if isinstance(value, tuple):
+        return value
+    return (value,) if value else ()
 
 
 @dataclasses.dataclass
@@ -67,6 +90,7 @@ class InputScan:
     skipped_examples: list = dataclasses.field(default_factory=list)
     # Label levels in order: declared, or (a JSONL manifest) added as rows name them.
     levels: list = dataclasses.field(default_factory=list)
+    multi_label: bool = False  # several labels per image (a manifest's `labels`)
 
     def skip(self, reason, path):
         self.skipped[reason] += 1
@@ -81,19 +105,21 @@ class ListingCounts:
         self.num_inputs = 0
         self.rejected = collections.Counter()  # reason -> inputs rejected by listing
         self._labels = set()
-        self._groups = collections.Counter()  # (manifest split, label) -> images
+        self._groups = collections.Counter()  # (manifest split, label or label set) -> images
         self._level_values = collections.defaultdict(set)  # level -> values seen
+        self._multi_levels = set()  # levels where some image has several values
 
     def add(self, entry):
         self.num_inputs += 1
         if entry.reject:
             self.rejected[entry.reject] += 1
         else:
-            self._labels.add(entry.label)
+            self._labels.update(names_of(entry.label))
             self._groups[(entry.split, entry.label)] += 1
             for level, value in entry.levels.items():
-                if value:
-                    self._level_values[level].add(value)
+                self._level_values[level].update(names_of(value))
+                if isinstance(value, tuple) and len(value) > 1:
+                    self._multi_levels.add(level)
         return entry
 
     @property
@@ -108,6 +134,7 @@ class ListingCounts:
             'labels': self.labels,
             'groups': [[split, label, n] for (split, label), n in self._groups.items()],
             'level_values': {level: sorted(v) for level, v in self._level_values.items()},
+            'multi_levels': sorted(self._multi_levels),
         }
 
     @classmethod
@@ -117,9 +144,11 @@ class ListingCounts:
         counts.rejected.update(data['rejected'])
         counts._labels.update(data['labels'])  # pylint: disable=protected-access
         for split, label, n in data['groups']:
+            label = tuple(label) if isinstance(label, list) else label
             counts._groups[(split, label)] = n  # pylint: disable=protected-access
         for level, values in data['level_values'].items():
             counts._level_values[level].update(values)  # pylint: disable=protected-access
+        counts._multi_levels.update(data['multi_levels'])  # pylint: disable=protected-access
         return counts
 
     def label_levels(self, levels):
@@ -135,6 +164,8 @@ class ListingCounts:
             max(self._groups.values(), default=0),
             self.label_levels(scan.levels),
             self.manifest_splits,
+            scan.multi_label,
+            tuple(level for level in scan.levels if level in self._multi_levels),
         )
 
     @property
@@ -152,9 +183,11 @@ class ListingSummary(typing.NamedTuple):
     num_inputs: int
     skipped: dict
     base: str
-    largest_group: int  # images of the most common (manifest split, label)
+    largest_group: int  # images of the most common (manifest split, label or label set)
     label_levels: dict = {}  # level -> sorted names (ids are positions), in level order
     manifest_splits: dict = {}  # split -> images a manifest's split column places
+    multi_label: bool = False  # several labels per image
+    multi_label_levels: tuple = ()  # the levels where some image has several values
 
     @property
     def num_skipped(self):

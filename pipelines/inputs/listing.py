@@ -30,6 +30,7 @@ import sys
 from imageshards import storage
 from imageshards.storage import absolute
 from imageshards.storage import is_uri
+from pipelines.inputs import confinement
 from pipelines.inputs import manifests
 from pipelines.inputs.entries import IMAGE_EXTENSIONS
 from pipelines.inputs.entries import USERINFO
@@ -46,7 +47,7 @@ _LOG = logging.getLogger(__name__)
 _GLOB_CHARS = re.compile(r'[*?\[]')
 
 
-def scan_inputs(spec, allow_roots=(), follow_symlinks=False, label_levels=()):
+def scan_inputs(spec, allow_roots=(), follow_symlinks=False, label_levels=(), label_separator=None):
     """Starts listing a tree, glob, .csv or .jsonl manifest; returns an InputScan.
 
     Problems with `spec` itself (credentials, a missing tree or manifest) raise ValueError here;
@@ -58,13 +59,14 @@ def scan_inputs(spec, allow_roots=(), follow_symlinks=False, label_levels=()):
         follow_symlinks: accept symlinks wherever they lead, and descend symlinked folders.
         label_levels: a tree's label levels, one per folder below the root, coarse to fine; for a
             manifest, the `label/<level>` columns it must have (default: those it has).
+        label_separator: what separates the labels of a multi-label CSV cell (None: whitespace).
     """
     if USERINFO.match(spec):
         raise ValueError(f'--input {redact(spec)} carries credentials in its URL; remove them')
-    roots = [manifests.normalize_root(root) for root in allow_roots]
+    roots = [confinement.normalize_root(root) for root in allow_roots]
     levels = tuple(label_levels)
     if is_manifest(spec):
-        return manifests.scan_manifest(spec, roots, follow_symlinks, levels)
+        return manifests.scan_manifest(spec, roots, follow_symlinks, levels, label_separator)
     if is_glob(spec):
         return _scan_files(_glob_base(spec), absolute(spec), spec, follow_symlinks, levels)
     root = absolute(spec).rstrip('/')
@@ -73,13 +75,13 @@ def scan_inputs(spec, allow_roots=(), follow_symlinks=False, label_levels=()):
     return _scan_files(root, storage.join(root, '**'), spec, follow_symlinks, levels)
 
 
-def list_inputs(spec, allow_roots=(), follow_symlinks=False, label_levels=()):
+def list_inputs(spec, allow_roots=(), follow_symlinks=False, label_levels=(), label_separator=None):
     """Every input of `spec` in memory, as a Listing; raises ValueError when nothing matches.
 
     For tests and small inputs: a build streams the same entries into its listing file
     (`write_listing_file`) without holding them.
     """
-    scan = scan_inputs(spec, allow_roots, follow_symlinks, label_levels)
+    scan = scan_inputs(spec, allow_roots, follow_symlinks, label_levels, label_separator)
     counts = ListingCounts()
     entries = [counts.add(entry) for entry in scan.entries]
     _check(spec, scan, counts)
@@ -366,7 +368,7 @@ def read_work_item(listing_path, item):
 
 
 def parse_listing_line(line):
-    return [InputEntry(*fields) for fields in json.loads(line)]
+    return [InputEntry.from_json(fields) for fields in json.loads(line)]
 
 
 def copy_listing(source, destination):

@@ -1,61 +1,97 @@
-"""Listing a CSV or JSONL manifest (`path,label[,split]`), in row order, as untrusted input.
+"""Listing a CSV or JSONL manifest in row order, as untrusted input.
 
-Columns (CSV) or keys (JSONL) named `label/<level>` carry label levels beside `label`; their
-values may be empty here (the pipeline rejects or keeps an image missing one, see
-`--allow-missing-levels`).
+Forms (`detect` tells them apart by the file's first row):
+    CSV with a header `path,label[,split][,label/<level>...]`: one label per image;
+    CSV with `labels` in place of `label`: zero or more labels in one cell, separated by
+        `--label-separator` (default: whitespace, as Kaggle's Planet writes its tags), and each
+        `label/<level>` cell likewise: a multi-label build;
+    JSONL with `{"path", "label", "split", "label/<level>"}` per line, or `"labels": [...]` (and
+        level values as lists): multi-label;
+    Vertex AI's image classification import files (pipelines/inputs/vertex.py): multi-label.
+An image with no label is valid in a multi-label build. There, an image listed on several rows
+(Vertex AI and AutoML append rows) gets the union of their labels: the manifest is read twice,
+and the later rows are accounted for as `merged_row`. Elsewhere a repeated path is a
+`duplicate_row`. A row of the other form than the manifest's first is `mixed_label_forms`.
 
-Relative paths resolve against the manifest's folder. A row may only name a file below that
-folder or below a root given with `--allow-root`: `..` escapes, absolute paths and URIs
-elsewhere, URL schemes Beam cannot read, NUL bytes and URLs carrying credentials are rejected
-with a reason (credentials redacted), as are local symlinks leading outside those roots unless
-`--follow-symlinks`. Rows that cannot be read (malformed, empty label, duplicate) are rejected
-with a reason too, so every row is accounted for.
+Relative paths resolve against the manifest's folder; where a row may lead is
+pipelines/inputs/confinement.py's. Rows that cannot be used (malformed, empty label or path,
+duplicate) are rejected with a reason, so every row is accounted for.
 """
 
 import csv
-import functools
 import io
 import json
-import os
-import posixpath
-import stat
 
 from imageshards import features
 from imageshards import layout
 from imageshards import storage
 from imageshards.storage import absolute
-from imageshards.storage import is_uri
+from pipelines.inputs import vertex
+from pipelines.inputs.confinement import Confinement
+from pipelines.inputs.confinement import Refused
 from pipelines.inputs.entries import MANIFEST_COLUMNS
-from pipelines.inputs.entries import USERINFO
+from pipelines.inputs.entries import MULTI_LABEL_COLUMN
 from pipelines.inputs.entries import InputEntry
 from pipelines.inputs.entries import InputScan
-from pipelines.inputs.entries import inside
 from pipelines.inputs.entries import is_utf8
-from pipelines.inputs.entries import printable
-from pipelines.inputs.entries import redact
 
 LEVEL_COLUMN = 'label/'  # prefix of a label level's column: label/<level>
+CSV, JSONL = 'csv', 'jsonl'
 
 
-def scan_manifest(spec, roots, follow_symlinks, levels=()):
+def scan_manifest(spec, roots, follow_symlinks, levels=(), separator=None):
     """Starts listing a .csv or .jsonl manifest; `roots` are the normalized --allow-root folders.
 
-    Returns an InputScan whose entries are read from the manifest row by row.
+    Returns an InputScan whose entries are read from the manifest row by row, and whose
+    `multi_label` says the manifest's form.
 
     Args:
         levels: the label levels the manifest must have (--label-levels); by default those of
             its `label/<level>` columns (CSV) or keys (JSONL, in order of first appearance).
+        separator: what separates labels in a multi-label CSV cell; None: whitespace.
     """
-    read_rows = _read_csv_rows if spec.lower().endswith('.csv') else _read_jsonl_rows
     manifest = absolute(spec)
     if not storage.exists(manifest):
         raise ValueError(f'--input manifest does not exist: {manifest}')
+    kind, multi_label = detect(manifest)
+    if kind in (vertex.CSV, vertex.JSONL) and levels:
+        raise ValueError(f'{manifest}: a Vertex AI import file has no label levels')
     folder = manifest.rsplit('/', 1)[0]
-    confinement = _Confinement(folder, roots, follow_symlinks)
-    scan = InputScan(folder, iter(()), levels=list(levels))
-    columns = _LevelColumns(levels, scan.levels)
-    scan.entries = _manifest_entries(manifest, read_rows, confinement, columns)
+    scan = InputScan(folder, iter(()), levels=list(levels), multi_label=multi_label)
+    rows = _Rows(manifest, kind, _LevelColumns(levels, scan.levels), separator)
+    confinement = Confinement(folder, roots, follow_symlinks)
+    scan.entries = _manifest_entries(rows, confinement, multi_label)
     return scan
+
+
+def detect(manifest):
+    """(kind, multi_label) of a manifest, from its first row: CSV or JSONL, ours or Vertex AI's
+    (vertex.CSV, vertex.JSONL)."""
+    with storage.open_read(manifest, guess_compression=True) as f:
+        first = b''
+        for raw in f:
+            if raw.strip():
+                first = raw
+                break
+    text = first.decode('utf-8-sig', errors='replace')
+    if manifest.lower().endswith('.jsonl'):
+        try:
+            keys = json.loads(text) if text.strip() else {}
+        except ValueError:
+            keys = {}  # its row is rejected as it is read
+        if isinstance(keys, dict) and vertex.is_vertex_row(keys):
+            return vertex.JSONL, True
+        return JSONL, isinstance(keys, dict) and MULTI_LABEL_COLUMN in keys
+    header = next(csv.reader([text]), [])
+    if 'path' in header:
+        return CSV, MULTI_LABEL_COLUMN in header
+    if vertex.is_vertex_csv_row(header):
+        return vertex.CSV, True
+    raise ValueError(
+        f'{manifest}: expected a header path,label[,split][,label/<level>...] (or labels for '
+        f'several labels per image), or a Vertex AI import file [ML_USE,]GCS_FILE_PATH,LABEL...; '
+        f'the first row is {header[:4]}'
+    )
 
 
 class _LevelColumns:
@@ -82,8 +118,8 @@ class _LevelColumns:
                     f'columns: missing {[LEVEL_COLUMN + m for m in missing]}, not declared '
                     f'{[LEVEL_COLUMN + e for e in extra]}'
                 )
-        else:
-            self.levels.extend(found)
+        else:  # (a manifest read twice finds them twice)
+            self.levels.extend(level for level in found if level not in self.levels)
 
     @staticmethod
     def is_level(key):
@@ -101,8 +137,51 @@ class _LevelColumns:
         return ''
 
     def values(self, row):
-        """{level: value} of a row ('' where it has none)."""
-        return {level: (row.get(LEVEL_COLUMN + level) or '').strip() for level in self.levels}
+        """{level: the row's raw value} ('' where it has none)."""
+        return {level: row.get(LEVEL_COLUMN + level) or '' for level in self.levels}
+
+
+class _Rows:
+    """A manifest's rows, as (row dict, problem, line), each time it is iterated."""
+
+    def __init__(self, manifest, kind, columns, separator):
+        self.manifest, self.kind, self.columns, self.separator = manifest, kind, columns, separator
+
+    def __iter__(self):
+        read = {
+            CSV: _read_csv_rows,
+            JSONL: _read_jsonl_rows,
+            vertex.CSV: vertex.read_csv_rows,
+            vertex.JSONL: vertex.read_jsonl_rows,
+        }[self.kind]
+        with storage.open_read(self.manifest, guess_compression=True) as f:
+            yield from read(f, self.manifest, self.columns)
+
+    def labels(self, row, multi_label):
+        """(labels, {level: values}) of a usable row: a name and names (single-label), or
+        sorted tuples of names (multi-label). Raises ValueError for an empty label in a cell."""
+        if not multi_label:
+            levels = self.columns.values(row)
+            return (row.get('label') or '').strip(), {k: v.strip() for k, v in levels.items()}
+        labels = split_labels(row.get(MULTI_LABEL_COLUMN), self.separator, 'labels')
+        levels = {
+            level: split_labels(value, self.separator, f'{LEVEL_COLUMN}{level}')
+            for level, value in self.columns.values(row).items()
+        }
+        return labels, levels
+
+
+def split_labels(value, separator, what):
+    """The sorted, distinct names of a multi-label cell (split by `separator`, None:
+    whitespace) or JSON list. Raises ValueError for a name that is empty after splitting."""
+    if isinstance(value, (list, tuple)):
+        names = [name.strip() for name in value]
+    else:
+        value = (value or '').strip()
+        names = [name.strip() for name in value.split(separator)] if value else []
+    if any(not name for name in names):
+        raise ValueError(f'{what} {value!r} holds an empty label (separated by {separator!r})')
+    return tuple(sorted(set(names)))
 
 
 def _read_csv_rows(f, manifest, columns):
@@ -140,205 +219,161 @@ def _read_jsonl_rows(f, manifest, columns):
 
 def _jsonl_row(raw, columns):
     """(row, '') of a usable JSONL line, or (None, what is wrong with it)."""
-    try:
-        line = raw.decode('utf-8-sig')
-    except UnicodeDecodeError as e:
-        return None, f'line is not valid UTF-8: {e}'
-    try:
-        row = json.loads(line)
-    except (ValueError, RecursionError) as e:
-        return None, f'not valid JSON: {type(e).__name__}: {e}'
-    if not isinstance(row, dict):
-        return None, f'expected a JSON object, got {type(row).__name__}'
-    unknown = sorted(
-        key for key in row if key not in MANIFEST_COLUMNS and not columns.is_level(key)
-    )
+    row, problem = vertex.json_object(raw)
+    if row is None:
+        return None, problem
+    known = (*MANIFEST_COLUMNS, MULTI_LABEL_COLUMN)
+    unknown = sorted(key for key in row if key not in known and not columns.is_level(key))
     if unknown:
-        return None, f'unknown keys {unknown}; expected {list(MANIFEST_COLUMNS)}, label/<level>'
-    nested = sorted(key for key, value in row.items() if isinstance(value, (dict, list)))
+        return None, f'unknown keys {unknown}; expected {list(known)}, label/<level>'
+    lists = MULTI_LABEL_COLUMN in row  # a multi-label row's labels and levels are lists
+    nested = sorted(
+        key
+        for key, value in row.items()
+        if isinstance(value, dict)
+        or (isinstance(value, list) and not (lists and key != 'path' and key != 'split'))
+    )
     if nested:
         return None, f'{nested} must be strings, not JSON objects or arrays'
     level_problems = [columns.key_problem(key) for key in row if columns.is_level(key)]
     if any(level_problems):
         return None, '; '.join(problem for problem in level_problems if problem)
-    return {key: '' if value is None else str(value) for key, value in row.items()}, ''
+    if lists and not all(isinstance(row[k], list) for k in row if k not in ('path', 'split')):
+        return None, 'in a row with "labels", labels and label levels are JSON arrays of names'
+    return {key: _text(value) for key, value in row.items()}, ''
+
+
+def _text(value):
+    if isinstance(value, list):
+        return ['' if item is None else str(item) for item in value]
+    return '' if value is None else str(value)
 
 
 def _check_columns(header, manifest):
-    missing = [column for column in ('path', 'label') if column not in header]
+    label = [column for column in ('label', MULTI_LABEL_COLUMN) if column in header]
+    missing = [column for column in ('path',) if column not in header] + (
+        [] if label else ['label (or labels)']
+    )
     unknown = [
         column
         for column in header
-        if column not in MANIFEST_COLUMNS and not _LevelColumns.is_level(column)
+        if column not in (*MANIFEST_COLUMNS, MULTI_LABEL_COLUMN)
+        and not _LevelColumns.is_level(column)
     ]
     if missing or unknown:
         raise ValueError(
-            f'{manifest}: header must be path,label[,split][,label/<level>...]; missing '
-            f'{missing}, unknown {unknown}'
+            f'{manifest}: header must be path,label[,split][,label/<level>...] (labels for '
+            f'several per image); missing {missing}, unknown {unknown}'
+        )
+    if len(label) == 2:
+        raise ValueError(
+            f'{manifest}: has both a label and a labels column; a build is single-label '
+            '(label) or multi-label (labels), not both'
         )
 
 
-def _manifest_entries(manifest, read_rows, confinement, columns):
+def _manifest_entries(rows, confinement, multi_label):
     """The manifest's rows as InputEntry, in row order.
 
-    Finding duplicate rows keeps each row's path until the end (about 0.1 KB per row).
+    Finding repeated rows keeps each row's path until the end (about 0.1 KB per row); a
+    multi-label manifest is read twice, the first time for the labels of repeated paths.
     """
+    merged = _merged_labels(rows, confinement) if multi_label else {}
     first_line_of = {}
-    with storage.open_read(manifest, guess_compression=True) as f:
-        for entry_id, (row, problem, line) in enumerate(read_rows(f, manifest, columns)):
-            entry = _manifest_entry(
-                (entry_id, line), row, problem, manifest, confinement, first_line_of
-            )
-            yield entry._replace(levels=columns.values(row)) if row and columns.levels else entry
+    for entry_id, (row, problem, line) in enumerate(rows):
+        context = (entry_id, line, rows.manifest, multi_label)
+        entry = _manifest_entry(context, row, problem, confinement, first_line_of)
+        if row is None or entry.reject in ('malformed_row', 'mixed_label_forms'):
+            yield entry
+            continue
+        try:
+            labels, levels = rows.labels(row, multi_label)
+        except ValueError as e:
+            yield entry if entry.reject else entry._replace(reject='empty_label', detail=str(e))
+            continue
+        if multi_label and entry.path in merged and not entry.reject:
+            labels, levels = _union((labels, levels), merged[entry.path])
+        yield entry._replace(label=labels, levels=levels if rows.columns.levels else {})
 
 
-def _manifest_entry(position, row, problem, manifest, confinement, first_line_of):
-    """One manifest row as an InputEntry; rows that cannot be used carry a reason.
+def _merged_labels(rows, confinement):
+    """{path: (labels, {level: values})} of the later rows of each path listed more than once
+    (their union), from a first reading of a multi-label manifest."""
+    seen, merged = set(), {}
+    for row, problem, _ in rows:
+        if row is None or problem or _form_problem(row, True):
+            continue
+        try:
+            path, _ = confinement.resolve((row.get('path') or '').strip())
+            labels = rows.labels(row, True)
+        except (Refused, ValueError):
+            continue
+        if path in seen:
+            merged[path] = _union(merged.get(path, ((), {})), labels)
+        seen.add(path)
+    return merged
+
+
+def _union(first, second):
+    labels = tuple(sorted(set(first[0]) | set(second[0])))
+    levels = {
+        level: tuple(sorted(set(first[1].get(level, ())) | set(second[1].get(level, ()))))
+        for level in {**first[1], **second[1]}
+    }
+    return labels, levels
+
+
+def _form_problem(row, multi_label):
+    """Why a row's form is not the manifest's ('' where it is)."""
+    if multi_label and 'label' in row:
+        return 'a row with "label" in a manifest of "labels" (several labels per image)'
+    if not multi_label and MULTI_LABEL_COLUMN in row:
+        return 'a row with "labels" in a manifest of "label" (one label per image)'
+    return ''
+
+
+def _manifest_entry(context, row, problem, confinement, first_line_of):
+    """One manifest row as an InputEntry (its labels still raw); rows that cannot be used
+    carry a reason.
 
     Args:
-        position: (the row's id: rows count from 0, after a CSV's header; the file's line
-            number of the row, from 1, which messages name).
+        context: (the row's id: rows count from 0, after a CSV's header; the file's line number
+            of the row, from 1, which messages name; the manifest; whether it is multi-label).
     """
-    entry_id, line = position
+    entry_id, line, manifest, multi_label = context
     row_ref = f'{manifest}#line={line}'
     if row is None:
         return InputEntry(entry_id, row_ref, row_ref, '', reject='malformed_row', detail=problem)
+    if _form_problem(row, multi_label):
+        detail = _form_problem(row, multi_label)
+        return InputEntry(entry_id, row_ref, row_ref, '', reject='mixed_label_forms', detail=detail)
     raw_path = (row.get('path') or '').strip()
-    label = (row.get('label') or '').strip()
     split = (row.get('split') or '').strip()
     if not raw_path:
         return InputEntry(
-            entry_id, row_ref, row_ref, label, reject='empty_path', detail='the row has no path'
+            entry_id, row_ref, row_ref, '', reject='empty_path', detail='the row has no path'
         )
     try:
         path, key = confinement.resolve(raw_path)
-    except _Refused as refused:
+    except Refused as refused:
         return InputEntry(
-            entry_id, refused.path, refused.path, label, split, refused.reason, refused.detail
+            entry_id, refused.path, refused.path, '', split, refused.reason, refused.detail
         )
-    entry = InputEntry(entry_id, path, key, label, split)
-    if not label:
+    entry = InputEntry(entry_id, path, key, '', split)
+    if not multi_label and not (row.get('label') or '').strip():
         return entry._replace(reject='empty_label', detail=f'line {line} has an empty label')
     if split and not layout.SPLIT_NAME.match(split):
         return entry._replace(
             reject='invalid_split', detail=f'split {split!r} is not a usable folder name'
         )
     if path in first_line_of:
+        if multi_label:
+            return entry._replace(
+                reject='merged_row',
+                detail=f'same image as line {first_line_of[path]}, which takes its labels',
+            )
         return entry._replace(
             reject='duplicate_row', detail=f'same path as line {first_line_of[path]}'
         )
     first_line_of[path] = line
     return entry
-
-
-class _Refused(Exception):
-    """A manifest path that may not be read; `path` is safe to show (credentials redacted)."""
-
-    def __init__(self, reason, path, detail):
-        super().__init__(f'{reason}: {detail}')
-        self.reason, self.path, self.detail = reason, path, detail
-
-
-def normalize_root(root):
-    """An --allow-root as an absolute local path or a readable URI, without a trailing '/'."""
-    if USERINFO.match(root):
-        raise ValueError(f'--allow-root {redact(root)} carries credentials in its URL')
-    if not is_uri(root):
-        return os.path.abspath(root).rstrip('/') or '/'
-    if not _readable_scheme(root):
-        raise ValueError(f'--allow-root {root}: Beam has no filesystem for this URL scheme')
-    return root.rstrip('/')
-
-
-def _readable_scheme(uri):
-    return _has_filesystem(uri.split('://', 1)[0].lower())
-
-
-@functools.cache
-def _has_filesystem(scheme):
-    from apache_beam.io.filesystems import FileSystems  # pylint: disable=import-outside-toplevel
-
-    try:
-        FileSystems.get_filesystem(f'{scheme}://x/y')
-        return True
-    except Exception:  # pylint: disable=broad-except  # Beam raises ValueError or BeamIOError
-        return False
-
-
-def _normalize(path):
-    """Resolves '.' and '..' of a local path or a URI, lexically."""
-    if not is_uri(path):
-        return posixpath.normpath(path)
-    scheme, rest = path.split('://', 1)
-    return f'{scheme}://{posixpath.normpath(rest)}'
-
-
-class _Confinement:
-    """Decides where a manifest row's path leads, and whether a build may read it there."""
-
-    def __init__(self, folder, roots, follow_symlinks):
-        self._folder = folder
-        self._roots = [folder, *roots]
-        self._follow_symlinks = follow_symlinks
-        self._real_roots = [os.path.realpath(root) for root in self._roots if not is_uri(root)]
-        self._real_folders = {}  # folder -> its real path: one lookup per folder, not per row
-
-    def resolve(self, raw):
-        """Returns (path, key) of a row's path; raises _Refused where it may not be read."""
-        if USERINFO.match(raw):
-            raise _Refused(
-                'credentials_in_path',
-                redact(raw),
-                'the URL carries credentials; they were not used',
-            )
-        if is_uri(raw):
-            if not _readable_scheme(raw):
-                scheme = raw.split('://', 1)[0]
-                raise _Refused('unsupported_scheme', redact(raw), f'Beam cannot read {scheme}://')
-            path = key = raw
-        elif posixpath.isabs(raw):
-            path = key = posixpath.normpath(raw)
-        else:
-            key = posixpath.normpath(raw)
-            path = _normalize(storage.join(self._folder, key))
-        if '\x00' in raw:
-            raise _Refused('nul_in_path', path.replace('\x00', '\\x00'), 'the path has a NUL byte')
-        if is_uri(raw) and set(raw.split('://', 1)[1].split('/')) & {'.', '..'}:
-            raise _Refused('path_traversal', raw, 'the URL has . or .. segments')
-        if key == '..' or key.startswith('../'):
-            if not any(inside(path, root) for root in self._roots[1:]):
-                raise _Refused(
-                    'path_traversal',
-                    path,
-                    f'{raw!r} leads out of the manifest folder {self._folder} '
-                    f'(add --allow-root to read from elsewhere)',
-                )
-            key = path  # outside the manifest's folder: the key is the whole path
-        if not any(inside(path, root) for root in self._roots):
-            raise _Refused(
-                'outside_allowed_roots',
-                path,
-                f'not below the manifest folder {self._folder} or an --allow-root',
-            )
-        if not is_uri(path) and not self._follow_symlinks:
-            self._check_symlinks(path)
-        return path, key
-
-    def _check_symlinks(self, path):
-        """Refuses a local path whose real location is outside every allowed root."""
-        folder, name = posixpath.split(path)
-        if folder not in self._real_folders:
-            self._real_folders[folder] = os.path.realpath(folder)
-        real = posixpath.join(self._real_folders[folder], name)
-        try:
-            if stat.S_ISLNK(os.lstat(real).st_mode):
-                real = os.path.realpath(real)
-        except OSError:
-            return  # a missing file is reported by validation, with the error it gives
-        if not any(inside(real, root) for root in self._real_roots):
-            raise _Refused(
-                'symlink_outside_root',
-                path,
-                f'leads to {printable(real)}, outside the manifest folder and every '
-                f'--allow-root; pass --follow-symlinks to read it',
-            )

@@ -37,11 +37,16 @@ def rejection(entry, reason, detail):
 
 def level_ids(entry, levels, allow_missing):
     """The label level ids of an entry, in level order; raises MissingLevel where one has no
-    value, unless `allow_missing` (then its id is -1).
+    value, unless `allow_missing` (then its id is -1). A multi-label entry has a sorted tuple of
+    ids per level, empty where it has no value (as an image may have no label).
 
     Args:
         levels: [(level, {name: id})] in the build's level order.
     """
+    if isinstance(entry.label, tuple):  # multi-label: ids per level, none where it has none
+        return tuple(
+            tuple(ids[name] for name in entry.levels.get(level, ())) for level, ids in levels
+        )
     names = [level for level, _ in levels]
     missing = [level for level in names if not entry.levels.get(level)]
     if missing and not allow_missing:
@@ -52,6 +57,13 @@ def level_ids(entry, levels, allow_missing):
     return tuple(
         ids.get(entry.levels.get(level, ''), features.MISSING_LEVEL) for level, ids in levels
     )
+
+
+def label_id(label_ids, label):
+    """An entry's label id; a multi-label entry's sorted tuple of ids."""
+    if isinstance(label, tuple):
+        return tuple(sorted(label_ids[name] for name in label))
+    return label_ids[label]
 
 
 class MissingLevel(ValueError):
@@ -160,7 +172,7 @@ class _ValidateWorkItem(beam.DoFn):
         meta = ImageMeta(
             id=entry.id,
             key=entry.key,
-            label=self._label_ids[entry.label],
+            label=label_id(self._label_ids, entry.label),
             split=entry.split,
             format=info.format,
             height=info.height,

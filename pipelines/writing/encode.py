@@ -29,14 +29,18 @@ class RecordEncoder:
         fmt: `examples` or `paths`.
         label_names: every label name, by id.
         label_levels: {level: names} of a build with label levels.
+        multi_label: a multi-label build (a meta's label and level values are tuples of ids).
     """
 
-    def __init__(self, input_base, output_dir, fmt, label_names, label_levels=None):
+    def __init__(
+        self, input_base, output_dir, fmt, label_names, label_levels=None, multi_label=False
+    ):
         self.input_base = input_base
         self.output_dir = output_dir
         self.format = fmt
         self.label_names = label_names
         self.label_levels = list((label_levels or {}).items())  # [(level, [names])]
+        self.multi_label = multi_label
         self._level_names = tuple(level for level, _ in self.label_levels)
 
     def encode(self, meta, stored=None, source=None):
@@ -49,21 +53,28 @@ class RecordEncoder:
             features.WIDTH: meta.width,
             features.CHANNELS: meta.channels,
             features.LABEL: meta.label,
-            features.LABEL_TEXT: self.label_names[meta.label],
+            features.LABEL_TEXT: _names(self.label_names, meta.label),
             features.FILENAME: source,
             features.SHA256: meta.sha256.hex(),
             features.ID: meta.id,
         }
         for (level, names), level_id in zip(self.label_levels, meta.levels):
             values[features.level_label(level)] = level_id
-            values[features.level_text(level)] = names[level_id] if level_id >= 0 else ''
+            values[features.level_text(level)] = _names(names, level_id)
         if self.format == features.EXAMPLES:
             values[features.ENCODED] = stored
         else:
             if meta.reencoded:
                 source = storage.join(self.output_dir, layout.reencoded_file(meta.sha256.hex()))
             values[features.PATH] = source
-        return features.encode_example(self.format, values, self._level_names)
+        return features.encode_example(self.format, values, self._level_names, self.multi_label)
+
+
+def _names(names, ids):
+    """The name of an id ('' for a missing level, -1), or the names of a tuple of ids."""
+    if isinstance(ids, tuple):
+        return tuple(names[i] for i in ids)
+    return names[ids] if ids >= 0 else ''
 
 
 def read_checked(source, meta):

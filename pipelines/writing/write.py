@@ -42,6 +42,18 @@ class Sample(typing.NamedTuple):
     image_size: int  # the side they are measured at
 
 
+def count_labels(meta, class_counts, level_counts):
+    """Counts a record's label(s) by id, and its level values by (level index, id), a level
+    without a value as features.MISSING_LEVEL; a multi-label record counts each of its ids."""
+    if not isinstance(meta.label, tuple):
+        class_counts[meta.label] += 1
+        level_counts.update(enumerate(meta.levels))
+        return
+    class_counts.update(meta.label)
+    for index, ids in enumerate(meta.levels):
+        level_counts.update((index, i) for i in ids or (features.MISSING_LEVEL,))
+
+
 class _WriteShard(beam.DoFn):
     """((split, shard), [block ref]) -> the shard's entry for dataset.json, and to SUMMARIES,
     for a shard of the analysed split, its analyze.shard_summary (see WriteShards)."""
@@ -93,8 +105,7 @@ class _WriteShard(beam.DoFn):
                 f.write(framed)
                 digest.update(framed)
                 num_bytes += len(framed)
-                class_counts[meta.label] += 1
-                level_counts.update(enumerate(meta.levels))
+                count_labels(meta, class_counts, level_counts)
                 if len(pixel_sums) < measured:
                     pixel_sums.append(self._pixel_sums(meta, stored))
         staged = storage.join(self._output_dir, layout.staged_shard(relative))
@@ -116,6 +127,8 @@ class _WriteShard(beam.DoFn):
             },
             'reencoded': sum(meta.reencoded for meta in metas),
         }
+        if self._encoder.multi_label:
+            entry['unlabeled'] = sum(not meta.label for meta in metas)
         if self._label_levels:
             entry.update(self._level_counts(level_counts))
         yield entry

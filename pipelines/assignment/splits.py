@@ -1,0 +1,159 @@
+"""Dividing images among splits: each class in proportion (`stratified_split_counts`), or in a
+multi-label build each label set by iterative stratification (`iterative_split_counts`).
+
+An image of a multi-label build has a set of labels, and every label should be spread over the
+splits in their proportions, rare labels first: Sechidis, Tsoumakas and Vlahavas (2011),
+"On the stratification of multi-label data". Their algorithm takes the label with the fewest
+examples left, gives each of its examples to the split that most wants that label (ties: the
+split that most wants examples), counts what that gives every other label of the example, and
+repeats. It needs only the label sets, not the images: images with the same set are
+interchangeable. So it runs here over the counts of (label set), as the single-label plan runs
+over the counts of each class (pipelines/assignment/assign.py), and the images of a set then
+take their splits in the order of their seeded rank, like the images of a class. Its state is a
+number per (split, label); its steps a few per label set, not per image.
+
+Within one label's turn, the examples left are divided among splits by levelling the splits'
+wants for that label (`_level`), then among the label sets that hold them in proportion
+(`stratified_split_counts`): as the original, one example at a time in a random order, would
+divide them on average. The result is deterministic: ties go to the lower label id and split.
+"""
+
+import collections
+import heapq
+import math
+
+
+def stratified_split_counts(class_sizes, fractions):
+    """Divides each class among splits: every count within one of `size * fraction`.
+
+    Where a class's share must round up in some split, the split that is furthest behind its
+    overall share (over the classes so far) gets it, so split totals stay proportional too.
+
+    Args:
+        class_sizes: [n_c] per class, in label order.
+        fractions: [f_s] per split, summing to 1.
+    Returns:
+        [[count per split] per class].
+    """
+    totals = [0] * len(fractions)
+    cumulative = 0
+    rows = []
+    for size in class_sizes:
+        quotas = [size * fraction for fraction in fractions]
+        row = [math.floor(quota) for quota in quotas]
+        cumulative += size
+        eligible = [s for s, quota in enumerate(quotas) if quota > row[s]]
+        behind = sorted(eligible, key=lambda s: (totals[s] + row[s] - cumulative * fractions[s], s))
+        for s in behind[: size - sum(row)]:
+            row[s] += 1
+        totals = [total + count for total, count in zip(totals, row)]
+        rows.append(row)
+    return rows
+
+
+def split_counts(classes, sizes, fractions):
+    """[[count per split] per class] of `classes` (label ids, or in a multi-label build tuples of
+    them: label sets) holding `sizes` images each."""
+    if any(isinstance(label, tuple) for label in classes):
+        return iterative_split_counts(classes, sizes, fractions)
+    return stratified_split_counts(sizes, fractions)
+
+
+def iterative_split_counts(label_sets, sizes, fractions):
+    """Divides the images of each label set among splits.
+
+    Args:
+        label_sets: distinct tuples of label ids (one may be empty: images with no label).
+        sizes: images of each set.
+        fractions: [f_s] per split, summing to 1.
+    Returns:
+        [[count per split] per label set].
+    """
+    wants = [sum(sizes) * fraction for fraction in fractions]
+    label_totals = collections.Counter()
+    sets_of = collections.defaultdict(list)  # label -> indices of the sets holding it
+    for index, (labels, size) in enumerate(zip(label_sets, sizes)):
+        for label in labels:
+            label_totals[label] += size
+            sets_of[label].append(index)
+    desired = {label: [n * f for f in fractions] for label, n in label_totals.items()}
+    left = dict(label_totals)  # examples of each label not yet given a split
+    rows = [None] * len(label_sets)
+    turns = [(n, label) for label, n in left.items()]
+    heapq.heapify(turns)
+    while turns:
+        count, label = heapq.heappop(turns)
+        if count != left[label] or not count:
+            continue  # an outdated turn: its label's count has fallen since
+        todo = [i for i in sets_of[label] if rows[i] is None]
+        share = _divide([sizes[i] for i in todo], desired[label], wants)
+        for index, row in zip(todo, share):
+            rows[index] = row
+            wants = [want - n for want, n in zip(wants, row)]
+            for other in label_sets[index]:
+                desired[other] = [d - n for d, n in zip(desired[other], row)]
+                left[other] -= sizes[index]
+                if other != label and left[other]:
+                    heapq.heappush(turns, (left[other], other))
+    rest = [i for i, row in enumerate(rows) if row is None]  # the sets of no label
+    share = _divide([sizes[i] for i in rest], wants, [0.0] * len(wants))
+    for index, row in zip(rest, share):
+        rows[index] = row
+    return rows
+
+
+def _divide(sizes, scores, ties):
+    """Rows of `sizes` images over the splits: their total levelled by `scores`, then shared
+    among them in proportion."""
+    total = sum(sizes)
+    if not total:
+        return [[0] * len(scores) for _ in sizes]
+    counts = _level(scores, ties, total)
+    return stratified_split_counts(sizes, [count / total for count in counts])
+
+
+def _level(scores, ties, units):
+    """How many of `units` each split takes when each unit goes to the split of the highest
+    score (then tie, then the lowest index), and taking one lowers that split's score and tie
+    by one: whole levels at once, then the last few one by one."""
+    k = len(scores)
+    low, high = min(scores) - units - 1.0, max(scores)
+    for _ in range(100):  # the level L where sum(floor(score - L)) first reaches `units`
+        middle = (low + high) / 2
+        if sum(max(0, math.floor(s - middle)) for s in scores) > units:
+            low = middle
+        else:
+            high = middle
+    counts = [max(0, math.floor(s - high)) for s in scores]
+    for _ in range(units - sum(counts)):
+        j = max(range(k), key=lambda j: (scores[j] - counts[j], ties[j] - counts[j], -j))
+        counts[j] += 1
+    return counts
+
+
+def shard_counts(label_sets, sizes, num_shards):
+    """Divides the images of each label set of one split among its shards, as
+    `iterative_split_counts` divides them among splits, then evens the shards' totals to
+    within one record (the first `N % num_shards` shards hold one more, as everywhere): each
+    surplus record moves to a shard short of its total, from the label set that the move
+    disturbs least (the largest one in the surplus shard).
+
+    Returns:
+        [[count per shard] per label set].
+    """
+    rows = iterative_split_counts(label_sets, sizes, [1 / num_shards] * num_shards)
+    q, large = divmod(sum(sizes), num_shards)
+    targets = [q + 1 if s < large else q for s in range(num_shards)]
+    totals = [sum(row[s] for row in rows) for s in range(num_shards)]
+    short = [s for s in range(num_shards) if totals[s] < targets[s]]
+    for over in range(num_shards):
+        while totals[over] > targets[over]:
+            under = short[-1]
+            donor = max(range(len(rows)), key=lambda i: (rows[i][over], -i))
+            rows[donor][over] -= 1
+            rows[donor][under] += 1
+            totals[over] -= 1
+            totals[under] += 1
+            if totals[under] == targets[under]:
+                short.pop()
+    return rows
