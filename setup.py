@@ -29,10 +29,12 @@ REQUIRED = [
 ]
 
 # What bench/ needs beside the package: the peers it measures imageshards against (TFDS's
-# GeneratorBasedBuilder needs importlib_resources, Hugging Face datasets), the measuring.
+# GeneratorBasedBuilder needs importlib_resources, Hugging Face datasets, the multi-label
+# splitter), the measuring.
 BENCH = [
     'datasets>=5,<6',
     'importlib_resources>=6',
+    'iterative-stratification>=0.1.9',  # bench/multilabel_split.py's in-memory peer
     'psutil>=5.9',
     'scikit-learn>=1.4',
 ]

@@ -57,6 +57,7 @@ from pipelines.writing import finalize
 from pipelines.writing import overwrite
 
 _LOG = logging.getLogger(__name__)
+MANY_LABEL_SETS = 2_000_000  # a multi-label plan this large is worth a word (docs/scaling.md)
 
 
 def analysis_in_pipeline(pipeline, config):
@@ -251,6 +252,13 @@ def _write_listing(scan, config, output_dir, listing_path, dry_run):
                 '--splits divides the rest',
                 console.plural(sum(summary.manifest_splits.values()), 'input'),
                 ', '.join(f'{split} {n:,}' for split, n in summary.manifest_splits.items()),
+            )
+        if summary.multi_label and summary.num_groups > MANY_LABEL_SETS:
+            _LOG.warning(
+                'the inputs hold %s distinct label sets: the split plan holds each (~100 bytes '
+                'and ~40 us of one core apiece, docs/scaling.md), so planning takes ~%s',
+                f'{summary.num_groups:,}',
+                console.duration(summary.num_groups * 40e-6),
             )
         if len(summary.labels) == 1:
             _LOG.warning(

@@ -316,3 +316,21 @@ def _values(label, text):
         'image/label/sky': (),
         'image/label/sky/text': (),
     }
+
+
+def test_a_plan_too_large_to_stratify_every_label_spreads_each_label_set_instead(monkeypatch):
+    monkeypatch.setattr(assign, 'MAX_STRATIFIED_CELLS', 10)
+    counts = collections.Counter(_skewed_sets(3000, 20, seed=2))
+    plan = assign.make_plan(
+        {('', labels, 0): (n, n) for labels, n in counts.items()}, [('train', 1.0)], num_shards=7
+    )
+    assert not plan.rows
+    sizes = collections.Counter()
+    for labels, n in counts.items():
+        per_shard = collections.Counter()
+        for _, shard, start, end in plan.runs('', labels, 0, n):
+            per_shard[shard] += end - start
+            sizes[shard] += end - start
+        held = [per_shard[shard] for shard in range(7)]
+        assert max(held) - min(held) <= 1, (labels, held)  # each set within one of its share
+    assert max(sizes.values()) - min(sizes.values()) <= 1 and sum(sizes.values()) == 3000

@@ -161,9 +161,8 @@ class ShardPlan:
 
     def row_bounds(self, split, label):
         """Cumulative record counts of a class over the shards of a split, for bisect."""
-        if self.rows:
-            row = self.rows[(split, label)]
-        else:
+        row = self.rows.get((split, label)) if self.rows else None
+        if row is None:
             row = class_row(
                 self.class_counts[(split, label)],
                 self.num_records[split],
@@ -178,6 +177,13 @@ class ShardPlan:
 
     def shard_keys(self):
         return [(split, shard) for split in self.splits for shard in range(self.num_shards[split])]
+
+
+# Beyond this many (label set, shard) counts in a split, a multi-label plan spreads each label
+# set over the shards as a class (within one record each) instead of stratifying every label:
+# the rows would be a side input of that many numbers, and their planning time grows with it
+# (docs/scaling.md: 450,000 sets x 64 shards took a minute on one core).
+MAX_STRATIFIED_CELLS = 4_000_000
 
 
 def make_plan(counts, fractions, num_shards=0, shard_bytes=DEFAULT_SHARD_BYTES):
@@ -219,10 +225,10 @@ def make_plan(counts, fractions, num_shards=0, shard_bytes=DEFAULT_SHARD_BYTES):
         derived = min(num_records[split], math.ceil(split_bytes[split] / shard_bytes))
         shard_counts[split] = num_shards or max(1, derived)
         sizes = [class_counts.get((split, label), 0) for label in labels]
-        if multi_label:  # label sets: shards stratified for every label, as the splits are
-            for label, row in zip(
-                labels, split_lib.shard_counts(labels, sizes, shard_counts[split])
-            ):
+        if multi_label and len(labels) * shard_counts[split] <= MAX_STRATIFIED_CELLS:
+            # Label sets: the shards stratified for every label, as the splits are.
+            stratified = split_lib.shard_counts(labels, sizes, shard_counts[split])
+            for label, row in zip(labels, stratified):
                 rows[(split, label)] = tuple(row)
             continue
         for label, entry in zip(labels, shard_extras(sizes, shard_counts[split])):

@@ -166,6 +166,7 @@ class ListingCounts:
             self.manifest_splits,
             scan.multi_label,
             tuple(level for level in scan.levels if level in self._multi_levels),
+            len(self._groups),
         )
 
     @property
@@ -188,6 +189,7 @@ class ListingSummary(typing.NamedTuple):
     manifest_splits: dict = {}  # split -> images a manifest's split column places
     multi_label: bool = False  # several labels per image
     multi_label_levels: tuple = ()  # the levels where some image has several values
+    num_groups: int = 0  # distinct (manifest split, label or label set)
 
     @property
     def num_skipped(self):
