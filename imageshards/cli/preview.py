@@ -39,7 +39,8 @@ class Grid:
     """The images shown, in training order, and what each is captioned with."""
 
     images: np.ndarray  # [count, height, width, 3] uint8
-    labels: np.ndarray  # label id of each image (of the source image, for patches)
+    labels: np.ndarray  # label id of each image (of the source image, for patches); in a
+    # multi-label build, its multi-hot row
     ids: np.ndarray  # image/id of each (source) image
     captions: list
 
@@ -71,10 +72,19 @@ def training_images(data_dir, split='train', *, count=GRID * GRID, **dataset_arg
     images, labels, ids = (tensor.numpy() for tensor in next(iter(dataset)))
     patches = dataset_args.get('patches_per_image', 0) > 0
     captions = [
-        f'{info.labels[label]}\n{"patch of " if patches else ""}id {image_id}'
+        f'{_label_text(info, label)}\n{"patch of " if patches else ""}id {image_id}'
         for label, image_id in zip(labels, ids)
     ]
     return Grid(images, labels, ids, captions)
+
+
+def _label_text(info, label):
+    """A caption's label: the name, or every name of a multi-label image (`-` for none), three
+    to a line."""
+    if not info.multi_label:
+        return info.labels[label]
+    names = [info.labels[i] for i in np.nonzero(label)[0]] or ['-']
+    return '\n'.join(', '.join(names[i : i + 3]) for i in range(0, len(names), 3))
 
 
 def render(grid):

@@ -34,6 +34,7 @@ import numpy as np
 from imageshards import console
 from imageshards import flags
 from imageshards.cli import report_figures
+from imageshards.cli import report_multilabel
 from imageshards.cli import report_text
 from imageshards.cli import shuffle_metrics
 from trainer import config as config_lib
@@ -204,6 +205,8 @@ def report(data_dir, split, out_dir, *, epochs, batch_size, seed, baseline_buffe
     info = dataset_info.load(data_dir)
     records = info.num_records(split)
     baseline_buffer = baseline_buffer or default_baseline_buffer(records)
+    if info.multi_label:
+        return multilabel_report(info, split, out_dir, batch_size, seed, baseline_buffer, **options)
     class_counts = info.class_counts(split)
     started = time.perf_counter()
     orders = {'imageshards': training_order(info, split, epochs, batch_size, seed, **options)}
@@ -236,6 +239,63 @@ def report(data_dir, split, out_dir, *, epochs, batch_size, seed, baseline_buffe
             _write(posixpath.join(out_dir, f'{kind}_{name}.png'), png)
     path = posixpath.join(out_dir, 'report.md')
     _write(path, report_text.markdown(metrics))
+    return path, metrics
+
+
+def multilabel_report(info, split, out_dir, batch_size, seed, baseline_buffer, **options):
+    """report() of a multi-label build (imageshards/cli/report_multilabel.py): its first epoch
+    in the trainer's order, the baseline's and a random one; returns (report.md, metrics)."""
+    import tensorflow as tf
+
+    from trainer import input_pipeline
+
+    per_epoch = input_pipeline.steps_per_epoch(info, split, batch_size) * batch_size
+    shared = {'info': info, 'decode_images': False}
+    started = time.perf_counter()
+    trained = input_pipeline.make_dataset(
+        info.data_dir, split, batch_size, training=True, seed=seed, **shared, **options
+    )
+    hot, ids = _gather(trained.take(per_epoch // batch_size))
+    read_seconds = time.perf_counter() - started
+    records = input_pipeline.make_dataset(info.data_dir, split, 1 << 16, training=False, **shared)
+    all_hot, all_ids = _gather(records)
+    by_id = np.argsort(all_ids, kind='stable')
+    stream = tf.data.Dataset.from_tensor_slices((all_hot[by_id], all_ids[by_id]))
+    base_hot, base_ids = _gather(stream.shuffle(baseline_buffer, seed=seed).batch(1 << 16))
+    shards = info.split(split)['shards']
+    ids_of = {name: i for i, name in enumerate(info.labels)}
+    files = [
+        (s['num_records'], {ids_of[k]: n for k, n in s['class_counts'].items()}) for s in shards
+    ]
+    rand_hot, rand_ids = report_multilabel.random_order(all_hot, all_ids, seed)
+    metrics = {
+        'build': info.data_dir,
+        'split': split,
+        'records': len(all_ids),
+        'batch_size': batch_size,
+        'seed': seed,
+        'baseline_buffer': baseline_buffer,
+        'read_seconds': round(read_seconds, 3),
+        **report_multilabel.label_sets(all_hot > 0, info.labels),
+    }
+    for name, order_hot, order_ids, order_files in (
+        ('imageshards', hot, ids, files),
+        (
+            'baseline',
+            base_hot,
+            base_ids,
+            report_multilabel.file_counts(all_hot[by_id] > 0, len(shards)),
+        ),
+        ('random', rand_hot, rand_ids, report_multilabel.file_counts(rand_hot > 0, len(shards))),
+    ):
+        keep = slice(0, per_epoch)
+        metrics[name] = report_multilabel.measures(
+            order_hot[keep] > 0, order_ids[keep], order_files, batch_size
+        )
+    tf.io.gfile.makedirs(out_dir)
+    _write(posixpath.join(out_dir, 'metrics.json'), json.dumps(metrics, indent=2) + '\n')
+    path = posixpath.join(out_dir, 'report.md')
+    _write(path, report_multilabel.markdown(metrics))
     return path, metrics
 
 
@@ -282,6 +342,10 @@ def main(argv=None):
     except (ValueError, FileNotFoundError) as e:
         print(f'imageshards report: {e}', file=sys.stderr)
         return 2
+    if 'label_cardinality' in metrics:  # a multi-label build
+        print('\n'.join(report_multilabel.headline(metrics)))
+        print(f'tables: {path}')
+        return 0
     print('\n'.join(report_text.headline(metrics)))
     print(
         f'read {console.plural(metrics["epochs"], "epoch")} of {metrics["split"]} in '
