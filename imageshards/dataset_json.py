@@ -4,6 +4,8 @@ Keys (those of `REQUIRED_KEYS` always; `label_levels` ... with label levels; `an
 built with --no-analyze):
     format, seed, input, labels            `labels[i]` is the name of label id i
     label_levels, allow_missing_levels     {level: names}; ids are positions
+    multi_label, multi_label_levels        a multi-label build: records hold id lists; the
+                                           levels where some image has several values
     counts                                 inputs == written + rejected + duplicates, skipped,
                                            reencoded, rejected_by_reason, skipped_by_reason
     splits                                 {split: num_records, num_shards, class_counts,
@@ -156,6 +158,17 @@ class Build:
     def label_levels(self):
         """{level: names} of a build with label levels (ids are positions); else {}."""
         return {level: tuple(names) for level, names in self.raw.get('label_levels', {}).items()}
+
+    @property
+    def multi_label(self):
+        """Whether records hold lists of label (and level) ids: `"multi_label": true`."""
+        return bool(self.raw.get('multi_label', False))
+
+    @property
+    def multi_label_levels(self):
+        """The label levels where some image has more than one value (a multi-label build's
+        `multi_label_levels`); any other level holds at most one id per image."""
+        return tuple(self.raw.get('multi_label_levels', ()))
 
     def check_levels(self, levels):
         """Raises ValueError unless the build has every label level of `levels`."""

@@ -31,6 +31,7 @@ import tensorflow as tf
 from imageshards import features
 from trainer import augment as augment_lib
 from trainer import dataset_info
+from trainer import labels as labels_lib
 from trainer import preprocess
 from trainer.config import IMAGENET_CROP_AREA
 from trainer.config import TrainConfig
@@ -102,7 +103,8 @@ def make_dataset(
     """Batches of (uint8 images, int64 labels) from a build's split.
 
     With `label_levels`, labels are a dict {level: int64 ids} (-1 where a value is missing)
-    of those label levels of the build instead of the primary label.
+    of those label levels of the build instead of the primary label. A multi-label build's
+    labels (and multi-label levels) are multi-hot float32 vectors instead (trainer/labels.py).
 
     With `decode_images=False` (an option), batches are (labels, ids) in the same order and
     nothing is decoded; undecodable images then cannot be skipped, so with `skip_bad_images`
@@ -132,7 +134,8 @@ def make_dataset(
     if input_context:
         batch_size = input_context.get_per_replica_batch_size(batch_size)
     image_size = tuple(image_size)
-    parse = _parser(info.format, opts.parse_batch, with_source=opts.decode_images, levels=levels)
+    reader = labels_lib.LabelReader(info, levels)
+    parse = _parser(info.format, opts.parse_batch, reader, with_source=opts.decode_images)
     if not training:
         batches = _evaluation(files, sum(counts), batch_size, image_size, parse, opts, skipped)
         return _finish(batches, opts)
@@ -278,24 +281,20 @@ def _augment(batch, config, seed):
     return (augment_lib.augment_batch(images, config, seed), *rest)
 
 
-def _parser(fmt, parse_batch, with_source=True, levels=()):
+def _parser(fmt, parse_batch, reader, with_source=True):
     """Records (or (record, position) pairs) -> dicts of encoded image, label, id, position.
 
-    Without `with_source`, the image (or its path) is neither parsed nor read. With `levels`,
-    the label is a dict of those label levels' ids.
+    Without `with_source`, the image (or its path) is neither parsed nor read. The label is
+    what `reader` (a labels.LabelReader) makes of the label features.
     """
-    spec = features.feature_spec(fmt, levels)
+    spec = features.feature_spec(fmt)
     source = features.PATH if fmt == features.PATHS else features.ENCODED
-    label_keys = [features.level_label(level) for level in levels] or [features.LABEL]
-    wanted = label_keys + [features.ID] + ([source] if with_source else [])
+    keys = [features.ID, source] if with_source else [features.ID]
+    wanted = {**reader.spec(), **{key: spec[key] for key in keys}}
 
     def parse_some(serialized, positions=None):
-        parsed = tf.io.parse_example(serialized, {key: spec[key] for key in wanted})
-        if levels:
-            label = {level: parsed[key] for level, key in zip(levels, label_keys)}
-        else:
-            label = parsed[features.LABEL]
-        out = {'label': label, 'id': parsed[features.ID]}
+        parsed = tf.io.parse_example(serialized, wanted)
+        out = {'label': reader.labels(parsed), 'id': parsed[features.ID]}
         if with_source:
             out['source'] = parsed[source]
         if positions is not None:
@@ -365,7 +364,7 @@ def _patches(parsed, opts, crop_seed, skipped, epoch, seed):
         # One element per image -> K patches, each with its image's label(s) and id.
         pixels = values[:1] if opts.decode_images else ()
         per_image = values[len(pixels) :]
-        return (*pixels, *tf.nest.map_structure(lambda v: tf.repeat(v[None], k), per_image))
+        return (*pixels, *tf.nest.map_structure(lambda v: tf.repeat(v[None], k, 0), per_image))
 
     decoded = _decode(parsed, cut, opts, skipped).map(
         repeat, num_parallel_calls=AUTOTUNE, deterministic=opts.deterministic
