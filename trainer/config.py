@@ -51,7 +51,8 @@ class TrainConfig:
     mixed_precision: str = 'auto'  # auto: mixed_float16 when a GPU is present
     xla: bool = False
     require_gpu: bool = False  # fail at the start when TensorFlow sees no GPU
-    label_levels: tuple = ()  # one softmax head per label level instead of the primary label
+    label_levels: tuple = ()  # one head per label level instead of the primary label
+    hierarchy: str = 'auto'  # derive nested coarse levels from finer ones (trainer/hierarchy.py)
     model_dir: str = ''
     checkpoint_dir: str = ''
     log_dir: str = ''
@@ -242,8 +243,17 @@ def build_arg_parser():
         '--label-levels',
         type=flags.words(features.parse_label_levels),
         default=(),
-        help='e.g. family,species: one softmax head per label level of the build (its '
-        'dataset.json label_levels) on a shared backbone, instead of the primary label',
+        help='e.g. family,species: one head per label level of the build (its dataset.json '
+        'label_levels) on a shared backbone, instead of the primary label: a softmax, or for a '
+        "multi-label build's levels with several values per image one sigmoid per class",
+    )
+    add(
+        '--hierarchy',
+        choices=('auto', 'off'),
+        default=TrainConfig.hierarchy,
+        help='auto: a label level whose classes each hold whole classes of a finer trained level '
+        '(in the training split) is derived from it: its probabilities are the finer ones summed '
+        'and its served answer agrees with the finer one; off: an independent head per level',
     )
     add('--model-dir', default='', help='default: $AIP_MODEL_DIR or JOB_DIR/model')
     add('--checkpoint-dir', default='', help='default: $AIP_CHECKPOINT_DIR or JOB_DIR/checkpoints')

@@ -62,6 +62,7 @@ class InputOptions:
     skip_batches: int = 0  # batches of this dataset in start_epoch already trained on (resume)
     batches_per_epoch: int = 0  # cut each epoch to this many batches (0: every full batch)
     area_range: tuple = IMAGENET_CROP_AREA  # random-resized crop area
+    eval_crop: float = preprocess.EVAL_CROP_FRACTION  # evaluation's central crop, of each side
     # Start each shard at a record fixed by (seed, epoch, shard) and wrap around, so that the
     # epochs' orders differ even when every shard is read at once. It costs reading that part
     # of each shard twice (half a shard on average). None: only when a split has fewer than
@@ -134,8 +135,7 @@ def make_dataset(
     if input_context:
         batch_size = input_context.get_per_replica_batch_size(batch_size)
     image_size = tuple(image_size)
-    reader = labels_lib.LabelReader(info, levels)
-    parse = _parser(info.format, opts.parse_batch, reader, with_source=opts.decode_images)
+    parse = _parser(info, opts.parse_batch, levels, with_source=opts.decode_images)
     if not training:
         batches = _evaluation(files, sum(counts), batch_size, image_size, parse, opts, skipped)
         return _finish(batches, opts)
@@ -161,7 +161,7 @@ def _evaluation(files, num_records, batch_size, image_size, parse, opts, skipped
     records = _read(tf.data.Dataset.from_tensor_slices(files), opts, deterministic=True)
     images = _decode(
         parse(records),
-        lambda encoded, _: preprocess.for_eval(encoded, image_size),
+        lambda encoded, _: preprocess.for_eval(encoded, image_size, opts.eval_crop),
         opts,
         skipped,
     )
@@ -281,12 +281,13 @@ def _augment(batch, config, seed):
     return (augment_lib.augment_batch(images, config, seed), *rest)
 
 
-def _parser(fmt, parse_batch, reader, with_source=True):
+def _parser(info, parse_batch, levels, with_source=True):
     """Records (or (record, position) pairs) -> dicts of encoded image, label, id, position.
 
     Without `with_source`, the image (or its path) is neither parsed nor read. The label is
-    what `reader` (a labels.LabelReader) makes of the label features.
+    the primary label's or a dict of `levels`' (trainer/labels.py).
     """
+    fmt, reader = info.format, labels_lib.LabelReader(info, levels)
     spec = features.feature_spec(fmt)
     source = features.PATH if fmt == features.PATHS else features.ENCODED
     keys = [features.ID, source] if with_source else [features.ID]
