@@ -1,13 +1,14 @@
 """A multi-label build's labels in the input pipeline: multi-hot vectors, per level too, eagerly
 and inside tf.data, and the same exact resume as a single-label build's."""
 
-import multilabel_builds
 import numpy as np
 import pytest
 
 from trainer import dataset_info
 from trainer import input_pipeline
 from trainer import labels as labels_lib
+
+import multilabel_builds
 
 SIZE = (16, 16)
 

@@ -3,7 +3,6 @@ the validation split, and a served model that returns scores, classes and label 
 
 import json
 
-import multilabel_builds
 import numpy as np
 import pytest
 from sklearn import metrics as sk_metrics
@@ -16,6 +15,8 @@ from trainer import thresholds
 from trainer import train as train_lib
 from trainer import transform
 from trainer.model import build_model
+
+import multilabel_builds
 
 SIZE = 32
 
@@ -107,6 +108,8 @@ def test_a_multi_label_model_learns_and_reports_f1_and_pr_auc(trained):
         for name in ('micro_f1', 'macro_f1', 'pr_auc', 'loss'):
             assert 0 <= metrics[f'{split}{name}'] <= (1 if name != 'loss' else 10), name
     assert metrics['val_pr_auc'] >= 0.9, metrics
+    # Whole images: a crop could cut out what a label names.
+    assert metrics['crop_area'] == [1.0, 1.0] and metrics['eval_crop'] == 1.0
     assert metrics['test_micro_f1_at_thresholds'] >= 0.85, metrics
     assert metrics['test_macro_f1_at_thresholds'] >= 0.85, metrics
     written = json.loads(open(f'{config.job_dir}/metrics.json', encoding='utf-8').read())
@@ -117,7 +120,9 @@ def test_a_multi_label_model_learns_and_reports_f1_and_pr_auc(trained):
 @pytest.mark.slow
 def test_thresholds_are_chosen_on_the_validation_split(trained):
     config, metrics = trained
-    scores, labels = _scores_and_labels(_restored_model(config), config, 'val')
+    scores, labels = _scores_and_labels(
+        _restored_model(config), config, 'val', eval_crop=metrics['eval_crop']
+    )
     expected = thresholds.choose(scores, labels)
     np.testing.assert_allclose(list(metrics['thresholds'].values()), expected, atol=1e-6)
     at = thresholds.f1(scores, labels, expected)
@@ -143,7 +148,8 @@ def test_the_served_model_returns_scores_classes_and_label_sets(tf, trained):
     truth = np.array([[c in names for c in multilabel_builds.COLOURS] for names in colours])
     assert (predicted == truth).mean() >= 0.9
     # The evaluation pipeline's images of the same records give the same scores.
-    expected, _ = _scores_and_labels(_restored_model(config), config, 'test', with_ids=False)
+    model, crop = _restored_model(config), metrics['eval_crop']
+    expected, _ = _scores_and_labels(model, config, 'test', eval_crop=crop)
     batches = input_pipeline.make_dataset(
         config.data, 'test', 64, training=False, image_size=config.image_size, with_ids=True
     )

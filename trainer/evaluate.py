@@ -36,6 +36,7 @@ def dataset(config, info, strategy, split=None):
             image_size=config.image_size,
             info=info,
             label_levels=config.label_levels,
+            eval_crop=config.eval_crop,
         )
     )
 
@@ -91,6 +92,7 @@ def _scores(model, config, info, split, names):
         image_size=config.image_size,
         info=info,
         label_levels=config.label_levels,
+        eval_crop=config.eval_crop,
     )
     scores, labels = {name: [] for name in names}, {name: [] for name in names}
     for images, batch_labels in data:

@@ -1,8 +1,8 @@
 """Exporting a trained model as a SavedModel whose serving signature takes encoded images.
 
 The signature decodes and crops with the very functions the evaluation input pipeline uses
-(`preprocess.for_eval`), so a model served from raw JPEG/PNG bytes gets exactly the
-preprocessing it was evaluated with.
+(`preprocess.for_eval`, with the same central crop: `--eval-crop`), so a model served from raw
+JPEG/PNG bytes gets exactly the preprocessing it was evaluated with.
 
 A single-label model returns `probabilities`, `class_names`, `top_class` and `top_probability`.
 A multi-label model returns `scores` (float32 [N, C], one sigmoid per class in vocabulary
@@ -56,7 +56,9 @@ def _heads(labels, levels):
     return {'': labels if isinstance(labels, Head) else Head(tuple(labels))}
 
 
-def serving_fn(model, labels, image_size, levels=None, thresholds=None):
+def serving_fn(
+    model, labels, image_size, levels=None, thresholds=None, crop=preprocess.EVAL_CROP_FRACTION
+):
     """tf.function: encoded images [batch] -> the model's answers (see the module docstring).
 
     Args:
@@ -64,6 +66,7 @@ def serving_fn(model, labels, image_size, levels=None, thresholds=None):
         levels: {level: names or Head} of a model with one head per label level.
         thresholds: {head ('' for the primary label, else the level): float [C]} of the
             multi-label heads (0.5 where not given).
+        crop: the share of each side of the central crop (evaluation's).
     """
     heads = _heads(labels, levels)
     thresholds = {
@@ -77,7 +80,7 @@ def serving_fn(model, labels, image_size, levels=None, thresholds=None):
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name='image_bytes')])
     def serve(image_bytes):
         images = tf.map_fn(
-            lambda encoded: preprocess.for_eval(encoded, image_size),
+            lambda encoded: preprocess.for_eval(encoded, image_size, crop),
             image_bytes,
             fn_output_signature=tf.TensorSpec([*image_size, 3], tf.uint8),
         )
@@ -104,12 +107,20 @@ def serving_fn(model, labels, image_size, levels=None, thresholds=None):
     return serve
 
 
-def export_saved_model(model, labels, image_size, path, levels=None, thresholds=None):
+def export_saved_model(
+    model,
+    labels,
+    image_size,
+    path,
+    levels=None,
+    thresholds=None,
+    crop=preprocess.EVAL_CROP_FRACTION,
+):
     """Writes a SavedModel at `path` with `serving_default` taking encoded image bytes
     (`serving_fn`'s arguments)."""
     archive = keras.export.ExportArchive()
     archive.track(model)
-    serve = serving_fn(model, labels, tuple(image_size), levels, thresholds)
+    serve = serving_fn(model, labels, tuple(image_size), levels, thresholds, crop)
     archive.add_endpoint('serving_default', serve)
     archive.write_out(path, verbose=False)
     return path

@@ -158,13 +158,12 @@ def _derived_levels(config, info):
 
 def _export(model, heads, transform_output, config, model_dir, thresholds):
     """The SavedModel of the trained model (trainer/export.py)."""
-    if '' in heads:
-        labels = heads['']
-        if transform_output and not labels.multi_label:  # the vocabulary the graph carries
-            labels = transform.class_names(transform_output)
-        export.export_saved_model(model, labels, config.image_size, model_dir, None, thresholds)
-    else:
-        export.export_saved_model(model, None, config.image_size, model_dir, heads, thresholds)
+    labels, levels = heads.get(''), None if '' in heads else heads
+    if labels and transform_output and not labels.multi_label:  # the graph's vocabulary
+        labels = transform.class_names(transform_output)
+    export.export_saved_model(
+        model, labels, config.image_size, model_dir, levels, thresholds, config.eval_crop
+    )
 
 
 def _steps_per_epoch(config, info):
@@ -313,6 +312,7 @@ def _final_metrics(model, history, steps, config, seconds, steps_before):
             'train_images_per_second': trained_steps * config.batch_size / max(seconds, 1e-9),
             'train_seconds': round(seconds, 1),
             'crop_area': list(config.crop_area),
+            'eval_crop': config.eval_crop,
             'model': config.model,
             'image_size': list(config.image_size),
         }
@@ -339,15 +339,17 @@ def check_classes(info, levels):
 
 
 def _with_crop_area(config, info):
-    """`config` with its crop range resolved (`--crop-area auto`), logged once."""
+    """`config` with its crop range and evaluation crop resolved (`auto`), logged once."""
     train_records = info.num_records(config.train_split)
-    area = config_lib.resolve_crop_area(config.crop_area, train_records)
+    area = config_lib.resolve_crop_area(config.crop_area, train_records, info.multi_label)
+    kind = 'multi-label images' if info.multi_label else 'training images'
     _LOG.info(
-        'random crops keep %g to %g of each image%s',
+        'random crops keep %g to %g of each image%s; evaluation and serving see its central %g',
         *area,
-        f' (auto, for {train_records:,} training images)' if config.crop_area == 'auto' else '',
+        f' (auto, for {train_records:,} {kind})' if config.crop_area == 'auto' else '',
+        eval_crop := config_lib.resolve_eval_crop(config.eval_crop, info.multi_label),
     )
-    return dataclasses.replace(config, crop_area=area)
+    return dataclasses.replace(config, crop_area=area, eval_crop=eval_crop)
 
 
 def _restore(checkpoint, config):
