@@ -1,18 +1,22 @@
 """Nested label levels: which level nests in which, the derived level's sums, the served top
 class that agrees with the finer one, and a job directory that remembers how levels were
-derived. (On a real build and a trained model: tests/test_levels.py.)"""
+derived; on a real build of family and species levels and a model trained on both."""
 
 import json
 
-import multilabel_builds
 import numpy as np
 import pytest
 
+from pipelines import build as build_lib
 from trainer import config as config_lib
 from trainer import dataset_info
 from trainer import hierarchy
 from trainer import job
+from trainer import train as train_lib
 from trainer.model import SumOver
+
+import images_for_tests as imgs
+import multilabel_builds
 
 # family > genus > species: species 0, 1 in genus 0; 2 in genus 1; 3, 4 in genus 2.
 GENUS_OF_SPECIES = (0, 0, 1, 2, 2)
@@ -99,3 +103,62 @@ def test_a_job_dir_trained_with_other_derived_levels_is_refused(tmp_path):
     del old['derived_levels']
     (checkpoints / job.RUN_JSON).write_text(json.dumps(old))
     job.check_rerun(config, info, str(checkpoints), {})
+
+
+LEVELS = ('family', 'species')
+
+
+@pytest.fixture(scope='module')
+def level_build(tmp_path_factory):
+    """Four species in two families, a family and a species value missing (rows 3, 40)."""
+    root = tmp_path_factory.mktemp('levels')
+    manifest = imgs.write_level_manifest(root, 24, missing={(3, 'family'), (40, 'species')})
+    out = root / 'out'
+    build_lib.run(
+        ['--direct_running_mode=in_memory', '--input', str(manifest), '--output', str(out)]
+        + ['--splits', 'train=0.75,val=0.25', '--num-shards', '2', '--allow-missing-levels']
+    )
+    return out, json.loads((out / 'dataset.json').read_text())
+
+
+def test_family_is_derived_from_species_as_the_training_records_nest_them(level_build):
+    out, dataset = level_build
+    names = dataset['label_levels']
+    counts = hierarchy.co_occurrence(dataset_info.load(str(out)), 'train', LEVELS)
+    # Records missing either value count in no pair.
+    known = dataset['splits']['train']['num_records'] - counts[('family', 'species')].sum()
+    assert 0 <= known <= 2
+    assert counts[('family', 'species')].sum() == counts[('species', 'family')].sum()
+    parents = tuple(names['family'].index(imgs.SPECIES[s][0]) for s in names['species'])
+    assert hierarchy.nestings(counts, LEVELS) == {'family': ('species', parents)}
+
+
+@pytest.fixture(scope='module')
+def trained(level_build, tmp_path_factory):
+    out, _ = level_build
+    flags = ['--data', str(out), '--job-dir', str(tmp_path_factory.mktemp('job'))]
+    flags += ['--image-size', '32', '--batch-size', '16', '--epochs', '3']
+    flags += ['--checkpoint-every', '0', '--label-levels', 'family,species']
+    config = config_lib.parse_train_args(flags)
+    return config, train_lib.train(config)
+
+
+@pytest.mark.slow  # trains on the CPU: about 20 s with the build
+def test_the_served_family_is_the_served_species_family(tf, trained, level_build):
+    config, metrics = trained
+    out, dataset = level_build
+    assert metrics['derived_levels'] == {'family': 'species'}
+    served = tf.saved_model.load(config.resolved_model_dir).signatures['serving_default']
+    images = [imgs.jpeg(i, colour) for i, (_, colour) in enumerate(imgs.SPECIES.values())] * 4
+    outputs = served(image_bytes=tf.constant(images))
+    species = [name.decode() for name in outputs['species/top_class'].numpy()]
+    family = [name.decode() for name in outputs['family/top_class'].numpy()]
+    assert family == [imgs.SPECIES[name][0] for name in species]
+    by_species = outputs['species/probabilities'].numpy()
+    in_family = lambda f: [imgs.SPECIES[s][0] == f for s in dataset['label_levels']['species']]
+    summed = np.stack(
+        [by_species[:, in_family(f)].sum(axis=1) for f in dataset['label_levels']['family']], 1
+    )
+    np.testing.assert_allclose(outputs['family/probabilities'].numpy(), summed, atol=1e-6)
+    top = outputs['family/top_probability'].numpy()
+    np.testing.assert_allclose(top, summed.max(axis=1), atol=1e-6)  # here: they agree

@@ -349,41 +349,6 @@ def test_the_served_model_answers_for_both_levels_from_raw_bytes(tf, trained, le
         )
 
 
-def test_family_is_derived_from_species_as_the_training_records_nest_them(lenient_build):
-    from trainer import dataset_info  # pylint: disable=import-outside-toplevel
-    from trainer import hierarchy  # pylint: disable=import-outside-toplevel
-
-    out, dataset = lenient_build
-    names = dataset['label_levels']
-    counts = hierarchy.co_occurrence(dataset_info.load(str(out)), 'train', LEVELS)
-    # Records missing either value (rows 3, 40, 41) count in no pair.
-    known = dataset['splits']['train']['num_records'] - counts[('family', 'species')].sum()
-    assert 1 <= known <= 3
-    parents = tuple(names['family'].index(imgs.SPECIES[s][0]) for s in names['species'])
-    assert hierarchy.nestings(counts, LEVELS) == {'family': ('species', parents)}
-
-
-@pytest.mark.slow  # trains on the CPU: about 25 s with the build
-def test_the_served_family_is_the_served_species_family(tf, trained, lenient_build):
-    config, metrics, _ = trained
-    out, dataset = lenient_build
-    assert metrics['derived_levels'] == {'family': 'species'}
-    served = tf.saved_model.load(config.resolved_model_dir).signatures['serving_default']
-    val = _records(out, dataset)['val']
-    outputs = served(image_bytes=tf.constant([r[features.ENCODED] for r in val]))
-    species = [name.decode() for name in outputs['species/top_class'].numpy()]
-    family = [name.decode() for name in outputs['family/top_class'].numpy()]
-    assert family == [imgs.SPECIES[name][0] for name in species]
-    by_species = outputs['species/probabilities'].numpy()
-    summed = [
-        by_species[:, [imgs.SPECIES[s][0] == f for s in dataset['label_levels']['species']]].sum(1)
-        for f in dataset['label_levels']['family']
-    ]
-    np.testing.assert_allclose(
-        outputs['family/probabilities'].numpy(), np.stack(summed, 1), atol=1e-6
-    )
-
-
 def _evaluation(out, **options):
     from trainer import input_pipeline  # pylint: disable=import-outside-toplevel
 
