@@ -367,11 +367,17 @@ def _restored_model(config, dataset):
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
 
     from trainer import dataset_info  # pylint: disable=import-outside-toplevel
+    from trainer import heads as heads_lib  # pylint: disable=import-outside-toplevel
+    from trainer import hierarchy  # pylint: disable=import-outside-toplevel
     from trainer import transform  # pylint: disable=import-outside-toplevel
     from trainer.model import build_model  # pylint: disable=import-outside-toplevel
 
-    heads = {level: len(names) for level, names in dataset['label_levels'].items()}
-    normalize = transform.load(dataset_info.load(config.data))  # as training built it
+    info = dataset_info.load(config.data)
+    levels = list(dataset['label_levels'])
+    # As training built it: family is derived from species (every species in one family).
+    heads = heads_lib.model_heads(info, levels, hierarchy.derive(info, 'train', levels))
+    assert heads['family'].source == 'species'
+    normalize = transform.load(info)
     model = build_model(config.model, 0, config.image_size, heads=heads, transform_output=normalize)
     checkpoint = tf.train.Checkpoint(model=model)
     checkpoint.restore(tf.train.latest_checkpoint(config.resolved_checkpoint_dir)).expect_partial()

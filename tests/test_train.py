@@ -186,6 +186,13 @@ def test_the_crop_range_suits_the_training_set():
     assert config_lib.resolve_crop_area('auto', 1_437) == (0.5, 1.0)
     assert config_lib.resolve_crop_area('auto', 1_281_167) == (0.08, 1.0)  # ImageNet's recipe
     assert config_lib.resolve_crop_area((0.2, 0.9), 10) == (0.2, 0.9)
+    # Multi-label: whole images, in training and evaluation (bench/multilabel_crops.py).
+    assert config_lib.resolve_crop_area('auto', 1_281_167, multi_label=True) == (1.0, 1.0)
+    assert config_lib.resolve_eval_crop('auto') == 0.875
+    assert config_lib.resolve_eval_crop('auto', multi_label=True) == 1.0
+    assert config_lib.resolve_eval_crop(0.9, multi_label=True) == 0.9
+    with pytest.raises(ValueError, match=r'expected auto or a share of each side in \(0, 1\]'):
+        config_lib.parse_eval_crop('1.5')
 
 
 @pytest.fixture(scope='module')
@@ -208,7 +215,7 @@ def test_defaults_train_a_small_set_well_and_evaluate_its_test_split(digits_buil
     # The new user's run of issue 15: small_cnn, 28 px, 8 epochs, nothing else set.
     flags = ['--data', str(digits_build), '--job-dir', str(tmp_path), '--image-size', '28']
     metrics = train_lib.train(config_lib.parse_train_args([*flags, '--epochs', '8']))
-    assert metrics['crop_area'] == [0.5, 1.0]
+    assert metrics['crop_area'] == [0.5, 1.0] and metrics['eval_crop'] == 0.875
     assert metrics['accuracy'] >= 0.85, metrics  # 0.66 with ImageNet's 8% crops
     # 180 images each: one of them is half a point.
     assert (metrics['val_accuracy'] + metrics['test_accuracy']) / 2 >= 0.94, metrics

@@ -1,14 +1,66 @@
-"""Training on several label levels: one softmax head per level, missing labels masked out.
+"""The model's outputs ("heads"), their losses and metrics.
 
-A build with label levels (`label/<level>` manifest columns, or a tree's nested folders) stores
-an id per level, -1 where an image has no value (`--allow-missing-levels`). `--label-levels`
-trains one head per named level on a shared backbone. A missing label adds nothing to its
-head's loss or accuracy: the loss is the mean over the batch's known labels of that level, and
-the accuracy counts known labels only.
+A single-label build trains one softmax over its labels, as always. With `--label-levels`, one
+head per level on a shared backbone. A multi-label build's label (and each level where an image
+may hold several values, dataset.json `multi_label_levels`) is a head of one sigmoid per class,
+trained with binary cross-entropy and measured by micro and macro F1 at 0.5 and the mean over
+classes of the area under the precision-recall curve (`micro_f1`, `macro_f1`, `pr_auc`); a
+level with at most one value per image keeps a softmax head.
+
+A missing label (-1: `--allow-missing-levels`, or an empty single-valued level of a
+multi-label build) adds nothing to its head's loss or accuracy: the loss is the mean over the
+batch's known labels of that level, and the accuracy counts known labels only.
+
+A level whose classes each hold whole classes of a finer trained level (trainer/hierarchy.py)
+is derived from that level: its probabilities are the finer ones summed, so it has no weights
+of its own and its loss trains the finer head.
 """
+
+import dataclasses
 
 import keras
 import tensorflow as tf
+
+MULTI_LABEL_OUTPUT = 'scores'  # the output of a multi-label build's model without levels
+
+
+@dataclasses.dataclass(frozen=True)
+class Head:
+    """One output of the model.
+
+    Attributes:
+        classes: class names, by id.
+        multi_label: one sigmoid per class (else one softmax over them).
+        source: derived from this finer level's probabilities (trainer/hierarchy.py).
+        parents: with `source`, the class here of each class of `source`.
+    """
+
+    classes: tuple
+    multi_label: bool = False
+    source: str = ''
+    parents: tuple = ()
+
+    @property
+    def num_classes(self):
+        return len(self.classes)
+
+
+def model_heads(info, levels, derived=None):
+    """{level: Head} of the build's label levels `levels` (in that order), or {'': Head} of its
+    primary label without levels.
+
+    Args:
+        derived: {coarse level: (finer level, parents)} (trainer/hierarchy.py).
+    """
+    if not levels:
+        return {'': Head(info.labels, multi_label=info.multi_label)}
+    info.check_levels(levels)
+    multi = set(info.multi_label_levels) if info.multi_label else set()
+    heads = {}
+    for level in levels:
+        source, parents = (derived or {}).get(level, ('', ()))
+        heads[level] = Head(info.label_levels[level], level in multi, source, tuple(parents))
+    return heads
 
 
 def masked_sparse_categorical_crossentropy(y_true, y_pred):
@@ -34,31 +86,47 @@ class MaskedAccuracy(keras.metrics.Mean):
         return super().update_state(correct, sample_weight=tf.cast(y_true >= 0, self.dtype))
 
 
-def level_heads(info, levels):
-    """{level: number of classes} of the build's label levels `levels`, in that order."""
-    info.check_levels(levels)
-    return {level: len(info.label_levels[level]) for level in levels}
+def multi_label_metrics(num_classes):
+    """Micro and macro F1 at 0.5 (a class without positives or predictions counts as F1 0 in
+    the macro mean, as in Keras and scikit-learn), and the mean PR-AUC over classes."""
+    return [
+        keras.metrics.F1Score(average='micro', threshold=0.5, name='micro_f1'),
+        keras.metrics.F1Score(average='macro', threshold=0.5, name='macro_f1'),
+        keras.metrics.AUC(curve='PR', multi_label=True, num_labels=num_classes, name='pr_auc'),
+    ]
+
+
+def _loss_and_metrics(head, masked):
+    if head.multi_label:
+        return 'binary_crossentropy', multi_label_metrics(head.num_classes)
+    if masked:
+        return masked_sparse_categorical_crossentropy, [MaskedAccuracy()]
+    return 'sparse_categorical_crossentropy', ['accuracy']
 
 
 def compile_args(heads):
-    """The loss and metrics arguments of `Model.compile`: per head with `heads`, else the
-    single-label ones."""
-    if not heads:
-        return {'loss': 'sparse_categorical_crossentropy', 'metrics': ['accuracy']}
+    """The loss and metrics arguments of `Model.compile` for `heads` (model_heads)."""
+    if '' in heads:
+        loss, metrics = _loss_and_metrics(heads[''], masked=False)
+        return {'loss': loss, 'metrics': metrics}
+    pairs = {level: _loss_and_metrics(head, masked=True) for level, head in heads.items()}
     return {
-        'loss': {level: masked_sparse_categorical_crossentropy for level in heads},
-        'metrics': {level: [MaskedAccuracy()] for level in heads},
+        'loss': {level: loss for level, (loss, _) in pairs.items()},
+        'metrics': {level: metrics for level, (_, metrics) in pairs.items()},
     }
 
 
+METRICS = ('accuracy', 'loss', 'micro_f1', 'macro_f1', 'pr_auc')
+
+
 def level_metrics(history, levels):
-    """{level: {metric: value}} from the flat Keras history (`family_accuracy`,
-    `val_family_loss`, ...)."""
+    """{level: {metric: value}} from the flat Keras history and test metrics
+    (`family_accuracy`, `val_family_loss`, `test_tags_micro_f1`, ...)."""
     per_level = {}
     for level in levels:
         found = {}
-        for prefix in ('', 'val_'):
-            for metric in ('accuracy', 'loss'):
+        for prefix in ('', 'val_', 'test_'):
+            for metric in METRICS:
                 key = f'{prefix}{level}_{metric}'
                 if key in history:
                     found[f'{prefix}{metric}'] = float(history[key])

@@ -31,6 +31,7 @@ import tensorflow as tf
 from imageshards import features
 from trainer import augment as augment_lib
 from trainer import dataset_info
+from trainer import labels as labels_lib
 from trainer import preprocess
 from trainer.config import IMAGENET_CROP_AREA
 from trainer.config import TrainConfig
@@ -61,6 +62,7 @@ class InputOptions:
     skip_batches: int = 0  # batches of this dataset in start_epoch already trained on (resume)
     batches_per_epoch: int = 0  # cut each epoch to this many batches (0: every full batch)
     area_range: tuple = IMAGENET_CROP_AREA  # random-resized crop area
+    eval_crop: float = preprocess.EVAL_CROP_FRACTION  # evaluation's central crop, of each side
     # Start each shard at a record fixed by (seed, epoch, shard) and wrap around, so that the
     # epochs' orders differ even when every shard is read at once. It costs reading that part
     # of each shard twice (half a shard on average). None: only when a split has fewer than
@@ -102,7 +104,8 @@ def make_dataset(
     """Batches of (uint8 images, int64 labels) from a build's split.
 
     With `label_levels`, labels are a dict {level: int64 ids} (-1 where a value is missing)
-    of those label levels of the build instead of the primary label.
+    of those label levels of the build instead of the primary label. A multi-label build's
+    labels (and multi-label levels) are multi-hot float32 vectors instead (trainer/labels.py).
 
     With `decode_images=False` (an option), batches are (labels, ids) in the same order and
     nothing is decoded; undecodable images then cannot be skipped, so with `skip_bad_images`
@@ -132,7 +135,7 @@ def make_dataset(
     if input_context:
         batch_size = input_context.get_per_replica_batch_size(batch_size)
     image_size = tuple(image_size)
-    parse = _parser(info.format, opts.parse_batch, with_source=opts.decode_images, levels=levels)
+    parse = _parser(info, opts.parse_batch, levels, with_source=opts.decode_images)
     if not training:
         batches = _evaluation(files, sum(counts), batch_size, image_size, parse, opts, skipped)
         return _finish(batches, opts)
@@ -158,7 +161,7 @@ def _evaluation(files, num_records, batch_size, image_size, parse, opts, skipped
     records = _read(tf.data.Dataset.from_tensor_slices(files), opts, deterministic=True)
     images = _decode(
         parse(records),
-        lambda encoded, _: preprocess.for_eval(encoded, image_size),
+        lambda encoded, _: preprocess.for_eval(encoded, image_size, opts.eval_crop),
         opts,
         skipped,
     )
@@ -278,24 +281,21 @@ def _augment(batch, config, seed):
     return (augment_lib.augment_batch(images, config, seed), *rest)
 
 
-def _parser(fmt, parse_batch, with_source=True, levels=()):
+def _parser(info, parse_batch, levels, with_source=True):
     """Records (or (record, position) pairs) -> dicts of encoded image, label, id, position.
 
-    Without `with_source`, the image (or its path) is neither parsed nor read. With `levels`,
-    the label is a dict of those label levels' ids.
+    Without `with_source`, the image (or its path) is neither parsed nor read. The label is
+    the primary label's or a dict of `levels`' (trainer/labels.py).
     """
-    spec = features.feature_spec(fmt, levels)
+    fmt, reader = info.format, labels_lib.LabelReader(info, levels)
+    spec = features.feature_spec(fmt)
     source = features.PATH if fmt == features.PATHS else features.ENCODED
-    label_keys = [features.level_label(level) for level in levels] or [features.LABEL]
-    wanted = label_keys + [features.ID] + ([source] if with_source else [])
+    keys = [features.ID, source] if with_source else [features.ID]
+    wanted = {**reader.spec(), **{key: spec[key] for key in keys}}
 
     def parse_some(serialized, positions=None):
-        parsed = tf.io.parse_example(serialized, {key: spec[key] for key in wanted})
-        if levels:
-            label = {level: parsed[key] for level, key in zip(levels, label_keys)}
-        else:
-            label = parsed[features.LABEL]
-        out = {'label': label, 'id': parsed[features.ID]}
+        parsed = tf.io.parse_example(serialized, wanted)
+        out = {'label': reader.labels(parsed), 'id': parsed[features.ID]}
         if with_source:
             out['source'] = parsed[source]
         if positions is not None:
@@ -365,7 +365,7 @@ def _patches(parsed, opts, crop_seed, skipped, epoch, seed):
         # One element per image -> K patches, each with its image's label(s) and id.
         pixels = values[:1] if opts.decode_images else ()
         per_image = values[len(pixels) :]
-        return (*pixels, *tf.nest.map_structure(lambda v: tf.repeat(v[None], k), per_image))
+        return (*pixels, *tf.nest.map_structure(lambda v: tf.repeat(v[None], k, 0), per_image))
 
     decoded = _decode(parsed, cut, opts, skipped).map(
         repeat, num_parallel_calls=AUTOTUNE, deterministic=opts.deterministic

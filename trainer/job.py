@@ -19,7 +19,8 @@ _LOG = logging.getLogger(__name__)
 
 RUN_JSON = 'run.json'
 METRICS_JSON = 'metrics.json'
-_COMPARED = ('model', 'image_size', 'labels', 'label_levels', 'data')
+_COMPARED = ('model', 'image_size', 'labels', 'label_levels', 'derived_levels', 'data')
+_BEFORE = {'derived_levels': {}}  # what a run.json written before a key existed means by it
 
 
 def data_digest(info):
@@ -33,13 +34,14 @@ def data_digest(info):
     return hashlib.sha256(json.dumps(shards).encode('utf-8')).hexdigest()
 
 
-def fingerprint(config, info):
-    """What a job's checkpoints belong to."""
+def fingerprint(config, info, derived=None):
+    """What a job's checkpoints belong to (`derived`: trainer/hierarchy.py's levels)."""
     return {
         'model': config.model,
         'image_size': list(config.image_size),
         'labels': list(info.labels),
         'label_levels': list(config.label_levels),
+        'derived_levels': {coarse: fine for coarse, (fine, _) in (derived or {}).items()},
         'data': data_digest(info),
         'data_dir': info.data_dir,
     }
@@ -67,17 +69,20 @@ def _difference(old, new):
         return f'image size {size(old)}, not {size(new)}'
     if old['labels'] != new['labels'] or old['label_levels'] != new['label_levels']:
         return f'the labels of {old["data_dir"]}, not those of {new["data_dir"]}'
+    if old.get('derived_levels', {}) != new['derived_levels']:
+        derived = lambda run: run.get('derived_levels') or 'none'
+        return f'levels derived as {derived(old)} (--hierarchy), not as {derived(new)}'
     return f'the build in {old["data_dir"]}, not the one now in {new["data_dir"]}'
 
 
-def check_rerun(config, info, checkpoint_dir):
+def check_rerun(config, info, checkpoint_dir, derived=None):
     """Raises ValueError if `checkpoint_dir` holds checkpoints of another model or other data.
 
     Returns the fingerprint of this run.
     """
-    new = fingerprint(config, info)
+    new = fingerprint(config, info, derived)
     old = _read_json(posixpath.join(checkpoint_dir, RUN_JSON))
-    if old is not None and any(old.get(key) != new[key] for key in _COMPARED):
+    if old is not None and any(old.get(key, _BEFORE.get(key)) != new[key] for key in _COMPARED):
         raise ValueError(
             f'--job-dir {config.job_dir} holds the checkpoints of a run on '
             f'{_difference(old, new)}: train into a new --job-dir, or delete {checkpoint_dir} '

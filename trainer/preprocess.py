@@ -16,10 +16,11 @@ import tensorflow as tf
 from imageshards.decode import DCT_METHOD  # evaluation and serving: exactly Pillow's pixels
 from imageshards.decode import decode  # noqa: F401  (all pixels, uint8 RGB)
 from trainer import augment as augment_lib
+from trainer.config import CENTRAL_CROP
 from trainer.config import IMAGENET_CROP_AREA
 
 TRAINING_DCT_METHOD = 'INTEGER_FAST'  # training crops: a few levels off, 6% faster to decode
-EVAL_CROP_FRACTION = 0.875  # the central crop of the Inception/ResNet evaluation recipe
+EVAL_CROP_FRACTION = CENTRAL_CROP  # the central crop of the Inception/ResNet evaluation recipe
 
 
 def decode_window(encoded, choose_window, dct_method=DCT_METHOD):

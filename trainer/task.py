@@ -45,13 +45,20 @@ def main(argv=None):
     return 0
 
 
+SUMMARY_METRICS = (
+    'accuracy',
+    'val_accuracy',
+    'test_accuracy',
+    'val_micro_f1',
+    'val_macro_f1',
+    'test_micro_f1_at_thresholds',
+    'test_macro_f1_at_thresholds',
+)
+
+
 def summary(metrics, job_dir):
     """The line a run ends with: epochs, time and the accuracies it reached."""
-    shown = [
-        f'{key} {metrics[key]:.4f}'
-        for key in ('accuracy', 'val_accuracy', 'test_accuracy')
-        if key in metrics
-    ]
+    shown = [f'{key} {metrics[key]:.4f}' for key in SUMMARY_METRICS if key in metrics]
     seconds = metrics.get('train_seconds')
     took = f' in {console.duration(seconds)}' if seconds is not None else ''
     return (

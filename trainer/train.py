@@ -24,8 +24,10 @@ from trainer import config as config_lib
 from trainer import corrupt_shards
 from trainer import dataset_info
 from trainer import distribute
+from trainer import evaluate
 from trainer import export
 from trainer import heads as heads_lib
+from trainer import hierarchy
 from trainer import input_pipeline
 from trainer import job
 from trainer import transform
@@ -101,11 +103,12 @@ def _train(config, checkpoint_dir, model_dir):
     # The same initial weights (and dropout) for a seed. Never a global seed of 0 (mod 2**31-1):
     # tf.data would then compare the per-epoch shuffle seed tensors with 0 in Python and fail.
     keras.utils.set_random_seed(config.seed % (2**31 - 2) + 1)
-    heads = heads_lib.level_heads(info, config.label_levels)  # {} without --label-levels
+    derived = _derived_levels(config, info)
+    heads = heads_lib.model_heads(info, config.label_levels, derived)
     transform_output = transform.load(info)
     model, checkpoint = _compiled_model(config, info, strategy, heads, transform_output)
     manager = tf.train.CheckpointManager(checkpoint, checkpoint_dir, max_to_keep=3)
-    run = job.check_rerun(config, info, config.resolved_checkpoint_dir)
+    run = job.check_rerun(config, info, config.resolved_checkpoint_dir, derived)
     _restore(checkpoint, config)
     done = int(model.optimizer.iterations.numpy())
     finished = job.finished_metrics(config, done, steps)
@@ -129,18 +132,38 @@ def _train(config, checkpoint_dir, model_dir):
     if checkpoints.preempted:
         return {'preempted': True, 'steps': int(model.optimizer.iterations.numpy())}
     metrics = _final_metrics(model, history, steps, config, time.monotonic() - started, done)
-    metrics.update(_test_metrics(model, config, info, strategy))
+    metrics.update(evaluate.test_metrics(model, config, info, strategy))
     if skipped:
         metrics['skipped_images'] = skipped.skipped
-    if heads:
-        metrics['label_levels'] = heads_lib.level_metrics(history, heads)
-    labels = transform.class_names(transform_output) if transform_output else info.labels
-    levels = {level: info.label_levels[level] for level in heads}
-    export.export_saved_model(model, labels, config.image_size, model_dir, levels)
+    thresholds, chosen = evaluate.multi_label_thresholds(model, config, info, heads)
+    metrics.update(chosen.pop('', {}))
+    if config.label_levels:
+        metrics['label_levels'] = heads_lib.level_metrics(metrics, config.label_levels)
+        for level, report in chosen.items():
+            metrics['label_levels'][level].update(report)
+        metrics['derived_levels'] = {coarse: fine for coarse, (fine, _) in derived.items()}
+    _export(model, heads, transform_output, config, model_dir, thresholds)
     if distribute.is_chief():
         _LOG.info('exported the model to %s', model_dir)
         job.write_metrics(config, metrics)
     return metrics
+
+
+def _derived_levels(config, info):
+    """{coarse level: (finer level, parents)} of the levels this run derives (--hierarchy)."""
+    if config.hierarchy == 'off' or len(config.label_levels) < 2:
+        return {}
+    return hierarchy.derive(info, config.train_split, config.label_levels)
+
+
+def _export(model, heads, transform_output, config, model_dir, thresholds):
+    """The SavedModel of the trained model (trainer/export.py)."""
+    labels, levels = heads.get(''), None if '' in heads else heads
+    if labels and transform_output and not labels.multi_label:  # the graph's vocabulary
+        labels = transform.class_names(transform_output)
+    export.export_saved_model(
+        model, labels, config.image_size, model_dir, levels, thresholds, config.eval_crop
+    )
 
 
 def _steps_per_epoch(config, info):
@@ -193,7 +216,7 @@ def _fit(model, config, info, strategy, progress, checkpoints, skipped):
     callbacks = [checkpoints] + ([SkippedImagesLog(skipped)] if skipped else [])
     if distribute.is_chief():
         callbacks.append(keras.callbacks.TensorBoard(config.resolved_log_dir))
-    validation = _validation(config, info, strategy)
+    validation = evaluate.dataset(config, info, strategy)
     history = {}
     for first, last, skip_now in _phases(*divmod(done, steps), config.epochs):
         if checkpoints.preempted:
@@ -278,33 +301,6 @@ def _training_data(config, info, strategy, phase, skipped, steps):
     return strategy.distribute_datasets_from_function(dataset)
 
 
-def _validation(config, info, strategy, split=None):
-    """The validation split's one ordered pass: all of it on every worker, in the same batches.
-
-    Split among workers, their pipelines could hold different numbers of batches: Keras would
-    run as many steps as each one's own, and the one with more would wait for the others'
-    collectives forever (tf.distribute's empty batches for a worker already done do not get
-    through the model's convolutions on the CPU either). Every worker evaluating everything
-    costs validation time, and its metrics, averaged over workers, stay exact.
-    """
-    split = split or config.val_split
-    if split not in info.splits:
-        if split == config.val_split:
-            _LOG.info('no %r split in the build: training without validation', split)
-        return None
-    return strategy.distribute_datasets_from_function(
-        lambda input_context: input_pipeline.make_dataset(
-            config.data,
-            split,
-            input_context.get_per_replica_batch_size(config.batch_size),
-            training=False,
-            image_size=config.image_size,
-            info=info,
-            label_levels=config.label_levels,
-        )
-    )
-
-
 def _final_metrics(model, history, steps, config, seconds, steps_before):
     trained_steps = int(model.optimizer.iterations.numpy()) - steps_before
     metrics = {key: float(value) for key, value in history.items()}
@@ -316,6 +312,7 @@ def _final_metrics(model, history, steps, config, seconds, steps_before):
             'train_images_per_second': trained_steps * config.batch_size / max(seconds, 1e-9),
             'train_seconds': round(seconds, 1),
             'crop_area': list(config.crop_area),
+            'eval_crop': config.eval_crop,
             'model': config.model,
             'image_size': list(config.image_size),
         }
@@ -323,23 +320,18 @@ def _final_metrics(model, history, steps, config, seconds, steps_before):
     return metrics
 
 
-def _test_metrics(model, config, info, strategy):
-    """{test_loss, test_accuracy, ...} of one pass over the test split, if the build has one."""
-    test = _validation(config, info, strategy, config.test_split)
-    if test is None or config.test_split in (config.train_split, config.val_split):
-        return {}
-    results = model.evaluate(test, verbose=0, return_dict=True)
-    return {f'test_{key}': float(value) for key, value in results.items()}
-
-
 def check_classes(info, levels):
-    """Raises ValueError where there is nothing to classify: a single label (or level value).
+    """Raises ValueError where there is nothing to classify: a single label (or level value)
+    of a softmax head, none of a multi-label head (one sigmoid is a yes/no classifier).
 
     With one output unit, Keras would measure a binary accuracy and report 0 loss and 0
     accuracy however long it trained.
     """
-    for level, names in [('label', info.labels)] + [(lv, info.label_levels[lv]) for lv in levels]:
-        if len(names) < 2:
+    multi = set(info.multi_label_levels) if info.multi_label else set()
+    heads = [('label', info.labels, info.multi_label)]
+    heads += [(level, info.label_levels[level], level in multi) for level in levels]
+    for level, names, multi_label in heads:
+        if len(names) < (1 if multi_label else 2):
             raise ValueError(
                 f'{info.data_dir} has only one {level} value ({", ".join(names) or "none"}): a '
                 f'classifier needs at least two classes; build from images of two or more labels'
@@ -347,15 +339,17 @@ def check_classes(info, levels):
 
 
 def _with_crop_area(config, info):
-    """`config` with its crop range resolved (`--crop-area auto`), logged once."""
+    """`config` with its crop range and evaluation crop resolved (`auto`), logged once."""
     train_records = info.num_records(config.train_split)
-    area = config_lib.resolve_crop_area(config.crop_area, train_records)
+    area = config_lib.resolve_crop_area(config.crop_area, train_records, info.multi_label)
+    kind = 'multi-label images' if info.multi_label else 'training images'
     _LOG.info(
-        'random crops keep %g to %g of each image%s',
+        'random crops keep %g to %g of each image%s; evaluation and serving see its central %g',
         *area,
-        f' (auto, for {train_records:,} training images)' if config.crop_area == 'auto' else '',
+        f' (auto, for {train_records:,} {kind})' if config.crop_area == 'auto' else '',
+        eval_crop := config_lib.resolve_eval_crop(config.eval_crop, info.multi_label),
     )
-    return dataclasses.replace(config, crop_area=area)
+    return dataclasses.replace(config, crop_area=area, eval_crop=eval_crop)
 
 
 def _restore(checkpoint, config):
