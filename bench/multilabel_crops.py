@@ -10,8 +10,7 @@ serving does) and with the whole image.
     python -m bench.multilabel_crops [--train 2000] [--epochs 8] [--size 64]
         [--crops '0.08,1 0.5,1 0.8,1 1,1'] [--seed 0] [--out /tmp/multilabel_crops]
 
-The build is written by bench/stand_in_build.py until `imageshards build` writes multi-label
-shards.
+The build is made by `imageshards build` from a `labels` manifest (bench/labelled_build.py).
 """
 
 import argparse
@@ -22,8 +21,8 @@ import shutil
 
 import numpy as np
 
+from bench import labelled_build
 from bench import shapes
-from bench import stand_in_build
 
 _LOG = logging.getLogger('bench.multilabel_crops')
 
@@ -33,8 +32,7 @@ def make_build(out, train, size, seed):
     held_out = train // 4
     splits = ['train'] * train + ['val'] * held_out + ['test'] * held_out
     images, labels = shapes.dataset(len(splits), size, start=seed * 1_000_000)
-    os.makedirs(out, exist_ok=True)
-    return stand_in_build.write(out, images, labels, splits, num_shards=4)
+    return labelled_build.write(out, images, labels, splits, num_shards=4)
 
 
 def _restored(config, info):

@@ -1,8 +1,6 @@
 """Multi-label builds for tests, of real small JPEGs: several colours per image, each a label.
 
-Written by bench/stand_in_build.py until `imageshards build` writes multi-label shards (issue
-23); then `write_colour_build` should build a `labels` manifest of the same images instead, and
-the tests stay as they are.
+Built by `imageshards build` from a `labels` manifest of the images (bench/labelled_build.py).
 
 Image i shows the colours `colour_labels(i)` as blocks in fixed places on a grey noise
 background: clearly learnable, and a label set of zero to four colours.
@@ -10,7 +8,7 @@ background: clearly learnable, and a label set of zero to four colours.
 
 import numpy as np
 
-from bench import stand_in_build
+from bench import labelled_build
 
 import images_for_tests
 
@@ -60,7 +58,6 @@ def write_colour_build(
         levels: also the label levels `colour` (multi-label: the colours) and `mood`
             (single-valued, missing without colours).
     """
-    out.mkdir(parents=True, exist_ok=True)
     labels = [colour_labels(i) for i in range(count)]
     images = [colour_jpeg(i, names) for i, names in enumerate(labels)]
     names, bounds = [], []
@@ -71,6 +68,6 @@ def write_colour_build(
         bounds.append(round(total * count))
     split_of = [names[next(k for k, bound in enumerate(bounds) if i < bound)] for i in range(count)]
     by_level = {'colour': labels, 'mood': [mood(names) for names in labels]} if levels else None
-    return stand_in_build.write(
+    return labelled_build.write(
         str(out), images, labels, split_of, levels=by_level, num_shards=num_shards
     )

@@ -61,7 +61,9 @@ def training_images(data_dir, split='train', *, count=GRID * GRID, **dataset_arg
 
     info = dataset_info.load(data_dir)
     if dataset_args.get('area_range') == 'auto':
-        dataset_args['area_range'] = config_lib.resolve_crop_area('auto', info.num_records(split))
+        dataset_args['area_range'] = config_lib.resolve_crop_area(
+            'auto', info.num_records(split), multi_label=info.multi_label
+        )
     available = info.num_records(split) * max(1, dataset_args.get('patches_per_image', 0))
     count = min(count, available)
     if not count:
