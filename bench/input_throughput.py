@@ -62,7 +62,7 @@ def _rate(dataset, batches, warmup=3):
     start, images = time.perf_counter(), 0
     for _ in range(batches):
         first = next(iterator)
-        images += int((first[0] if isinstance(first, tuple) else first).shape[0])
+        images += len(first[0] if isinstance(first, tuple) else first)  # a tensor or DALI's list
     return images / (time.perf_counter() - start)
 
 
