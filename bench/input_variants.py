@@ -22,6 +22,7 @@ import time
 
 import tensorflow as tf
 
+from bench.input_throughput import rate_and_cpu
 from imageshards import features
 from trainer import input_pipeline
 from trainer import preprocess
@@ -29,19 +30,6 @@ from trainer.dataset_info import DatasetInfo
 
 SIZE = (224, 224)
 BATCH = 128
-
-
-def _measure(dataset, batches, warmup=5):
-    """(images/s, CPU us per image of this process: every core's share) over `batches` batches
-    after `warmup`; the CPU time says what each image costs even on a machine under load."""
-    iterator = iter(dataset)
-    for _ in range(warmup):
-        next(iterator)
-    wall, cpu, images = time.perf_counter(), time.process_time(), 0
-    for _ in range(batches):
-        images += len(next(iterator)[0])
-    cpu = time.process_time() - cpu
-    return images / (time.perf_counter() - wall), cpu / images * 1e6
 
 
 def _minimal(info, threads=None, crop=True):
@@ -111,7 +99,7 @@ def main(argv=None):
         for name in names:
             batches = args.batches // 4 if 'one thread' in name else args.batches
             start = time.perf_counter()
-            rate, cpu = _measure(variants[name](), batches)
+            rate, cpu = rate_and_cpu(variants[name](), batches)
             rates[name].append((rate, cpu))
             seconds = time.perf_counter() - start
             print(f'{name:<46}{rate:>8.0f} images/s {cpu:>7.0f} us CPU/image ({seconds:.0f} s)')

@@ -24,7 +24,7 @@ import tensorflow as tf
 
 from bench import datasets
 from bench import peer_dali
-from bench.input_throughput import _rate
+from bench.input_throughput import rate_and_cpu
 from imageshards import layout
 
 SIZE = (224, 224)
@@ -129,14 +129,18 @@ def main(args):
         for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
             for folder in (data, ours, theirs):  # each contender's input warm, the images or
                 datasets.warm_page_cache(folder)  # the shards
-            rates[name].append(_rate(found[name](), args.batches))
-            print(f'  round {round_ + 1}: {name:<48}{rates[name][-1]:>7.0f} images/s', flush=True)
-    medians = {name: statistics.median(values) for name, values in rates.items()}
+            rate, cpu = rate_and_cpu(found[name](), args.batches, warmup=3)
+            rates[name].append((rate, cpu))
+            print(f'  round {round_ + 1}: {name:<48}{rate:>7.0f} images/s {cpu:>6.0f} us CPU/image')
+    # CPU time per image (all of this process's threads) says what each contender costs even on
+    # a machine under load, where images/s depend on what else runs.
+    medians = {name: [statistics.median(v) for v in zip(*values)] for name, values in rates.items()}
     print(f'\nmedian of {args.repeat} round(s), {os.cpu_count()} cores, batch {BATCH}, 224x224')
-    for name, rate in medians.items():
+    ours = medians.get('make_dataset')
+    for name, (rate, cpu) in medians.items():
         versus = (
-            f'make_dataset is {medians["make_dataset"] / rate:.2f}x'
-            if 'make_dataset' in medians
+            f'make_dataset: {ours[0] / rate:.2f}x images/s, {cpu / ours[1]:.2f}x CPU'
+            if ours
             else ''
         )
-        print(f'{name:<48}{rate:>7.0f} images/s   {versus}')
+        print(f'{name:<48}{rate:>7.0f} images/s {cpu:>6.0f} us CPU/image   {versus}')
