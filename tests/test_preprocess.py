@@ -107,6 +107,15 @@ def test_a_scaled_decode_is_the_same_eagerly_and_inside_dataset_map(tf, photo, r
         )
     ).numpy()
     np.testing.assert_array_equal(in_map, eager)
+    index, scaled = next(
+        iter(
+            tf.data.Dataset.from_tensors(window).map(
+                lambda w: (preprocess.dct_ratio(w, SIZE), preprocess.scaled_window(w, ratio))
+            )
+        )
+    )
+    assert int(index) == int(preprocess.dct_ratio(window, SIZE))
+    np.testing.assert_array_equal(scaled, preprocess.scaled_window(window, ratio))
     expected = preprocess.scaled_window(window, ratio).numpy()[2:]
     assert eager.shape == (*expected, 3) and eager.dtype == np.uint8
     assert int(preprocess.dct_ratio(window, SIZE)) == preprocess.DCT_RATIOS.index(ratio)
