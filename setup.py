@@ -41,6 +41,9 @@ BENCH = [
 EXTRAS = {
     'samples': ['scikit-learn>=1.4'],
     'bench': BENCH,
+    # NVIDIA DALI (its CPU pipeline runs without a GPU), a reader bench/peer_reads.py measures
+    # make_dataset against on the same shards. About 1 GB installed, so in no other extra.
+    'dali': ['nvidia-dali-cuda120>=1.40'],
     'test': [
         *BENCH,  # tests/test_peer_builds.py runs the peers' builds that the benchmarks compare
         'pytest>=8',

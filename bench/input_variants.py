@@ -3,20 +3,26 @@
 Each variant's images/s over batches of 128 at 224x224 after a warm-up, in one process:
   make_dataset with --augment standard, none, each of its two ops, deterministic=False, and
   standard plus one op that stays on whole batches (a rotation, brightness, scale);
+  the crops' DCT-scaled decode forced on and off (by default make_dataset turns it on where
+  the build holds images at least twice 224x224);
   minimal: TFRecordDataset -> parse_single_example -> the same crop-decode -> batch (what the
   shuffle, interleave and vectorized parse cost on top of decoding), on all cores and on one
   thread (the per-core decode rate); the same with a full decode and resize.
+With --rounds N the chosen variants (--only: names containing any of its comma-separated
+words) are measured N times, alternated, and their medians printed.
 
     python -m bench.input_variants --shards bench/out/shards-20000
+    python -m bench.input_variants --shards SHARDS --only dct_scaling --rounds 5
 """
 
 import argparse
 import os
+import statistics
 import time
 
 import tensorflow as tf
 
-from bench.input_throughput import _rate
+from bench.input_throughput import rate_and_cpu
 from imageshards import features
 from trainer import dataset_info
 from trainer import input_pipeline
@@ -50,6 +56,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--shards', required=True, help='an imageshards build of JPEGs')
     parser.add_argument('--batches', type=int, default=60)
+    parser.add_argument('--only', default='', help='variants whose names contain these words')
+    parser.add_argument('--rounds', type=int, default=1, help='alternated rounds (medians)')
     args = parser.parse_args(argv)
     info = dataset_info.load(args.shards)
 
@@ -75,17 +83,32 @@ def main(argv=None):
                 'standard,scale_range=1.1:1.4',
             )
         },
+        'make_dataset, dct_scaling on': made(dct_scaling=True),
+        'make_dataset, dct_scaling off': made(dct_scaling=False),
         'minimal crop-decode, all cores': lambda: _minimal(info),
         'minimal crop-decode, one thread': lambda: _minimal(info, threads=1),
         'minimal full decode + resize, all cores': lambda: _minimal(info, crop=False),
     }
+    if args.only:
+        words = args.only.split(',')
+        variants = {name: make for name, make in variants.items() if any(w in name for w in words)}
     print(f'{os.cpu_count()} cores, batch {BATCH}, {SIZE[0]}x{SIZE[1]}', flush=True)
-    for name, make in variants.items():
-        batches = args.batches // 4 if 'one thread' in name else args.batches
-        start = time.perf_counter()
-        rate = _rate(make(), batches, warmup=5)
-        seconds = time.perf_counter() - start
-        print(f'{name:<46}{rate:>8.0f} images/s  ({seconds:.0f} s)', flush=True)
+    rates = {name: [] for name in variants}
+    for round_ in range(args.rounds):
+        names = list(variants) if round_ % 2 == 0 else list(variants)[::-1]
+        for name in names:
+            batches = args.batches // 4 if 'one thread' in name else args.batches
+            start = time.perf_counter()
+            rate, cpu = rate_and_cpu(variants[name](), batches)
+            rates[name].append((rate, cpu))
+            seconds = time.perf_counter() - start
+            print(f'{name:<46}{rate:>8.0f} images/s {cpu:>7.0f} us CPU/image ({seconds:.0f} s)')
+    if args.rounds > 1:
+        print(f'\nmedians of {args.rounds} rounds')
+        for name, values in rates.items():
+            rate, cpu = (statistics.median(v) for v in zip(*values))
+            each = ', '.join(f'{r:.0f}/{c:.0f}' for r, c in values)
+            print(f'{name:<46}{rate:>8.0f} images/s {cpu:>7.0f} us CPU/image ({each})')
 
 
 if __name__ == '__main__':

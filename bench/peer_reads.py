@@ -9,7 +9,10 @@ Contenders, each delivering batches of 64 images of 224x224 with their labels, o
   tfds           TFDS as_dataset(shuffle_files=True) of its own build, resized in parallel
   tfds on ours   the same reader on the imageshards build, through builder_from_directory (when
                  the build carries TFDS metadata)
-Rounds alternate the contenders; the median of the rounds counts.
+  dali cpu       NVIDIA DALI's CPU pipeline on the imageshards build, through index files made
+                 by DALI's tfrecord2idx (bench/peer_dali.py; with the `dali` extra installed)
+Rounds alternate the contenders; the median of the rounds counts. `--only` picks contenders
+(names containing any of its comma-separated words).
 """
 
 import os
@@ -20,7 +23,8 @@ import sys
 import tensorflow as tf
 
 from bench import datasets
-from bench.input_throughput import _rate
+from bench import peer_dali
+from bench.input_throughput import rate_and_cpu
 from imageshards import layout
 
 SIZE = (224, 224)
@@ -28,10 +32,12 @@ BATCH = 64
 AUTOTUNE = tf.data.AUTOTUNE
 
 
-def _built(args, data):
-    """(imageshards build, TFDS build's version folder) of the tree, made once."""
-    ours = os.path.join(args.work_dir, f'read-imageshards-{args.count}')
-    theirs = os.path.join(args.work_dir, f'read-tfds-{args.count}')
+def _built(args, data, tfds=True):
+    """(imageshards build, TFDS build's version folder) of the tree, made once (TFDS's only
+    with `tfds`)."""
+    suffix = '' if args.size == '500x375' else f'-{args.size}'  # the names of earlier runs
+    ours = os.path.join(args.work_dir, f'read-imageshards-{args.count}{suffix}')
+    theirs = os.path.join(args.work_dir, f'read-tfds-{args.count}{suffix}')
     if not os.path.exists(os.path.join(ours, layout.SUCCESS)):
         subprocess.run(
             [sys.executable, '-m', 'imageshards.cli', 'build', '--input', data, '--output', ours]
@@ -39,7 +45,7 @@ def _built(args, data):
             check=True,
         )
     version = os.path.join(theirs, 'image_tree', '1.0.0')
-    if not os.path.exists(os.path.join(version, 'dataset_info.json')):
+    if tfds and not os.path.exists(os.path.join(version, 'dataset_info.json')):
         subprocess.run(
             [sys.executable, '-m', 'bench.peer_tfds', data, theirs, '--num-shards', '16'],
             check=True,
@@ -65,7 +71,16 @@ def _tfds(directory, image_key='image', label_key='label'):
     )
 
 
-def contenders(data, ours, theirs):
+def _dali(ours, work_dir):
+    """DALI's batches of the build's train split, its index files made first (once)."""
+    from trainer import dataset_info  # pylint: disable=import-outside-toplevel
+
+    shards = dataset_info.load(ours).shard_paths('train')
+    indexes = peer_dali.index_files(shards, os.path.join(work_dir, os.path.basename(ours) + '-idx'))
+    return peer_dali.batches(shards, indexes, BATCH, SIZE)
+
+
+def contenders(data, ours, theirs, work_dir):
     # pylint: disable=import-outside-toplevel
     import keras
 
@@ -89,6 +104,8 @@ def contenders(data, ours, theirs):
         ),
         'tfds as_dataset + resize': lambda: _tfds(theirs),
     }
+    if peer_dali.available():
+        found['dali cpu, imageshards build + tfrecord2idx'] = lambda: _dali(ours, work_dir)
     if os.path.exists(os.path.join(ours, 'dataset_info.json')):
         found['tfds as_dataset + resize, imageshards build'] = lambda: _tfds(
             ours, 'image/encoded', 'image/class/label'
@@ -97,19 +114,33 @@ def contenders(data, ours, theirs):
 
 
 def main(args):
-    data = os.path.join(args.work_dir, f'photos-{args.count}-500x375')
-    datasets.photo_tree(data, args.count)
-    ours, theirs = _built(args, data)
-    found = contenders(data, ours, theirs)
+    data = os.path.join(args.work_dir, f'photos-{args.count}-{args.size}')
+    datasets.photo_tree(data, args.count, size=tuple(int(side) for side in args.size.split('x')))
+    words = [word for word in args.only.split(',') if word]
+    ours, theirs = _built(args, data, tfds=not words or any('tfds' in w for w in words))
+    found = contenders(data, ours, theirs, args.work_dir)
+    found = {
+        name: make for name, make in found.items() if not words or any(w in name for w in words)
+    }
     rates = {name: [] for name in found}
+    names = list(found)
     for round_ in range(args.repeat):
-        for name, make in found.items():
+        # A different order each round: no contender always follows the same one.
+        for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
             for folder in (data, ours, theirs):  # each contender's input warm, the images or
                 datasets.warm_page_cache(folder)  # the shards
-            rates[name].append(_rate(make(), args.batches))
-            print(f'  round {round_ + 1}: {name:<48}{rates[name][-1]:>7.0f} images/s', flush=True)
-    medians = {name: statistics.median(values) for name, values in rates.items()}
+            rate, cpu = rate_and_cpu(found[name](), args.batches, warmup=3)
+            rates[name].append((rate, cpu))
+            print(f'  round {round_ + 1}: {name:<48}{rate:>7.0f} images/s {cpu:>6.0f} us CPU/image')
+    # CPU time per image (all of this process's threads) says what each contender costs even on
+    # a machine under load, where images/s depend on what else runs.
+    medians = {name: [statistics.median(v) for v in zip(*values)] for name, values in rates.items()}
     print(f'\nmedian of {args.repeat} round(s), {os.cpu_count()} cores, batch {BATCH}, 224x224')
-    for name, rate in medians.items():
-        ratio = medians['make_dataset'] / rate
-        print(f'{name:<48}{rate:>7.0f} images/s   make_dataset is {ratio:.2f}x')
+    ours = medians.get('make_dataset')
+    for name, (rate, cpu) in medians.items():
+        versus = (
+            f'make_dataset: {ours[0] / rate:.2f}x images/s, {cpu / ours[1]:.2f}x CPU'
+            if ours
+            else ''
+        )
+        print(f'{name:<48}{rate:>7.0f} images/s {cpu:>6.0f} us CPU/image   {versus}')

@@ -19,12 +19,14 @@ Reading (`read`): images/s delivered at 224x224 in batches of 64, in one process
 alternated: the trainer's `make_dataset(training=True)` on an imageshards build,
 `keras.utils.image_dataset_from_directory` on the tree, and TFDS `as_dataset` + resize on the
 TFDS build (and on the imageshards build, through `tfds.builder_from_directory`, where the build
-carries TFDS metadata).
+carries TFDS metadata), and NVIDIA DALI's CPU pipeline on the imageshards build where the `dali`
+extra is installed (bench/peer_dali.py).
 
     python -m bench.peers --count 20000                      # 500x375 photos (47 KB)
     python -m bench.peers --count 200000 --size 64x64 --no-hf
     python -m bench.peers --count 200000 --size 64x64 --no-hf --cache cold
     python -m bench.peers read --count 20000
+    python -m bench.peers read --count 20000 --only make_dataset,keras,dali --repeat 4
 """
 
 import argparse
@@ -129,7 +131,9 @@ def main(argv=None):
     parser.add_argument('--size', default='500x375', help='image width x height')
     parser.add_argument('--repeat', type=int, default=3, help='rounds; the median counts')
     parser.add_argument('--work-dir', default=os.path.join(os.path.dirname(__file__), 'out'))
-    parser.add_argument('--only', default='', help='comma-separated contenders')
+    parser.add_argument(
+        '--only', default='', help='comma-separated contenders (read: words in their names)'
+    )
     parser.add_argument('--no-hf', action='store_true', help='leave out Hugging Face datasets')
     parser.add_argument('--naive', action='store_true', help='add the naive one-process writer')
     parser.add_argument(

@@ -180,6 +180,14 @@ class Build:
                 f'(it has: {have}); build with label/<level> manifest columns or --label-levels'
             )
 
+    def largest_sides(self):
+        """(largest height, largest width) of the analysis split's images; None without an
+        analysis (a build made with --no-analyze)."""
+        analysis = self.raw.get('analysis')
+        if not analysis:
+            return None
+        return analysis['height']['max'], analysis['width']['max']
+
     def split(self, name):
         """The split's entry in dataset.json (ValueError: the build has no such split)."""
         return split_entry(self.data_dir, self.splits, name)

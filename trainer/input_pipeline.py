@@ -63,6 +63,7 @@ class InputOptions:
     batches_per_epoch: int = 0  # cut each epoch to this many batches (0: every full batch)
     area_range: tuple = IMAGENET_CROP_AREA  # random-resized crop area
     eval_crop: float = preprocess.EVAL_CROP_FRACTION  # evaluation's central crop, of each side
+    dct_scaling: bool | None = None  # None: if the build's images allow (preprocess.py)
     # Start each shard at a record fixed by (seed, epoch, shard) and wrap around, so that the
     # epochs' orders differ even when every shard is read at once. It costs reading that part
     # of each shard twice (half a shard on average). None: only when a split has fewer than
@@ -107,15 +108,13 @@ def make_dataset(
     of those label levels of the build instead of the primary label. A multi-label build's
     labels (and multi-label levels) are multi-hot float32 vectors instead (trainer/labels.py).
 
-    With `decode_images=False` (an option), batches are (labels, ids) in the same order and
-    nothing is decoded; undecodable images then cannot be skipped, so with `skip_bad_images`
-    the order matches only while every image decodes.
+    With `decode_images=False` (an option), batches are (labels, ids) in the same order, none
+    decoded: with `skip_bad_images` the order matches only while every image decodes.
 
     Args:
         data_dir: the build's output directory (local, gs://, or /gcs/...).
         split: a split in its dataset.json.
-        batch_size: the global batch size; with `input_context`, each pipeline gets its
-            per-replica share.
+        batch_size: the global batch size (with `input_context`, each pipeline's per-replica share).
         training: shuffled, augmented, endless (or `epochs`) batches without remainder; else
             one ordered pass with central crops.
         seed: fixes shard order, record order, crops and augmentation.
@@ -140,6 +139,8 @@ def make_dataset(
         batches = _evaluation(files, sum(counts), batch_size, image_size, parse, opts, skipped)
         return _finish(batches, opts)
     config = augment_lib.parse_augment(augment)
+    scaling = preprocess.dct_scaling_applies(opts.dct_scaling, info.largest_sides(), image_size)
+    opts = dataclasses.replace(opts, dct_scaling=scaling)
     epochs = tf.data.Dataset.range(opts.start_epoch, opts.epochs or 2**62)
     shards = _shard_list(files, counts, opts)
     per_epoch = lambda epoch: _training_epoch(
@@ -257,7 +258,7 @@ def _training_epoch(files, epoch, batch_size, seed, image_size, config, parse, o
         batches = images.batch(batch_size, drop_remainder=True).skip(resumed)
     else:
         crop = lambda encoded, position: preprocess.for_training(
-            encoded, image_size, crop_seed(position), opts.area_range, config
+            encoded, image_size, crop_seed(position), opts.area_range, config, opts.dct_scaling
         )
         batches = _decode(parsed, crop, opts, skipped).batch(batch_size, drop_remainder=True)
     if opts.batches_per_epoch:
@@ -332,10 +333,8 @@ def _decode(parsed, to_image, opts, skipped):
 
     def decode(record):
         image = to_image(record['source'], record.get('position', tf.constant(0, tf.int64)))
-        outputs = (
-            (image, record['label'], record['id']) if opts.with_ids else (image, record['label'])
-        )
-        return outputs
+        ids = (record['id'],) if opts.with_ids else ()
+        return (image, record['label'], *ids)
 
     if opts.skip_bad_images and skipped is not None:
         parsed = parsed.map(lambda r: _count(skipped.attempted, r))

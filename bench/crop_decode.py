@@ -1,0 +1,152 @@
+"""What a training crop's decode costs, option by option, and how close DCT-scaled crops are.
+
+`time` (the default): CPU time per image of the random-resized crop that make_dataset cuts
+(preprocess.random_window, cut while decoding, resized to --size), one variant at a time on
+one thread in one process, over the same records held in memory, rounds alternated; CPU time
+holds on a loaded machine where images/s do not. Variants: today's settings (integer fast
+IDCT, fancy upsampling, bilinear), `fancy_upscaling=False`, the accurate IDCT, area and
+nearest resizing, the DCT-scaled decode (preprocess.decode_scaled_window), and the decode
+alone (no resize).
+
+`psnr`: per DCT ratio, the PSNR of for_training's scaled crops and of a plain bilinear resize
+of the same window's full decode (before the scaling), each against that full decode resized
+with an antialiasing filter (the reference).
+
+    python -m bench.crop_decode --shards bench/out/shards-20000 --rounds 8
+    python -m bench.crop_decode psnr --shards SHARDS --count 200
+"""
+
+import argparse
+import collections
+import statistics
+import time
+
+import numpy as np
+import tensorflow as tf
+
+from imageshards import features
+from trainer import preprocess
+from trainer import dataset_info
+
+FAST = preprocess.TRAINING_DCT_METHOD
+
+
+def _records(shards, count):
+    spec = {features.ENCODED: features.feature_spec(features.EXAMPLES)[features.ENCODED]}
+    files = dataset_info.load(shards).shard_paths('train')
+    encoded = [
+        tf.io.parse_single_example(record, spec)[features.ENCODED]
+        for record in tf.data.TFRecordDataset(files).take(count)
+    ]
+    return tf.stack(encoded)
+
+
+def _crop(size, fancy=True, method='bilinear', dct_method=FAST, scaled=False, resized=True):
+    def crop(encoded, index):
+        window = preprocess.random_window(
+            tf.image.extract_jpeg_shape(encoded)[:2], tf.stack([tf.constant(7, tf.int64), index])
+        )
+        if scaled:
+            pixels = preprocess.decode_scaled_window(encoded, window, size, dct_method)
+        else:
+            pixels = tf.image.decode_and_crop_jpeg(
+                encoded, window, channels=3, fancy_upscaling=fancy, dct_method=dct_method
+            )
+        if not resized:  # a constant of the output's size: the batch costs the same
+            return tf.zeros([*size, 3], tf.uint8) + tf.cast(pixels[0, 0, 0] > 0, tf.uint8)
+        if method == 'bilinear':
+            return preprocess.resize(pixels, size)
+        return tf.cast(tf.image.resize(pixels, size, method=method), tf.uint8)
+
+    return crop
+
+
+def _cpu_per_image(encoded, crop):
+    """CPU us per image of `crop` over every record, on one thread."""
+    indices = tf.range(encoded.shape[0], dtype=tf.int64)
+    dataset = tf.data.Dataset.from_tensor_slices((encoded, indices)).map(crop).batch(50)
+    options = tf.data.Options()
+    options.threading.private_threadpool_size = 1
+    options.threading.max_intra_op_parallelism = 1
+    dataset = dataset.with_options(options)
+    for _ in dataset.take(2):  # trace, warm
+        pass
+    start, images = time.process_time(), 0
+    for batch in dataset:
+        images += len(batch)
+    return (time.process_time() - start) / images * 1e6
+
+
+def time_variants(args):
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    size = (args.size, args.size)
+    encoded = _records(args.shards, args.count)
+    variants = {
+        "today's (fast IDCT, fancy upsampling, bilinear)": _crop(size),
+        'fancy_upscaling=False': _crop(size, fancy=False),
+        'accurate IDCT': _crop(size, dct_method=preprocess.DCT_METHOD),
+        'area resize': _crop(size, method='area'),
+        'nearest resize': _crop(size, method='nearest'),
+        'DCT-scaled decode (switch over ratios)': _crop(size, scaled=True),
+        'decode alone, no resize': _crop(size, resized=False),
+    }
+    costs = collections.defaultdict(list)
+    names = list(variants)
+    for round_ in range(args.rounds):
+        for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
+            costs[name].append(_cpu_per_image(encoded, variants[name]))
+    print(f'{len(encoded)} records of {args.shards}, {size[0]}x{size[1]}, one thread')
+    for name in names:
+        each = ' '.join(f'{value:.0f}' for value in costs[name])
+        print(f'{name:<48}{statistics.median(costs[name]):>7.0f} us CPU/image  ({each})')
+
+
+def _psnr(a, b):
+    mse = np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2)
+    return 10 * np.log10(255**2 / max(mse, 1e-12))
+
+
+def psnr(args):
+    size = (args.size, args.size)
+    scores = collections.defaultdict(list)
+    for i, encoded in enumerate(_records(args.shards, args.count)):
+        seed = tf.constant((11, i), tf.int64)
+        shape = tf.image.extract_jpeg_shape(encoded)[:2]
+        window = preprocess.random_window(shape, seed)
+        ratio = preprocess.DCT_RATIOS[int(preprocess.dct_ratio(window, size))]
+        # The window the scaled crop shows, in source pixels (within the image).
+        shown = preprocess.scaled_window(window, ratio) * ratio
+        shown = tf.minimum(shown, tf.concat([shown[:2], shape - shown[:2]], axis=0))
+        full = tf.image.decode_and_crop_jpeg(encoded, shown, channels=3)
+        reference = tf.image.resize(full, size, antialias=True)
+        reference = tf.cast(tf.round(reference), tf.uint8).numpy()
+        scaled = preprocess.for_training(encoded, size, seed, dct_scaling=True).numpy()
+        plain = preprocess.resize(full, size).numpy()
+        scores[ratio].append((_psnr(scaled, reference), _psnr(plain, reference)))
+    print(f'PSNR (dB) against an antialiased resize of the full decode, {size[0]}x{size[1]}')
+    for ratio in sorted(scores):
+        values = np.array(scores[ratio])
+        print(
+            f'ratio {ratio}: {len(values):>4} crops   scaled: worst {values[:, 0].min():.1f} '
+            f'mean {values[:, 0].mean():.1f}   plain bilinear: worst {values[:, 1].min():.1f} '
+            f'mean {values[:, 1].mean():.1f}'
+        )
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('what', nargs='?', choices=('time', 'psnr'), default='time')
+    parser.add_argument('--shards', required=True, help='an imageshards build of JPEGs')
+    parser.add_argument('--count', type=int, default=600, help='records')
+    parser.add_argument('--size', type=int, default=224, help='output side')
+    parser.add_argument('--rounds', type=int, default=6)
+    args = parser.parse_args(argv)
+    if args.what == 'psnr':
+        psnr(args)
+    else:
+        time_variants(args)
+
+
+if __name__ == '__main__':
+    main()
