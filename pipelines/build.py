@@ -214,7 +214,10 @@ def _build(
     build_pipeline(pipeline, context, store)
     watched = direct.shuffles_in_memory(pipeline) and not dry_run
     with progress.Watch({counters.VALIDATE: summary.num_inputs}, _UNITS, enabled=watched):
-        result = _launch(pipeline, listing_path, on_dataflow, dry_run)
+        try:
+            result = _launch(pipeline, listing_path, on_dataflow, dry_run)
+        finally:
+            store.close()
     if result is None:
         _LOG.info('--dry_run: built the job without running it; %s is as it was', output_dir)
         return None

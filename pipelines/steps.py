@@ -63,7 +63,7 @@ def build_pipeline(pipeline, context, store=None):
     if config.analyze:
         sample = Sample(config.analysis_split, config.analysis_sample, config.analysis_size)
     written = assigned.placed | 'WriteShards' >> WriteShards(
-        assigned.plan,
+        assigned.layout,
         encoder,
         seed=config.seed,
         temp_dir=context.temp_dir,
@@ -77,7 +77,7 @@ def build_pipeline(pipeline, context, store=None):
         shards=written.shards,
         rejections=validated.rejected,
         duplicates=duplicates,
-        plan=assigned.plan,
+        shard_layout=assigned.layout,
         analysis=analysis,
         analyzed=analyzed,
     )

@@ -177,7 +177,7 @@ def _write_shards(p, pieces, plan, tmp_path, fmt=features.EXAMPLES, labels=('a',
         p
         | 'Pieces' >> beam.Create([(key, blocks.pack(metas)) for key, metas in pieces])
         | WriteShards(
-            p | 'Plan' >> beam.Create([plan]),
+            p | 'Plan' >> beam.Create([plan.layout]),
             RecordEncoder(str(tmp_path / 'in'), str(out), fmt, list(labels)),
             seed=0,
             temp_dir=str(out / 'tmp'),

@@ -18,6 +18,7 @@ them, where the bucket (top bits of the rank hash) bounds the size of one group 
 then one block per (group, shard) for the writer.
 """
 
+import array
 import bisect
 import collections
 import dataclasses
@@ -175,6 +176,21 @@ class ShardPlan:
             bounds.append(running)
         return bounds
 
+    @property
+    def layout(self):
+        """The ShardLayout of this plan."""
+        return ShardLayout(self.splits, self.num_shards, self.num_records)
+
+
+class ShardLayout(typing.NamedTuple):
+    """What writing needs of a plan: its splits, their shards and records. A side input of a
+    few numbers, where the plan (with a multi-label build's label sets) may be megabytes that
+    every bundle reading it would decode."""
+
+    splits: tuple  # split names that received records, requested order first
+    num_shards: dict  # split -> shard count
+    num_records: dict  # split -> record count
+
     def shard_keys(self):
         return [(split, shard) for split in self.splits for shard in range(self.num_shards[split])]
 
@@ -228,8 +244,8 @@ def make_plan(counts, fractions, num_shards=0, shard_bytes=DEFAULT_SHARD_BYTES):
         if multi_label and len(labels) * shard_counts[split] <= MAX_STRATIFIED_CELLS:
             # Label sets: the shards stratified for every label, as the splits are.
             stratified = split_lib.shard_counts(labels, sizes, shard_counts[split])
-            for label, row in zip(labels, stratified):
-                rows[(split, label)] = tuple(row)
+            for label, row in zip(labels, stratified):  # one object a row: a smaller side input
+                rows[(split, label)] = array.array('q', row)
             continue
         for label, entry in zip(labels, shard_extras(sizes, shard_counts[split])):
             extras[(split, label)] = entry
@@ -255,23 +271,44 @@ def _rank_hash(seed, meta):
     return shuffle_hash(seed, _RANK, meta.key)
 
 
+def rank_class(label):
+    """What an image is shuffled and ranked with: its label; in a multi-label build the first id
+    of its label set (-1: none), so that a step moves a group per label, not one per label set
+    (of which a build may have thousands). The plan still counts each set apart."""
+    if isinstance(label, tuple):
+        return label[0] if label else -1
+    return label
+
+
 class RankGroups(typing.NamedTuple):
-    """How images are grouped for ranking: by (group, label, bucket)."""
+    """How images are grouped for ranking: by (group, rank_class(label), bucket)."""
 
     seed: int
     bucket_bits: int  # bucket_bits_for
 
     def keyed_blocks(self, metas, store):
-        """((group, label, bucket), (block ref of its images there, images, bytes)) per group
-        of `metas`, the blocks put in `store`: AssignShards' input."""
+        """((group, rank class, bucket), (block ref of its images there, images, bytes)) per
+        group of `metas`, the blocks put in `store`: AssignShards' input. A multi-label group's
+        value also holds ((label set, images, bytes), ...) of the sets in it."""
         groups = collections.defaultdict(list)
         bits = self.bucket_bits
         for meta in metas:
             bucket = _rank_hash(self.seed, meta) >> (64 - bits) if bits else 0
-            groups[(meta.split, meta.label, bucket)].append(meta)
+            groups[(meta.split, rank_class(meta.label), bucket)].append(meta)
         refs = store.put('by-group', [blocks.pack(metas) for metas in groups.values()])
         for (key, metas), group_ref in zip(groups.items(), refs):
-            yield key, (group_ref, len(metas), sum(meta.num_bytes for meta in metas))
+            value = (group_ref, len(metas), sum(meta.num_bytes for meta in metas))
+            if isinstance(metas[0].label, tuple):
+                value += (_label_set_counts(metas),)
+            yield key, value
+
+
+def _label_set_counts(metas):
+    counts = collections.defaultdict(lambda: [0, 0])
+    for meta in metas:
+        counts[meta.label][0] += 1
+        counts[meta.label][1] += meta.num_bytes
+    return tuple((labels, images, size) for labels, (images, size) in counts.items())
 
 
 class _KeyByRankGroup(beam.DoFn):
@@ -284,9 +321,16 @@ class _KeyByRankGroup(beam.DoFn):
         yield from self._groups.keyed_blocks(blocks.unpack(self._store.get(ref)), self._store)
 
 
-def _count(keyed):
-    key, (_, images, size) = keyed
-    return key, (images, size)
+def _counts(keyed):
+    """((group, label, bucket), (images, bytes)) of a keyed block: per label set in a
+    multi-label build."""
+    key, (_, images, size, *sets) = keyed
+    if not sets:
+        yield key, (images, size)
+        return
+    group, _, bucket = key
+    for labels, n, set_size in sets[0]:
+        yield (group, labels, bucket), (n, set_size)
 
 
 def _sum_pairs(pairs):
@@ -298,19 +342,22 @@ def _sum_pairs(pairs):
 
 
 class _PlaceInShards(beam.DoFn):
-    """((group, label, bucket), [(block ref, images, bytes)]) -> ((split, shard), block ref) per
-    shard."""
+    """((group, rank class, bucket), [(block ref, images, bytes[, label sets])]) -> ((split,
+    shard), block ref) per shard."""
 
     def __init__(self, seed, store):
         self._seed, self._store = seed, store
 
     def process(self, grouped, plan):
-        (group, label, bucket), counted = grouped
-        metas = self._store.metas(ref for ref, _, _ in counted)
-        ranked = sorted(metas, key=lambda meta: (_rank_hash(self._seed, meta), meta.key))
+        (group, _, bucket), counted = grouped
+        by_label = collections.defaultdict(list)  # one label; in a multi-label build, sets
+        for meta in self._store.metas(value[0] for value in counted):
+            by_label[meta.label].append(meta)
         by_shard = collections.defaultdict(list)
-        for split, shard, start, end in plan.runs(group, label, bucket, len(ranked)):
-            by_shard[(split, shard)] += ranked[start:end]
+        for label, metas in by_label.items():
+            ranked = sorted(metas, key=lambda meta: (_rank_hash(self._seed, meta), meta.key))
+            for split, shard, start, end in plan.runs(group, label, bucket, len(ranked)):
+                by_shard[(split, shard)] += ranked[start:end]
         refs = self._store.put('placed', [blocks.pack(metas) for metas in by_shard.values()])
         yield from zip(by_shard, refs)
 
@@ -320,11 +367,12 @@ class Assigned(typing.NamedTuple):
 
     placed: beam.PCollection  # ((split, shard), block ref)
     plan: beam.PCollection  # the ShardPlan, one element
+    layout: beam.PCollection  # its ShardLayout, one element
 
 
 class AssignShards(beam.PTransform):
     """Block refs of ImageMeta, or RankGroups.keyed_blocks of them (`keyed`) -> Assigned:
-    ((split, shard), block ref), and the ShardPlan.
+    ((split, shard), block ref), the ShardPlan and its ShardLayout.
 
     Args:
         seed: the build's seed.
@@ -365,7 +413,7 @@ class AssignShards(beam.PTransform):
         # ((group, label, bucket), (block ref, images, bytes))
         plan = (
             keyed
-            | 'CountGroups' >> beam.Map(_count)
+            | 'CountGroups' >> beam.FlatMap(_counts)
             | 'SumCounts' >> beam.CombinePerKey(_sum_pairs)
             | 'CollectCounts' >> beam.combiners.ToDict()
             | 'MakePlan'
@@ -380,4 +428,4 @@ class AssignShards(beam.PTransform):
             )
         )
         # ((split, shard), block ref)
-        return Assigned(placed, plan)
+        return Assigned(placed, plan, plan | 'ShardLayout' >> beam.Map(lambda p: p.layout))

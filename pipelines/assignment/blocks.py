@@ -202,6 +202,9 @@ class BlockStore:
         """Every ImageMeta of the blocks `refs` stand for."""
         return [meta for ref in refs for meta in unpack(self.get(ref))]
 
+    def close(self):
+        """Releases what this process holds open of the store (an inline one: nothing)."""
+
     def payloads(self):
         """Where validation keeps one work item's stored bytes for the writer, or None: an
         inline store keeps none, and the writer reads the inputs again."""

@@ -69,6 +69,16 @@ class Confinement:
         self._real_roots = [os.path.realpath(root) for root in self._roots if not is_uri(root)]
         self._real_folders = {}  # folder -> its real path: one lookup per folder, not per row
 
+    def located(self, raw):
+        """(path, key) a row's path names, unchecked: what `resolve` returns if it may be read."""
+        if is_uri(raw):
+            return raw, raw
+        if posixpath.isabs(raw):
+            path = posixpath.normpath(raw)
+            return path, path
+        key = posixpath.normpath(raw)
+        return _normalize(storage.join(self._folder, key)), key
+
     def resolve(self, raw):
         """Returns (path, key) of a row's path; raises Refused where it may not be read."""
         if USERINFO.match(raw):
@@ -77,16 +87,10 @@ class Confinement:
                 redact(raw),
                 'the URL carries credentials; they were not used',
             )
-        if is_uri(raw):
-            if not _readable_scheme(raw):
-                scheme = raw.split('://', 1)[0]
-                raise Refused('unsupported_scheme', redact(raw), f'Beam cannot read {scheme}://')
-            path = key = raw
-        elif posixpath.isabs(raw):
-            path = key = posixpath.normpath(raw)
-        else:
-            key = posixpath.normpath(raw)
-            path = _normalize(storage.join(self._folder, key))
+        if is_uri(raw) and not _readable_scheme(raw):
+            scheme = raw.split('://', 1)[0]
+            raise Refused('unsupported_scheme', redact(raw), f'Beam cannot read {scheme}://')
+        path, key = self.located(raw)
         if '\x00' in raw:
             raise Refused('nul_in_path', path.replace('\x00', '\\x00'), 'the path has a NUL byte')
         if is_uri(raw) and set(raw.split('://', 1)[1].split('/')) & {'.', '..'}:

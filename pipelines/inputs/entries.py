@@ -106,6 +106,7 @@ class ListingCounts:
         self.rejected = collections.Counter()  # reason -> inputs rejected by listing
         self._labels = set()
         self._groups = collections.Counter()  # (manifest split, label or label set) -> images
+        self._rank_groups = collections.Counter()  # multi-label: (split, first label) -> images
         self._level_values = collections.defaultdict(set)  # level -> values seen
         self._multi_levels = set()  # levels where some image has several values
 
@@ -116,6 +117,8 @@ class ListingCounts:
         else:
             self._labels.update(names_of(entry.label))
             self._groups[(entry.split, entry.label)] += 1
+            if isinstance(entry.label, tuple):  # shuffled by the first label (assign.rank_class)
+                self._rank_groups[(entry.split, entry.label[:1])] += 1
             for level, value in entry.levels.items():
                 self._level_values[level].update(names_of(value))
                 if isinstance(value, tuple) and len(value) > 1:
@@ -161,7 +164,7 @@ class ListingCounts:
             self.num_inputs,
             dict(scan.skipped),
             scan.base,
-            max(self._groups.values(), default=0),
+            max((self._rank_groups or self._groups).values(), default=0),
             self.label_levels(scan.levels),
             self.manifest_splits,
             scan.multi_label,
@@ -184,7 +187,8 @@ class ListingSummary(typing.NamedTuple):
     num_inputs: int
     skipped: dict
     base: str
-    largest_group: int  # images of the most common (manifest split, label or label set)
+    largest_group: int  # images of the most common (manifest split, label), in a multi-label
+    # build (split, first label of the set): the groups the shuffle ranks
     label_levels: dict = {}  # level -> sorted names (ids are positions), in level order
     manifest_splits: dict = {}  # split -> images a manifest's split column places
     multi_label: bool = False  # several labels per image

@@ -303,14 +303,17 @@ def _merged_labels(rows, confinement):
     for row, problem, _ in rows:
         if row is None or problem or _form_problem(row, True):
             continue
+        raw = (row.get('path') or '').strip()
+        path = confinement.located(raw)[0]  # cheap: only a repeated path is checked whole
+        if path not in seen:
+            seen.add(path)
+            continue
         try:
-            path, _ = confinement.resolve((row.get('path') or '').strip())
+            confinement.resolve(raw)
             labels = rows.labels(row, True)
         except (Refused, ValueError):
             continue
-        if path in seen:
-            merged[path] = _union(merged.get(path, ((), {})), labels)
-        seen.add(path)
+        merged[path] = _union(merged.get(path, ((), {})), labels)
     return merged
 
 

@@ -77,13 +77,15 @@ def complete(output_dir):
     storage.write_atomically(storage.join(output_dir, layout.SUCCESS), b'')
 
 
-def _finalize(unused_element, shards, rejections, duplicates, plan, context, analysis, analyzed):
+def _finalize(
+    unused_element, shards, rejections, duplicates, shard_layout, context, analysis, analyzed
+):
     """Writes the build's files from its side inputs; yields dataset.json's `counts`."""
     del analyzed  # a side input only so that this step waits for the TFT output
     output_dir = context.output_dir
     rejections = sorted(rejections, key=lambda row: row['id'])
     duplicates = sorted(duplicates, key=lambda row: row['id'])
-    summary = dataset_facts.make(context.facts, shards, rejections, duplicates, plan.splits)
+    summary = dataset_facts.make(context.facts, shards, rejections, duplicates, shard_layout.splits)
     if analysis:
         summary['analysis'] = analysis[0]
         if context.analysis_in_pipeline:
@@ -115,20 +117,22 @@ class Finalize(beam.PTransform):
         shards: WriteShards' shard entries.
         rejections: ValidateImages' rejected.jsonl lines.
         duplicates: DropDuplicates' duplicates.jsonl lines (empty without --dedup).
-        plan: AssignShards' ShardPlan (one element).
+        shard_layout: AssignShards' ShardLayout (one element).
         analysis: dataset.json's `analysis` entry (one element; empty without the analysis).
         analyzed: complete once the tf.Transform output is staged (empty where the pipeline
             does not write it).
     """
 
-    def __init__(self, context, *, shards, rejections, duplicates, plan, analysis, analyzed):
+    def __init__(
+        self, context, *, shards, rejections, duplicates, shard_layout, analysis, analyzed
+    ):
         super().__init__()
         self._context = context
         self._side_inputs = {
             'shards': beam.pvalue.AsList(shards),
             'rejections': beam.pvalue.AsList(rejections),
             'duplicates': beam.pvalue.AsList(duplicates),
-            'plan': beam.pvalue.AsSingleton(plan),
+            'shard_layout': beam.pvalue.AsSingleton(shard_layout),
             'analysis': beam.pvalue.AsList(analysis),
             'analyzed': beam.pvalue.AsList(analyzed),
         }

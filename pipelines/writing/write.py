@@ -18,7 +18,7 @@ import apache_beam as beam
 from PIL import Image
 
 from imageshards import features
-from imageshards import layout
+from imageshards import layout as layout_lib
 from imageshards import storage
 from imageshards import tfrecord
 from imageshards.pool import bounded_map
@@ -90,15 +90,15 @@ class _WriteShard(beam.DoFn):
         if self._pool:
             self._pool.shutdown()
 
-    def process(self, keyed, plan):
+    def process(self, keyed, layout):
         (split, index), refs = keyed
         metas = sorted(self._store.metas(refs), key=lambda meta: order_key(self._seed, meta))
-        relative = layout.shard_path(split, index, plan.num_shards[split])
+        relative = layout_lib.shard_path(split, index, layout.num_shards[split])
         temporary = storage.join(self._temp_dir, f'{uuid.uuid4().hex}.tfrecord')
         digest, num_bytes = hashlib.sha256(), 0
         class_counts = collections.Counter()
         level_counts = collections.Counter()  # (level index, id) -> records
-        measured = self._measured(split, index, plan)
+        measured = self._measured(split, index, layout)
         pixel_sums = []  # of the first `measured` records' images (pipelines/analysis/analyze.py)
         with storage.create(temporary) as f:
             for meta, (framed, stored) in zip(metas, self._framed_records(metas)):
@@ -108,13 +108,13 @@ class _WriteShard(beam.DoFn):
                 count_labels(meta, class_counts, level_counts)
                 if len(pixel_sums) < measured:
                     pixel_sums.append(self._pixel_sums(meta, stored))
-        staged = storage.join(self._output_dir, layout.staged_shard(relative))
+        staged = storage.join(self._output_dir, layout_lib.staged_shard(relative))
         storage.make_parent(staged)
         storage.rename([temporary], [staged])
         self._records.inc(len(metas))
         self._bytes.inc(num_bytes)
         self._shards.inc()
-        counters.advance(counters.WRITE, len(metas), total=sum(plan.num_records.values()))
+        counters.advance(counters.WRITE, len(metas), total=sum(layout.num_records.values()))
         entry = {
             'split': split,
             'index': index,
@@ -136,12 +136,12 @@ class _WriteShard(beam.DoFn):
             summary = analyze.shard_summary(metas, class_counts, pixel_sums)
             yield beam.pvalue.TaggedOutput(SUMMARIES, summary)
 
-    def _measured(self, split, index, plan):
+    def _measured(self, split, index, layout):
         """How many of the shard's first records the analysis measures (0: none)."""
         if not self._sample or split != self._sample.split:
             return 0
         return analyze.sample_count(
-            plan.num_records[split], plan.num_shards[split], index, self._sample.size
+            layout.num_records[split], layout.num_shards[split], index, self._sample.size
         )
 
     def _pixel_sums(self, meta, stored):
@@ -201,10 +201,10 @@ class Written(typing.NamedTuple):
 class WriteShards(beam.PTransform):
     """((split, shard), block ref) -> Written.
 
-    Every shard of the plan is written, also one that received no records.
+    Every shard of the layout is written, also one that received no records.
 
     Args:
-        plan: AssignShards' ShardPlan (a one-element PCollection).
+        layout: AssignShards' ShardLayout (a one-element PCollection).
         encoder: the RecordEncoder of the build's records (its format, labels and levels).
         seed: the build's seed (the order of records within a shard).
         temp_dir: where shards are written before they are staged for Finalize.
@@ -213,17 +213,17 @@ class WriteShards(beam.PTransform):
         sample: the Sample to measure for the analysis, or None (no summaries).
     """
 
-    def __init__(self, plan, encoder, *, seed, temp_dir, store=None, io_threads=1, sample=None):
+    def __init__(self, layout, encoder, *, seed, temp_dir, store=None, io_threads=1, sample=None):
         super().__init__()
-        self._plan = plan
+        self._layout = layout
         self._fn = _WriteShard(
             encoder, seed, temp_dir, store or blocks.BlockStore(), io_threads, sample
         )
 
     def expand(self, placed):
         # An empty inline block per shard: a shard nobody placed an image in is written too.
-        every_shard = self._plan | 'ListShards' >> beam.FlatMap(
-            lambda plan: [(key, b'') for key in plan.shard_keys()]
+        every_shard = self._layout | 'ListShards' >> beam.FlatMap(
+            lambda layout: [(key, b'') for key in layout.shard_keys()]
         )
         written = (
             (placed, every_shard)
@@ -231,7 +231,7 @@ class WriteShards(beam.PTransform):
             | 'GroupByShard' >> beam.GroupByKey()
             # ((split, shard), [block ref])
             | 'Write'
-            >> beam.ParDo(self._fn, plan=beam.pvalue.AsSingleton(self._plan)).with_outputs(
+            >> beam.ParDo(self._fn, layout=beam.pvalue.AsSingleton(self._layout)).with_outputs(
                 SUMMARIES, main='shards'
             )
         )
