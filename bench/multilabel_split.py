@@ -2,7 +2,7 @@
 in-memory multi-label splitter people use (`iterative-stratification`'s
 MultilabelStratifiedShuffleSplit) and a random split, on the same skewed label sets.
 
-The build's own plan runs here exactly as AssignShards runs it (assign.make_plan over the counts
+The build's own plan runs here exactly as AssignShards runs it (plan_lib.make_plan over the counts
 of each label set, then each set's images in their seeded rank order), without Beam and without
 images: the splits depend on the label sets and keys only. Measures: imageshards/stratification.py
 (Sechidis et al.'s label distribution and examples distribution, and the label/split pairs left
@@ -20,6 +20,7 @@ import numpy as np
 
 from imageshards import stratification
 from pipelines.assignment import assign
+from pipelines.assignment import plan as plan_lib
 
 FRACTIONS = (('train', 0.8), ('val', 0.1), ('test', 0.1))
 
@@ -40,7 +41,7 @@ def ours(label_sets, seed, num_shards):
     """(split of each image, (split, shard) of each image) as a build assigns them."""
     keys = [f'images/{i:08d}.jpg' for i in range(len(label_sets))]
     counts = collections.Counter(label_sets)
-    plan = assign.make_plan(
+    plan = plan_lib.make_plan(
         {('', labels, 0): (n, n) for labels, n in counts.items()}, FRACTIONS, num_shards
     )
     members = collections.defaultdict(list)

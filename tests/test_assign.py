@@ -12,6 +12,7 @@ from apache_beam.testing.util import equal_to
 
 from pipelines.assignment import assign
 from pipelines.assignment import blocks
+from pipelines.assignment import plan as plan_lib
 from pipelines.assignment import splits as split_lib
 from pipelines.assignment.blocks import ImageMeta
 from pipelines.local import spill as spill_lib
@@ -77,7 +78,7 @@ def test_runs_of_ranks_place_each_image_as_one_at_a_time(trial):
     fractions = [('train', 0.7), ('val', 0.2), ('extra', 0.1)][: rng.randint(1, 3)]
     total = sum(f for _, f in fractions)
     fractions = [(name, f / total) for name, f in fractions]
-    plan = assign.make_plan(counts, fractions, num_shards=rng.randint(1, 7))
+    plan = plan_lib.make_plan(counts, fractions, num_shards=rng.randint(1, 7))
     for (group, label, bucket), (size, _) in counts.items():
         expected = []
         for rank_in_bucket in range(size):
@@ -118,8 +119,8 @@ def test_shard_rows_are_balanced_and_within_one_of_proportional(trial):
     total = sum(sizes)
     if not total:
         return
-    extras = assign.shard_extras(sizes, num_shards)
-    rows = [assign.class_row(n, total, num_shards, e) for n, e in zip(sizes, extras)]
+    extras = plan_lib.shard_extras(sizes, num_shards)
+    rows = [plan_lib.class_row(n, total, num_shards, e) for n, e in zip(sizes, extras)]
     columns = [sum(row[s] for row in rows) for s in range(num_shards)]
     assert max(columns) - min(columns) <= 1
     for size, row in zip(sizes, rows):
@@ -137,7 +138,7 @@ def test_bucket_bits_keep_groups_small():
 
 def test_plan_puts_manifest_splits_first_and_apportions_the_rest():
     counts = {('', 0, 0): (10, 1000), ('', 1, 0): (5, 500), ('test', 1, 0): (2, 200)}
-    plan = assign.make_plan(counts, [('train', 0.8), ('val', 0.2)], num_shards=2)
+    plan = plan_lib.make_plan(counts, [('train', 0.8), ('val', 0.2)], num_shards=2)
     assert plan.splits == ('train', 'val', 'test')
     assert plan.num_records == {'train': 12, 'val': 3, 'test': 2}
     assert plan.class_counts == {
@@ -161,12 +162,12 @@ def test_plan_puts_manifest_splits_first_and_apportions_the_rest():
 
 def test_plan_derives_shard_counts_from_bytes():
     counts = {('', 0, 0): (100, 1_000_000)}
-    assert assign.make_plan(counts, [('train', 1.0)], shard_bytes=300_000).num_shards == {
+    assert plan_lib.make_plan(counts, [('train', 1.0)], shard_bytes=300_000).num_shards == {
         'train': 4
     }
-    assert assign.make_plan(counts, [('train', 1.0)], shard_bytes=1e9).num_shards == {'train': 1}
+    assert plan_lib.make_plan(counts, [('train', 1.0)], shard_bytes=1e9).num_shards == {'train': 1}
     tiny = {('', 0, 0): (2, 1_000_000)}
-    assert assign.make_plan(tiny, [('train', 1.0)], shard_bytes=1).num_shards == {'train': 2}
+    assert plan_lib.make_plan(tiny, [('train', 1.0)], shard_bytes=1).num_shards == {'train': 2}
 
 
 def test_assign_shards_places_the_lowest_ranked_images_in_the_first_shard():

@@ -18,7 +18,7 @@ import pytest
 from imageshards import layout
 from pipelines import build
 from pipelines import options
-from pipelines.assignment import assign
+from pipelines.assignment import plan as plan_lib
 from pipelines.context import BuildContext
 from pipelines.inputs.entries import ListingSummary
 from pipelines.writing import finalize
@@ -172,7 +172,7 @@ def _finalize_inputs(out, dataset):
     counts = {
         ('', label, 0): (dataset['splits']['train']['class_counts'][label], 0) for label in labels
     }
-    plan = assign.make_plan(counts, [('train', 1.0)], num_shards=len(shards))
+    plan = plan_lib.make_plan(counts, [('train', 1.0)], num_shards=len(shards))
     config = options.BuildConfig(
         input=dataset['input'],
         output=str(out),
@@ -189,7 +189,7 @@ def _finalize_inputs(out, dataset):
     )
     context = BuildContext.create(config, listing, '', str(out))
     # The analysis entry, and the (empty) signal that the TFT output was staged.
-    return shards, rejections, [], plan, context, [dataset['analysis']], [None]
+    return shards, rejections, [], plan.layout, context, [dataset['analysis']], [None]
 
 
 def _output_files(out):

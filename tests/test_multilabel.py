@@ -16,7 +16,7 @@ from imageshards import tfrecord
 from imageshards.cli import verify as verify_lib
 from imageshards.cli import verify_records
 from pipelines import build
-from pipelines.assignment import assign
+from pipelines.assignment import plan as plan_lib
 from pipelines.assignment import splits as split_lib
 from pipelines.inputs import listing
 
@@ -195,7 +195,7 @@ def test_iterative_stratification_keeps_every_labels_share_far_better_than_chanc
 
 def test_shards_of_a_split_hold_every_label_evenly_and_differ_by_one_record_at_most():
     counts = collections.Counter(_skewed_sets(3000, 20, seed=2))
-    plan = assign.make_plan(
+    plan = plan_lib.make_plan(
         {('', labels, 0): (n, n) for labels, n in counts.items()}, [('train', 1.0)], num_shards=7
     )
     shards = [[0, collections.Counter()] for _ in range(7)]
@@ -319,9 +319,9 @@ def _values(label, text):
 
 
 def test_a_plan_too_large_to_stratify_every_label_spreads_each_label_set_instead(monkeypatch):
-    monkeypatch.setattr(assign, 'MAX_STRATIFIED_CELLS', 10)
+    monkeypatch.setattr(plan_lib, 'MAX_STRATIFIED_CELLS', 10)
     counts = collections.Counter(_skewed_sets(3000, 20, seed=2))
-    plan = assign.make_plan(
+    plan = plan_lib.make_plan(
         {('', labels, 0): (n, n) for labels, n in counts.items()}, [('train', 1.0)], num_shards=7
     )
     assert not plan.rows

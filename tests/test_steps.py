@@ -15,6 +15,7 @@ from imageshards import storage
 from imageshards import tfrecord
 from pipelines.assignment import assign
 from pipelines.assignment import blocks
+from pipelines.assignment import plan as plan_lib
 from pipelines.assignment.blocks import ImageMeta
 from pipelines.inputs import listing
 from pipelines.inputs.entries import InputEntry
@@ -198,7 +199,7 @@ def _read_shard(path, tf):
 
 def test_write_shards_writes_exact_shard_contents(tmp_path, tf):
     metas = _tree_metas(tmp_path, 7)
-    plan = assign.make_plan(
+    plan = plan_lib.make_plan(
         {('', 0, 0): (4, 0), ('', 1, 0): (3, 0)}, [('train', 1.0)], num_shards=3
     )
     pieces = [
@@ -243,7 +244,7 @@ def test_write_shards_writes_exact_shard_contents(tmp_path, tf):
 
 def test_write_shards_writes_empty_shards_and_paths_records(tmp_path, tf):
     metas = _tree_metas(tmp_path, 2)
-    plan = assign.make_plan(
+    plan = plan_lib.make_plan(
         {('', 0, 0): (1, 0), ('', 1, 0): (1, 0)}, [('train', 1.0)], num_shards=3
     )
     out = tmp_path / 'out'
@@ -261,7 +262,7 @@ def test_write_shards_writes_empty_shards_and_paths_records(tmp_path, tf):
 
 def test_shard_bytes_parse_with_the_trainers_feature_spec(tmp_path, tf):
     metas = _tree_metas(tmp_path, 3)
-    plan = assign.make_plan(
+    plan = plan_lib.make_plan(
         {('', 0, 0): (2, 0), ('', 1, 0): (1, 0)}, [('train', 1.0)], num_shards=1
     )
     out = tmp_path / 'out'
@@ -289,7 +290,7 @@ def test_write_shards_fails_loudly_when_an_input_changed_after_validation(tmp_pa
     with open(_source(tmp_path, metas[1]), 'r+b') as f:  # same size, other bytes
         f.seek(200)
         f.write(b'\x00\x01\x02')
-    plan = assign.make_plan(
+    plan = plan_lib.make_plan(
         {('', 0, 0): (1, 0), ('', 1, 0): (1, 0)}, [('train', 1.0)], num_shards=1
     )
     out = tmp_path / 'out'

@@ -8,7 +8,7 @@ examples left, gives each of its examples to the split that most wants that labe
 split that most wants examples), counts what that gives every other label of the example, and
 repeats. It needs only the label sets, not the images: images with the same set are
 interchangeable. So it runs here over the counts of (label set), as the single-label plan runs
-over the counts of each class (pipelines/assignment/assign.py), and the images of a set then
+over the counts of each class (pipelines/assignment/plan.py), and the images of a set then
 take their splits in the order of their seeded rank, like the images of a class. Its state is a
 number per (split, label); its steps a few per label set, not per image.
 
