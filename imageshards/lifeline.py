@@ -85,6 +85,12 @@ def build_token():
     return fields['token'] if fields else None
 
 
+def command_pid():
+    """The pid of the command that started this build (what a person would stop), or None."""
+    fields = _spec()
+    return fields['command'] if fields else None
+
+
 def guard():
     """In the command's child, first: dies with the command, and starts the watchdog.
     Does nothing in a process that no command started with a lifeline."""
