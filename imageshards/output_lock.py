@@ -186,9 +186,9 @@ class _NoLock:
 class LocalLock(_NoLock):
     """The flock of a local output's lock file, held until `release`."""
 
-    def __init__(self, output, path, fd, me):
+    def __init__(self, output, path, fd, me, created):
         self.output, self.path, self.holder = output, path, me
-        self._fd = fd
+        self._fd, self._created = fd, created
 
     def check(self):
         """Raises LockLost if the lock file went (removed, or replaced) while held."""
@@ -199,22 +199,36 @@ class LocalLock(_NoLock):
             )
 
     def release(self):
-        """Removes the lock file (while still locked: see the module's docstring) and unlocks."""
+        """Removes the lock file (while still locked: see the module's docstring), and the
+        output folder if taking the lock made it and nothing else went there; unlocks."""
         if self._fd is None:
             return
         try:
             if _is_file_at(self._fd, self.path):
                 os.unlink(self.path)
+                if self._created:
+                    _remove_if_empty(self.output)
         finally:
             os.close(self._fd)
             self._fd = None
 
 
+def _remove_if_empty(folder):
+    try:
+        os.rmdir(folder)
+    except OSError:  # not empty, or gone: a build's output, or another build's lock
+        pass
+
+
 def _acquire_local(output, me, log):
-    os.makedirs(output, exist_ok=True)
+    created = not os.path.isdir(output)
     path = os.path.join(output, layout.LOCK_FILE)
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        os.makedirs(output, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except FileNotFoundError:  # a build that made the folder removed it as it ended
+            continue
         try:
             if not _lock_within(fd, _BUSY_RETRY_SECONDS):
                 raise OutputBusy(busy_message(output, _read_holder(fd, _READ_PATIENCE_SECONDS)))
@@ -230,7 +244,7 @@ def _acquire_local(output, me, log):
     data = me.to_json()
     os.ftruncate(fd, 0)
     os.pwrite(fd, data, 0)
-    return LocalLock(output, path, fd, me)
+    return LocalLock(output, path, fd, me, created)
 
 
 def _lock_within(fd, seconds):

@@ -82,10 +82,12 @@ def test_a_second_build_is_refused_in_one_line_naming_the_holder(tmp_path):
         assert output_lock.holder(out).pid == holding.pid  # `verify`: being written
     finally:
         _release(holding)
-    assert not (out / layout.LOCK_FILE).exists()
+    assert not out.exists()  # its lock made the folder, and nothing else went there
     assert output_lock.holder(out) is None
     with output_lock.acquire(out, 'imageshards build') as lock:
         lock.check()
+        (out / 'dataset.json').write_text('{}')
+    assert sorted(os.listdir(out)) == ['dataset.json']
 
 
 def test_the_lock_of_a_killed_build_is_taken_over_saying_whose_it_was(tmp_path, caplog):
