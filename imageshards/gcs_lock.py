@@ -21,11 +21,11 @@ from google.api_core import exceptions
 from google.auth import exceptions as auth_exceptions
 
 from imageshards import layout
-from imageshards.output_lock import Holder
-from imageshards.output_lock import LockLost
-from imageshards.output_lock import OutputBusy
-from imageshards.output_lock import busy_message
-from imageshards.output_lock import takeover_message
+from imageshards.lock_holder import Holder
+from imageshards.lock_holder import LockLost
+from imageshards.lock_holder import OutputBusy
+from imageshards.lock_holder import busy_message
+from imageshards.lock_holder import takeover_message
 
 _LOG = logging.getLogger(__name__)
 EXPIRY_SECONDS = 120.0

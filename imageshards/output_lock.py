@@ -22,79 +22,24 @@ A `gs://` output's lock is an object written with a generation precondition and 
 (imageshards/gcs_lock.py). Other schemes have no lock (a warning says so).
 """
 
-import dataclasses
-import datetime
 import fcntl
-import json
 import logging
 import os
-import re
-import shlex
-import socket
 import time
-import uuid
 
 from imageshards import layout
 from imageshards import lifeline
 from imageshards import storage
+from imageshards.lock_holder import Holder
+from imageshards.lock_holder import LockLost
+from imageshards.lock_holder import OutputBusy
+from imageshards.lock_holder import busy_message
+from imageshards.lock_holder import takeover_message
 
 _LOG = logging.getLogger(__name__)
 _BUSY_RETRY_SECONDS = 1.0  # a reader's shared lock lasts an instant; a build's, its life
 _READ_PATIENCE_SECONDS = 0.5  # a holder writes its name just after it has locked the file
 _PAUSE_SECONDS = 0.02
-_USERINFO = re.compile(r'(://)[^/@\s]+@')
-
-
-class OutputBusy(Exception):
-    """Another build holds the output's lock; the message is the one line to show."""
-
-
-class LockLost(Exception):
-    """This build no longer holds its output's lock: it must not mark the output finished."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Holder:
-    """Who holds an output's lock, as its lock records it."""
-
-    host: str
-    pid: int  # the build's command (what a person would stop), or the build's own process
-    started: str  # when it took the lock, UTC: '2025-01-02 03:04:05 UTC'
-    command: str
-    build: str  # the build's token (imageshards/lifeline.py), or a fresh one
-    refreshed_ago: float | None = None  # gs://: seconds since its last refresh
-
-    @classmethod
-    def this_build(cls, command):
-        """This process's build; `command` (argv or a string) is recorded with credentials in
-        URLs redacted."""
-        if not isinstance(command, str):
-            command = shlex.join(command)
-        now = datetime.datetime.now(datetime.UTC)
-        return cls(
-            host=socket.gethostname(),
-            pid=lifeline.command_pid() or os.getpid(),
-            started=now.strftime('%Y-%m-%d %H:%M:%S UTC'),
-            command=_USERINFO.sub(r'\1***@', command),
-            build=lifeline.build_token() or uuid.uuid4().hex,
-        )
-
-    def to_json(self):
-        fields = dataclasses.asdict(self)
-        del fields['refreshed_ago']
-        return json.dumps(fields, sort_keys=True).encode('utf-8') + b'\n'
-
-    @classmethod
-    def from_json(cls, data):
-        """The Holder a lock's bytes record, or None (empty, or being written)."""
-        try:
-            fields = json.loads(data)
-            return cls(**{f: fields[f] for f in ('host', 'pid', 'started', 'command', 'build')})
-        except (ValueError, TypeError, KeyError):
-            return None
-
-    def describe(self):
-        return f'pid {self.pid} on {self.host}, started {self.started}: {self.command}'
 
 
 def acquire(output, command, log=_LOG, **gcs_options):
@@ -147,26 +92,6 @@ def ensure_held(output, build=None, **gcs_options):
 
 def _absolute(output):
     return storage.absolute(os.fspath(output))
-
-
-def busy_message(output, found, expiry=None):
-    """The line that refuses a build: who writes `output`, and what to do."""
-    if found is None or not found.pid:
-        who, stop = 'it has not said which yet', 'stop it'
-    else:
-        who, stop = found.describe(), f'stop it (kill {found.pid} on {found.host})'
-    line = f'--output {output} is being written by another build ({who}); wait for it to end, or '
-    line += f'{stop}, then run this again'
-    if found is not None and found.refreshed_ago is not None and expiry:
-        line += (
-            f'; its lock, last refreshed {found.refreshed_ago:.0f} s ago, lapses {expiry:.0f} s '
-            f'after its last refresh if that build is gone'
-        )
-    return line
-
-
-def takeover_message(output, found, why='is no longer running'):
-    return f'taking over the lock of {output}: the build that held it ({found.describe()}) {why}'
 
 
 class _NoLock:

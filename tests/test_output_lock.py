@@ -16,7 +16,7 @@ import pytest
 from imageshards import gcs_lock
 from imageshards import layout
 from imageshards import output_lock
-from pipelines import overwrite
+from pipelines.writing import overwrite
 
 pytest_plugins = ['gcs_emulator']
 
