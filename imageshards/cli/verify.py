@@ -23,12 +23,14 @@ Example:
 import argparse
 import collections
 import concurrent.futures
+import json
 import time
 
 from imageshards import console
 from imageshards import dataset_facts
 from imageshards import dataset_json
 from imageshards import features
+from imageshards import file_names
 from imageshards import layout
 from imageshards import progress
 from imageshards import records
@@ -164,14 +166,16 @@ def accounting_problems(output_dir, dataset):
 
     Checks `inputs == written + rejected + duplicates`, that `written` and each split's totals
     are the sums of their parts, that rejected.jsonl and duplicates.jsonl have as many lines as
-    counted, and that the build is complete (_SUCCESS exists).
+    counted, each a JSON object whose paths read back (`path_b64` beside a path that is not
+    UTF-8: imageshards/file_names.py), and that the build is complete (_SUCCESS exists).
     """
     where = storage.join(output_dir, layout.DATASET_JSON)
     counts = dataset['counts']
     found = [(where, message) for message in dataset_facts.count_problems(dataset)]
     for name, key in ((layout.REJECTED_JSONL, 'rejected'), (layout.DUPLICATES_JSONL, 'duplicates')):
         path = storage.join(output_dir, name)
-        lines = _line_count(path)
+        lines, unreadable = _jsonl_lines(path)
+        found += [(path, problem) for problem in unreadable]
         # duplicates.jsonl exists only in --dedup builds.
         if lines is None and (key == 'rejected' or counts[key]):
             found.append((path, f'missing, but counts.{key} is {counts[key]}'))
@@ -201,11 +205,22 @@ def unknown_files(output_dir, dataset):
     ]
 
 
-def _line_count(path):
-    """Non-empty lines in a text file, or None if it does not exist."""
+def _jsonl_lines(path):
+    """(non-empty lines of a build's JSONL file, or None if it does not exist; [the problems of
+    lines that are not an object whose paths read back])."""
     if not storage.exists(path):
-        return None
-    return sum(1 for line in storage.read(path).splitlines() if line.strip())
+        return None, []
+    lines = [line for line in storage.read(path).splitlines() if line.strip()]
+    problems = []
+    for number, line in enumerate(lines, start=1):
+        try:
+            row = json.loads(line)
+            for key in ('path', 'duplicate_of_path'):
+                if key in row or key + file_names.B64_SUFFIX in row:
+                    file_names.from_json(row, key)
+        except (ValueError, TypeError, KeyError) as e:
+            problems.append(f'line {number} is not an object whose paths read back: {e}')
+    return len(lines), problems
 
 
 def verify(output_dir, max_problems=20, io_threads=8, batch_size=128):

@@ -17,6 +17,7 @@ import google_crc32c
 from PIL import Image
 
 from imageshards import features
+from imageshards import file_names
 from imageshards import layout
 from imageshards import storage
 from imageshards.storage import read_input
@@ -31,8 +32,8 @@ MISSING_LEVEL_REASON = 'missing_label_level'
 
 
 def rejection(entry, reason, detail):
-    """One line of rejected.jsonl."""
-    return {'id': entry.id, 'path': entry.path, 'reason': reason, 'detail': detail}
+    """One line of rejected.jsonl (a path that is not UTF-8 with its bytes: file_names.py)."""
+    return {'id': entry.id, **file_names.to_json(entry.path), 'reason': reason, 'detail': detail}
 
 
 def level_ids(entry, levels, allow_missing):
