@@ -83,5 +83,13 @@ def busy_message(output, found, expiry=None):
     return line
 
 
+def being_written_message(output, found, command):
+    """The line of a tool that reads a build (`command`) while a build writes `output`."""
+    return (
+        f'{output} is being written by a build now ({found.describe()}); run {command} again '
+        f'once it has ended'
+    )
+
+
 def takeover_message(output, found, why='is no longer running'):
     return f'taking over the lock of {output}: the build that held it ({found.describe()}) {why}'

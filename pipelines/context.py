@@ -28,6 +28,8 @@ class BuildContext:
         transform_by_launcher: whether the launcher writes the tf.Transform output after the
             pipeline (the local runner: pipelines/local/transform_writer.py), from a graph kept
             or written beside the build; else the pipeline's steps write it.
+        lock_build: the token of the build's output lock (imageshards/output_lock.py), which
+            Finalize checks is still this build's before it writes `_SUCCESS`; None: no lock.
     """
 
     config: BuildConfig
@@ -36,13 +38,14 @@ class BuildContext:
     output_dir: str
     transform_dir: str
     transform_by_launcher: bool = False
+    lock_build: str = None
 
     @classmethod
-    def create(cls, config, listing, listing_path, output_dir, transform_dir=None):
+    def create(cls, config, listing, listing_path, output_dir, transform_dir=None, lock_build=None):
         """A context whose tf.Transform work goes to `transform_dir`, by default the build's
         temporary folder."""
         transform_dir = transform_dir or storage.join(output_dir, layout.TEMP_DIR)
-        return cls(config, listing, listing_path, output_dir, transform_dir)
+        return cls(config, listing, listing_path, output_dir, transform_dir, False, lock_build)
 
     def written_after(self):
         """This context, but with the tf.Transform output written by the launcher after the

@@ -241,7 +241,7 @@ def test_overwrite_and_refusal_of_a_non_empty_gs_output(gcs, tmp_path):
 
 def test_a_gs_output_left_by_an_unfinished_build_is_refused_with_the_reason(gcs, gcs_data):
     gcs.upload('unfinished/.imageshards-tmp/listing-0123456789ab.jsonl', b'[]\n')
-    with pytest.raises(FileExistsError, match='did not finish or is still running'):
+    with pytest.raises(FileExistsError, match='of a build that did not finish'):
         _run('--input', f'{gcs_data}/images', '--output', gcs.uri('unfinished'))
 
 

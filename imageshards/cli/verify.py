@@ -32,6 +32,7 @@ from imageshards import dataset_json
 from imageshards import features
 from imageshards import file_names
 from imageshards import layout
+from imageshards import output_lock
 from imageshards import progress
 from imageshards import records
 from imageshards import storage
@@ -39,6 +40,7 @@ from imageshards import tfds_metadata
 from imageshards import tfrecord
 from imageshards.cli.verify_records import ImageChecker
 from imageshards.cli.verify_records import RecordChecker
+from imageshards.lock_holder import being_written_message
 from imageshards.pool import bounded_map
 
 _BATCH_BYTES = 32 << 20  # a batch of images to decode also ends at this many encoded bytes
@@ -202,6 +204,7 @@ def unknown_files(output_dir, dataset):
         if path not in listed
         and path.partition('/')[0] not in folders
         and not layout.is_tool_output(path)
+        and not layout.is_lock_file(path)  # of a build killed holding it; the next takes it
     ]
 
 
@@ -227,6 +230,10 @@ def verify(output_dir, max_problems=20, io_threads=8, batch_size=128):
     """Checks a build; prints each problem and a summary. Returns the number of problems."""
     output_dir = output_dir.rstrip('/')
     problems = _Problems(max_problems)
+    writing = output_lock.holder(output_dir)
+    if writing is not None:
+        problems.add(output_dir, being_written_message(output_dir, writing, 'imageshards verify'))
+        return problems.total
     try:
         dataset = dataset_json.load(output_dir, complete=False)  # a missing _SUCCESS: a problem
     except (FileNotFoundError, ValueError) as e:
