@@ -301,7 +301,8 @@ def _launch(pipeline, listing_path, remote, dry_run):
     --overwrite. (A local run that fails is a build that started; --overwrite cleans it up.)
     """
     try:
-        result = pipeline.run()
+        with direct.running_watched():
+            result = pipeline.run()
     except Exception:
         if remote:
             _delete_listing(listing_path)
@@ -325,7 +326,11 @@ _UNITS = {counters.VALIDATE: 'images', counters.WRITE: 'records'}
 def main(argv=None):
     """`imageshards build` in this process (see `command` for the one a person runs)."""
     argv = sys.argv[1:] if argv is None else argv
-    console.configure_logging(verbose='--verbose' in argv, filters=[direct.worker_log_filter()])
+    verbose = '--verbose' in argv
+    console.configure_logging(
+        verbose=verbose, filters=[direct.worker_log_filter(verbose)], child_tracebacks=False
+    )
+    direct.watch_workers(verbose)
     try:
         run(argv)
     except (OutputBusy, BuildFailed, OutputError) as e:
