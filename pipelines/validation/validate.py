@@ -129,31 +129,35 @@ class _ValidateWorkItem(beam.DoFn):
         # The bytes each record will store, kept for the writer (local runner, examples).
         payloads = None if self._reencode_dir else self._store.payloads()
         valid = []
-        if self._pool:
-            # At most twice as many as run at once: those waiting to be taken hold no image
-            # bytes but small ones (a pool's `map` would run them all, and hold all their bytes).
-            outcomes = bounded_map(self._pool, self._validate, entries, 2 * self._io_threads)
-        else:
-            to_read = functools.partial(_path_to_read, max_bytes=self._max_image_bytes)
-            outcomes = map(self._validate, storage.prefetching(entries, to_read))
-        for outcome in outcomes:
-            if isinstance(outcome, dict):
-                counters.counter(f'rejected_{outcome["reason"]}').inc()
-                yield beam.pvalue.TaggedOutput(REJECTED, outcome)
-                continue
-            meta, stored = outcome
-            kept = payloads.add(stored) if payloads and stored is not None else None
-            if kept:
-                meta = meta.with_payload(*kept)
-            valid.append(meta)
-        if payloads:
-            payloads.close()
+        try:
+            for outcome in self._outcomes(entries):
+                if isinstance(outcome, dict):
+                    counters.counter(f'rejected_{outcome["reason"]}').inc()
+                    yield beam.pvalue.TaggedOutput(REJECTED, outcome)
+                    continue
+                meta, stored = outcome
+                kept = payloads.add(stored) if payloads and stored is not None else None
+                if kept:
+                    meta = meta.with_payload(*kept)
+                valid.append(meta)
+        finally:
+            if payloads:  # also where its disk is full: no file of the build left open
+                payloads.close()
         self._valid.inc(len(valid))
         counters.advance(counters.VALIDATE, len(entries))
         if valid and self._rank_groups:
             yield from self._rank_groups.keyed_blocks(valid, self._store)
         elif valid:
             yield from self._store.put('validated', [blocks.pack(valid)])
+
+    def _outcomes(self, entries):
+        """`_validate` of each entry, in order."""
+        if self._pool:
+            # At most twice as many as run at once: those waiting to be taken hold no image
+            # bytes but small ones (a pool's `map` would run them all, and hold all their bytes).
+            return bounded_map(self._pool, self._validate, entries, 2 * self._io_threads)
+        to_read = functools.partial(_path_to_read, max_bytes=self._max_image_bytes)
+        return map(self._validate, storage.prefetching(entries, to_read))
 
     def _validate(self, entry):
         """(ImageMeta, the bytes its record stores where small, else None) of a valid input,
