@@ -204,8 +204,11 @@ class TooLarge(Exception):
     """An input larger than the most a build reads of one (`size`: its size, None if unknown)."""
 
     def __init__(self, path, size, limit):
-        what = f'{size:,} bytes, more' if size is not None else 'more bytes'
-        super().__init__(f'{what} than --max-image-bytes {limit:,}; not read')
+        if size is None:
+            said = f'more than --max-image-bytes {limit:,} bytes; not read past them'
+        else:
+            said = f'{size:,} bytes, more than --max-image-bytes {limit:,}; not read'
+        super().__init__(said)
         self.path, self.size, self.limit = path, size, limit
 
 
