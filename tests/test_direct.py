@@ -1,7 +1,11 @@
 """Choosing the local runner and making its workers' logs readable."""
 
 import logging
+import signal
+import threading
+import time
 
+import pytest
 from apache_beam.options.pipeline_options import DirectOptions
 from apache_beam.portability.api import beam_fn_api_pb2
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
@@ -42,10 +46,62 @@ def _forwarded(message):
 
 
 def test_forwarded_worker_logs_are_condensed_to_their_message():
-    log_filter = direct._CondenseWorkerLogs()  # pylint: disable=protected-access
+    log_filter = direct.worker_log_filter()
     record = _forwarded('validated 5 of 9 "ünï" inputs\nin this worker')
     assert log_filter.filter(record)
     assert record.getMessage() == 'worker: validated 5 of 9 "ünï" inputs\nin this worker'
     assert not log_filter.filter(_forwarded('No semi_persistent_directory found: whatever'))
     own = logging.LogRecord('pipelines', logging.INFO, __file__, 1, 'listed %d', (3,), None)
     assert log_filter.filter(own) and own.getMessage() == 'listed 3'
+
+
+def _logged(name, level, message, exc_info=None):
+    return logging.LogRecord(name, level, __file__, 1, message, (), exc_info)
+
+
+def test_worker_and_runner_tracebacks_are_dropped_unless_verbose():
+    try:
+        raise RuntimeError('Channel closed prematurely.')
+    except RuntimeError as e:
+        failure = (type(e), e, e.__traceback__)
+    entry = beam_fn_api_pb2.LogEntry(
+        severity=beam_fn_api_pb2.LogEntry.Severity.ERROR,
+        message='Error processing instruction bundle_7. Original traceback is\nTraceback (most '
+        'recent call last):\n  File "x.py", line 1\nOSError: [Errno 28] No space left',
+    )
+    forwarded = _logged('apache_beam', logging.ERROR, 'Worker: ' + str(entry).replace('\n', ' '))
+    runner = _logged('apache_beam.runners.worker.data_plane', logging.ERROR, 'Failed', failure)
+    own = _logged('pipelines.build', logging.ERROR, 'no space left on device', failure)
+    quiet, verbose = direct.worker_log_filter(), direct.worker_log_filter(verbose=True)
+    assert [quiet.filter(r) for r in (forwarded, runner, own)] == [False, False, True]
+    assert [verbose.filter(r) for r in (forwarded, runner, own)] == [True, True, True]
+
+
+def test_a_worker_process_that_ends_while_the_pipeline_runs_stops_it_in_one_exception(caplog):
+    """Beam's thread that watches a worker process raises when it ends; the FnApiRunner would
+    go on waiting for that worker's bundle (forever, at times): the build stops instead."""
+    hook, handler = threading.excepthook, signal.getsignal(signal.SIGUSR2)
+
+    def worker_ends():
+        raise RuntimeError('Worker subprocess exited with return code -9')
+
+    try:
+        direct.watch_workers()
+        ended = threading.Thread(target=worker_ends, name='run_worker')
+        with pytest.raises(direct.WorkerLost):
+            with direct.running_watched():
+                ended.start()
+                time.sleep(30)  # the runner, waiting: interrupted at once
+        ended.join()
+        after = threading.Thread(target=worker_ends)  # once the pipeline has returned: a line
+        after.start()
+        after.join()
+        time.sleep(0.1)
+    finally:
+        threading.excepthook = hook
+        signal.signal(signal.SIGUSR2, handler)
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert (
+        warned
+        == ['a worker process of the build ended (exit status -9: killed, or out of memory?)'] * 2
+    )

@@ -10,6 +10,11 @@ import pytest
 from imageshards import features
 from imageshards import file_names
 from imageshards import records
+from imageshards import tfrecord
+from imageshards.cli import inspect
+from imageshards.cli import verify
+
+import images_for_tests as imgs
 
 LATIN1 = b'latin1_\xe9t\xe9.jpg'  # the issue's name: a Latin-1 archive's
 
@@ -77,3 +82,60 @@ def test_image_filename_holds_the_names_bytes():
     example = records.parse_example(features.encode_example(features.PATHS, values))
     kind, stored = records.feature_values(example.features.feature[features.FILENAME])
     assert (kind, stored) == ('bytes', [b'in/' + LATIN1])
+
+
+@pytest.fixture(scope='module')
+def latin1_builds(tmp_path_factory):
+    """{format: output} of a tree whose cat folder holds the issue's Latin-1 name, and another
+    Latin-1 name with the bytes of cat/img_0000.jpg, listed after it (for duplicates.jsonl)."""
+    from pipelines import build  # pylint: disable=import-outside-toplevel
+
+    root = tmp_path_factory.mktemp('latin1') / 'in'
+    imgs.write_tree(root, 3, ('cat', 'dog'))
+    cats = os.fsencode(root / 'cat')
+    for name, data in ((LATIN1, imgs.jpeg(40)), (b'zz_\xe9cho.jpg', imgs.jpeg(0))):
+        with open(cats + b'/' + name, 'wb') as f:
+            f.write(data)
+    outputs = {'input': root}
+    for fmt in features.FORMATS:
+        outputs[fmt] = root.parent / fmt
+        argv = ['--input', str(root), '--output', str(outputs[fmt]), '--format', fmt, '--dedup']
+        build.run(argv + ['--no-analyze', '--direct_running_mode=in_memory'])
+    return outputs
+
+
+def _records(shard):
+    with open(shard, 'rb') as f:
+        return list(tfrecord.read_records(f, str(shard)))
+
+
+def test_a_valid_image_with_a_latin1_name_is_built_with_its_names_bytes(latin1_builds, capsys):
+    out, root = latin1_builds[features.EXAMPLES], os.fsencode(latin1_builds['input'])
+    assert (out / 'rejected.jsonl').read_text() == ''
+    (shard,) = (out / 'train').iterdir()
+    names = {
+        bytes(records.feature_values(example.features.feature[features.FILENAME])[1][0])
+        for example in map(records.parse_example, _records(shard))
+    }
+    assert root + b'/cat/' + LATIN1 in names
+    (duplicate,) = map(json.loads, (out / 'duplicates.jsonl').read_text().splitlines())
+    copy = root + b'/cat/zz_\xe9cho.jpg'
+    assert file_names.to_bytes(file_names.from_json(duplicate)) == copy
+    assert duplicate['path'] == file_names.display(file_names.from_bytes(copy))
+    assert duplicate['duplicate_of_path'].endswith('/cat/img_0000.jpg')
+    assert verify.main([str(out)]) == 0
+    assert inspect.main([str(out), '-n', '20']) == 0
+    assert repr(root + b'/cat/' + LATIN1) in capsys.readouterr().out
+
+
+def test_a_paths_build_of_a_latin1_name_is_verified_and_trained_from(latin1_builds, tf):
+    out = latin1_builds[features.PATHS]
+    assert verify.main([str(out)]) == 0
+    from trainer import input_pipeline  # pylint: disable=import-outside-toplevel
+
+    dataset = input_pipeline.make_dataset(
+        str(out), 'train', 4, training=False, image_size=(16, 16), with_ids=True
+    )
+    ids = [int(i) for _, _, batch in dataset for i in batch.numpy()]
+    assert sorted(ids) == [0, 1, 2, 3, 5, 6, 7]  # every image but the duplicate (id 4)
+    del tf

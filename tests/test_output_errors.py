@@ -14,28 +14,6 @@ import pytest
 from imageshards import features
 from imageshards import output_errors
 
-ROOT = os.geteuid() == 0
-NEEDS_ROOT = 'mounting a tmpfs needs root (test_a_file_size_limit_is_one_line runs anyway)'
-
-
-@pytest.fixture
-def mounted(tmp_path):
-    """mount(options): a tmpfs of 150 KB at a fresh folder, unmounted at the end."""
-    points = []
-
-    def mount(options='size=150k'):
-        if not ROOT:
-            pytest.skip(NEEDS_ROOT)
-        point = tmp_path / f'disk{len(points)}'
-        point.mkdir()
-        subprocess.run(['mount', '-t', 'tmpfs', '-o', options, 'tmpfs', str(point)], check=True)
-        points.append(point)
-        return point
-
-    yield mount
-    for point in points:
-        subprocess.run(['umount', str(point)], check=True)
-
 
 def _fill(path):
     """Writes to `path` until the disk is full; returns the OSError."""
