@@ -72,7 +72,7 @@ def configure_logging(verbose=False, filters=(), child_tracebacks=True):
         os.environ['TF_CPP_MIN_LOG_LEVEL'] = '2'
         _filter_native_stderr()
         if _native is not None:
-            _native.noise.tracebacks = not child_tracebacks
+            _native.noise.tracebacks = child_tracebacks
     root = logging.getLogger()
     for handler in list(root.handlers):
         if isinstance(handler, _CurrentStderr):
