@@ -56,6 +56,7 @@ from pipelines.local import early_listing
 from pipelines.local import progress
 from pipelines.local import spill
 from pipelines.local import transform_writer
+from pipelines.local import worker_watch
 from pipelines.output_guard import BuildFailed
 from pipelines.output_guard import OutputGuard
 from pipelines.steps import build_pipeline
@@ -301,7 +302,7 @@ def _launch(pipeline, listing_path, remote, dry_run):
     --overwrite. (A local run that fails is a build that started; --overwrite cleans it up.)
     """
     try:
-        with direct.running_watched():
+        with worker_watch.running_watched():
             result = pipeline.run()
     except Exception:
         if remote:
@@ -330,7 +331,7 @@ def main(argv=None):
     console.configure_logging(
         verbose=verbose, filters=[direct.worker_log_filter(verbose)], child_tracebacks=False
     )
-    direct.watch_workers(verbose)
+    worker_watch.watch_workers(verbose)
     try:
         run(argv)
     except (OutputBusy, BuildFailed, OutputError) as e:

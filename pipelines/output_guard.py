@@ -29,7 +29,7 @@ SKIP_SPACE_CHECK_FLAG = '--no-space-check'
 _ONE_LINE_ERRORS = re.compile(r'\b(?:LockLost|CommandGone): ([^\n\[]+)')
 # What the local runner raises when one of its worker processes ended in the middle of a bundle
 # (the out-of-memory killer, a person's kill), in the launcher or as a worker's text; and what
-# pipelines/local/direct.py raises in its place.
+# pipelines/local/worker_watch.py raises in its place.
 _WORKER_GONE = ('Channel closed prematurely', 'Worker subprocess exited')
 
 

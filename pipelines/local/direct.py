@@ -8,15 +8,11 @@ out-of-memory killer, one failing on a full disk); the build says in its own lin
 A worker process that ends in the middle of the run fails the build at once (`watch_workers`).
 """
 
-import contextlib
-import functools
 import json
 import logging
 import os
 import re
 import shutil
-import signal
-import threading
 import weakref
 
 import apache_beam as beam
@@ -204,63 +200,3 @@ def worker_log_filter(verbose=False):
     """A logging filter that turns the local workers' forwarded LogEntries into plain lines
     (and drops their tracebacks, unless `verbose`)."""
     return _CondenseWorkerLogs(verbose)
-
-
-# The runner's thread that watches a worker process raises this when the process ends.
-_WORKER_EXITED = re.compile(r'Worker subprocess exited with return code (-?\d+)')
-# Sent to the launcher's main thread when a worker process has ended in the middle of the run.
-_WORKER_LOST_SIGNAL = signal.SIGUSR2
-
-
-class WorkerLost(RuntimeError):
-    """A worker process of the local runner ended in the middle of the build."""
-
-
-_running = threading.Event()  # a pipeline is running, in `running_watched`
-
-
-def watch_workers(verbose=False):
-    """Makes the end of a worker process while a pipeline runs (`running_watched`: killed, out
-    of memory) fail the build at once: the FnApiRunner would wait forever for the bundle it gave
-    that worker (seen on 5 of 8 runs whose worker was SIGKILLed late), or fail later with a
-    traceback per thread. Unless `verbose`, the runner's threads that end with an exception
-    (that worker's, its connections') say so in a debug line rather than a traceback each.
-    Call from the main thread."""
-    signal.signal(_WORKER_LOST_SIGNAL, _raise_worker_lost)
-    threading.excepthook = functools.partial(_runner_thread_failed, verbose=verbose)
-
-
-@contextlib.contextmanager
-def running_watched():
-    """While the pipeline runs: a worker process that ends raises WorkerLost here."""
-    _running.set()
-    try:
-        yield
-    finally:
-        _running.clear()
-
-
-def _raise_worker_lost(signum, frame):
-    del signum, frame
-    if _running.is_set():  # not once the pipeline has returned (a signal sent just before)
-        raise WorkerLost('Worker subprocess exited in the middle of the run')
-
-
-def _runner_thread_failed(args, verbose):
-    exited = _WORKER_EXITED.search(str(args.exc_value))
-    if verbose:
-        threading.__excepthook__(args)
-    else:
-        _LOG.debug(
-            'thread %s ended: %s',
-            getattr(args.thread, 'name', '?'),
-            args.exc_value,
-            exc_info=(args.exc_type, args.exc_value, args.exc_traceback),
-        )
-    if exited:
-        _LOG.warning(
-            'a worker process of the build ended (exit status %s: killed, or out of memory?)',
-            exited.group(1),
-        )
-        if _running.is_set():
-            signal.pthread_kill(threading.main_thread().ident, _WORKER_LOST_SIGNAL)
