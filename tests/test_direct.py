@@ -1,11 +1,7 @@
 """Choosing the local runner and making its workers' logs readable."""
 
 import logging
-import signal
-import threading
-import time
 
-import pytest
 from apache_beam.options.pipeline_options import DirectOptions
 from apache_beam.portability.api import beam_fn_api_pb2
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
@@ -75,33 +71,3 @@ def test_worker_and_runner_tracebacks_are_dropped_unless_verbose():
     quiet, verbose = direct.worker_log_filter(), direct.worker_log_filter(verbose=True)
     assert [quiet.filter(r) for r in (forwarded, runner, own)] == [False, False, True]
     assert [verbose.filter(r) for r in (forwarded, runner, own)] == [True, True, True]
-
-
-def test_a_worker_process_that_ends_while_the_pipeline_runs_stops_it_in_one_exception(caplog):
-    """Beam's thread that watches a worker process raises when it ends; the FnApiRunner would
-    go on waiting for that worker's bundle (forever, at times): the build stops instead."""
-    hook, handler = threading.excepthook, signal.getsignal(signal.SIGUSR2)
-
-    def worker_ends():
-        raise RuntimeError('Worker subprocess exited with return code -9')
-
-    try:
-        direct.watch_workers()
-        ended = threading.Thread(target=worker_ends, name='run_worker')
-        with pytest.raises(direct.WorkerLost):
-            with direct.running_watched():
-                ended.start()
-                time.sleep(30)  # the runner, waiting: interrupted at once
-        ended.join()
-        after = threading.Thread(target=worker_ends)  # once the pipeline has returned: a line
-        after.start()
-        after.join()
-        time.sleep(0.1)
-    finally:
-        threading.excepthook = hook
-        signal.signal(signal.SIGUSR2, handler)
-    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert (
-        warned
-        == ['a worker process of the build ended (exit status -9: killed, or out of memory?)'] * 2
-    )

@@ -7,9 +7,7 @@ import errno
 import json
 import subprocess
 
-import numpy as np
 import pytest
-from PIL import Image
 
 from imageshards import layout
 from imageshards import lifeline
@@ -25,16 +23,6 @@ import images_for_tests as imgs
 def tree(tmp_path_factory):
     root = tmp_path_factory.mktemp('guarded') / 'in'
     imgs.write_tree(root, 4, ('cat', 'dog'))
-    return root
-
-
-def noise_tree(root, per_class=20):
-    """Images that do not compress: 60 of ~4.6 KB, more than a 150 KB disk holds."""
-    for label in ('ant', 'bee', 'cat'):
-        (root / label).mkdir(parents=True)
-        for i in range(per_class):
-            pixels = np.random.default_rng([i, len(label)]).integers(0, 256, (40, 40, 3))
-            Image.fromarray(pixels.astype(np.uint8)).save(root / label / f'{i}.jpg', quality=95)
     return root
 
 
@@ -106,7 +94,7 @@ def test_success_is_written_only_by_a_build_that_holds_the_lock_and_whose_comman
 
 def test_a_full_disk_is_one_line_and_leaves_nothing_that_looks_finished(tmp_path, mounted, capsys):
     disk = mounted('size=150k')
-    images = noise_tree(tmp_path / 'in')
+    images = imgs.write_noise_tree(tmp_path / 'in')
     assert build.main(_argv(images, disk / 'out', '--no-space-check')) == 1
     (line,) = _errors(capsys)
     assert line.startswith(f'no space left on device writing {disk}/out')
@@ -116,7 +104,7 @@ def test_a_full_disk_is_one_line_and_leaves_nothing_that_looks_finished(tmp_path
 
 def test_a_build_that_cannot_fit_is_refused_before_it_writes_anything(tmp_path, mounted, capsys):
     disk = mounted('size=150k')
-    images = noise_tree(tmp_path / 'in')
+    images = imgs.write_noise_tree(tmp_path / 'in')
     assert build.main(_argv(images, disk / 'out')) == 1
     (line,) = _errors(capsys)
     assert line.startswith(f'not enough space for --output {disk}/out: 0.2 MB free on its disk')
