@@ -35,6 +35,7 @@ from apache_beam.options.pipeline_options import TestOptions
 
 from imageshards import console
 from imageshards import dataset_json
+from imageshards import file_names
 from imageshards import layout
 from imageshards import output_errors
 from imageshards import storage
@@ -134,6 +135,11 @@ def run(argv=None, test_pipeline=None):
     # Only Dataflow honours --dry_run; the local runner would run the build anyway.
     dry_run = on_dataflow and pipeline.options.view_as(TestOptions).dry_run
     output_dir = storage.absolute(config.output).rstrip('/')
+    if not file_names.is_utf8(output_dir):  # Beam passes it as text, which is Unicode
+        raise ValueError(
+            f'--output {file_names.display(output_dir)} is not a UTF-8 name; choose a folder '
+            f'whose name is (inputs may have any name)'
+        )
     scan = listing_lib.scan_inputs(
         _listable(config.input),
         config.allow_roots,

@@ -8,6 +8,7 @@ whole (it pickles into the step: everything in it is plain data).
 import dataclasses
 
 from imageshards import dataset_facts
+from imageshards import file_names
 from imageshards import layout
 from imageshards import storage
 from pipelines.inputs.entries import ListingSummary
@@ -96,7 +97,7 @@ class BuildContext:
         return dataset_facts.BuildFacts(
             format=self.config.format,
             seed=self.config.seed,
-            input=self.config.input,
+            input=file_names.display(self.config.input),  # text: a name's bytes as \\xNN
             labels=self.listing.labels,
             label_levels=self.listing.label_levels,
             allow_missing_levels=self.config.allow_missing_levels,

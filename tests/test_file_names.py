@@ -139,3 +139,22 @@ def test_a_paths_build_of_a_latin1_name_is_verified_and_trained_from(latin1_buil
     ids = [int(i) for _, _, batch in dataset for i in batch.numpy()]
     assert sorted(ids) == [0, 1, 2, 3, 5, 6, 7]  # every image but the duplicate (id 4)
     del tf
+
+
+def test_a_class_folder_that_is_not_utf8_is_the_label_its_name_shows(tmp_path):
+    from pipelines import build  # pylint: disable=import-outside-toplevel
+
+    root = tmp_path / 'in'
+    imgs.write_tree(root, 2, ('dogs',))
+    cafe = os.fsencode(root) + b'/caf\xe9'
+    os.mkdir(cafe)
+    for i in range(2):
+        with open(cafe + f'/{i}.jpg'.encode(), 'wb') as f:
+            f.write(imgs.jpeg(i, 1))
+    out = tmp_path / 'out'
+    argv = ['--no-analyze', '--direct_running_mode=in_memory']
+    dataset = build.run(['--input', str(root), '--output', str(out), *argv])
+    assert dataset['labels'] == ['caf\\xe9', 'dogs'] and dataset['counts']['written'] == 4
+    assert verify.main([str(out)]) == 0
+    with pytest.raises(ValueError, match=r'--output .*/out_\\xe9 is not a UTF-8 name'):
+        build.run(['--input', str(root), '--output', os.fsdecode(cafe + b'/../out_\xe9')])

@@ -155,11 +155,13 @@ def tree_labels(relative, levels):
     i (first folder = first level) and the label is the folders of the levels joined by '/'
     (`birds/sparrow`): the finest class, which stays distinct where two families hold a
     species of the same name. A file with fewer folders than levels misses the deeper ones.
+    A label is text: a folder whose name is not UTF-8 is the label its name shows, each byte
+    that does not decode as \\xNN (`caf\\xe9`; imageshards/file_names.py).
     """
     if not levels:
         first, slash, _ = relative.partition('/')
-        return (first if slash else ''), {}
-    values = relative.split('/')[:-1][: len(levels)]
+        return (display(first) if slash else ''), {}
+    values = [display(value) for value in relative.split('/')[:-1][: len(levels)]]
     return '/'.join(values), dict(zip(levels, values))
 
 
