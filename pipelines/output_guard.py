@@ -108,10 +108,13 @@ class OutputGuard:
 
     def failure(self, error):
         """The BuildFailed for `error`, once the build's files are removed; None where `error`
-        is not one a line can say (a bug: its traceback is what helps)."""
+        is not one a line can say (a bug: its traceback is what helps). A build that lost its
+        lock removes nothing: the output may be another build's now."""
         line = one_line(error, self.output_dir, self.needed_bytes)
         if line is None:
             return None
+        if _lost_lock(error):
+            return BuildFailed(line)
         try:
             self._remove_build()
         except OSError as e:  # the line says what went wrong; this only what is left
@@ -124,6 +127,10 @@ class OutputGuard:
             overwrite.remove_build(self.output_dir)
         elif storage.exists(temp):  # the listing of a build that could not be prepared
             storage.delete_tree(temp)
+
+
+def _lost_lock(error):
+    return isinstance(error, output_lock.LockLost) or 'LockLost: ' in str(error)
 
 
 def one_line(error, output_dir, needed_bytes=None):

@@ -127,6 +127,9 @@ def test_a_failure_removes_this_builds_files_and_never_an_earlier_build(tmp_path
         assert line.startswith(f'no space left on device writing {out}: ')
         assert _files(out) == sorted([*earlier, layout.LOCK_FILE])
         guard.prepared()  # from here on, what is ours in the output is this build's
+        lost = output_lock.LockLost(f'{out} was taken over')  # then it may be another build's
+        assert str(guard.failure(lost)) == f'{out} was taken over'
+        assert _files(out) == sorted([*earlier, layout.LOCK_FILE])
         assert isinstance(guard.failure(full), output_guard.BuildFailed)
         assert _files(out) == ['.imageshards-lock', 'notes.txt']  # someone else's stays
     assert _files(out) == ['notes.txt']
