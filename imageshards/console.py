@@ -7,9 +7,10 @@ this project's own lines only:
 - TensorFlow's C++ log (`TF_CPP_MIN_LOG_LEVEL`) is set before anything imports TensorFlow;
 - the lines TensorFlow and XLA's C++ code write to the process's stderr before absl's logging
   is initialised (`I0000 ... port.cc] oneDNN custom operations are on`, `E0000 ... failed call
-  to cuInit`), which no setting reaches, are dropped on their way out: file descriptor 2 of
-  this process, and so of every process it starts (Beam's local workers), is a pipe read by a
-  thread that forwards every other line;
+  to cuInit`), which no setting reaches, and what Beam's workers print when the runner's
+  logging service has gone (`Logging client failed: ... resetting`), are dropped on their way
+  out: file descriptor 2 of this process, and so of every process it starts (Beam's local
+  workers), is a pipe read by a thread that forwards every other line;
 - the Python loggers of Beam, TensorFlow, absl, Keras and tf.Transform log warnings only,
   and libraries' Python warnings are not shown.
 """
@@ -29,6 +30,13 @@ _THIRD_PARTY = ('apache_beam', 'absl', 'tensorflow', 'tensorflow_transform', 'ke
 _NATIVE_NOISE = re.compile(
     rb'^(?:[IWE]\d{4} [\d:.]+ +\d+ [\w./-]+:\d+\] |WARNING: All log messages before absl::)'
 )
+# What a Beam worker prints when the runner's logging service has gone (the runner ended, or
+# failed): a line, the gRPC error's lines, and `>... resetting`.
+_WORKER_LOGGING_LOST = b'Logging client failed: '
+_WORKER_LOGGING_RESET = b'... resetting'
+_WORKER_BLOCK_LINES = 20  # were the end of such a block lost, no more than these go
+_TRACEBACK = b'Traceback (most recent call last):'
+_CHAINED = (b'During handling of the above exception', b'The above exception was the direct')
 _FORMAT = '%(asctime)s %(levelname)s %(message)s'
 # The exit status of a command stopped by Ctrl-C: 128 + SIGINT, as a shell reports it.
 INTERRUPTED_EXIT_CODE = 130
@@ -48,18 +56,23 @@ class _CurrentStderr(logging.StreamHandler):
         del value
 
 
-def configure_logging(verbose=False, filters=()):
+def configure_logging(verbose=False, filters=(), child_tracebacks=True):
     """Sets up logging and TensorFlow's native log for a command; call before importing TF.
 
     Args:
         verbose: show everything (INFO from every library, TensorFlow's C++ lines).
         filters: logging.Filters to add to the handler (Beam's worker log lines).
+        child_tracebacks: unless `verbose`, whether the Python tracebacks that the processes
+            this one starts print are shown (a build's workers print each failure they report
+            to the runner, which the build says in its own line).
     """
     if verbose:
         os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '0')
     else:
         os.environ['TF_CPP_MIN_LOG_LEVEL'] = '2'
         _filter_native_stderr()
+        if _native is not None:
+            _native.noise.tracebacks = child_tracebacks
     root = logging.getLogger()
     for handler in list(root.handlers):
         if isinstance(handler, _CurrentStderr):
@@ -114,6 +127,7 @@ class _NativeStderrFilter:
 
     def __init__(self):
         self.terminal = os.isatty(2)
+        self.noise = _Noise()
         self._real = os.dup(2)
         read, write = os.pipe()
         sys.stderr.flush()
@@ -128,19 +142,51 @@ class _NativeStderrFilter:
 
     def _forward(self, read):
         pending = b''
+        noise = self.noise
         with os.fdopen(read, 'rb', buffering=0) as pipe:
             while chunk := pipe.read(65536):
                 *lines, pending = (pending + chunk).split(b'\n')
                 for line in lines:
-                    if not _NATIVE_NOISE.match(line):
+                    if not noise.drops(line):
                         sys.stderr.write(line.decode('utf-8', 'replace') + '\n')
-        if pending and not _NATIVE_NOISE.match(pending):
+        if pending and not noise.drops(pending):
             sys.stderr.write(pending.decode('utf-8', 'replace') + '\n')
 
     def close(self):
         """Gives fd 2 back to the real stderr and lets the thread forward what is left."""
         os.dup2(self._real, 2)  # closes this process's end of the pipe
         self._thread.join(timeout=2)
+
+
+class _Noise:
+    """Tells the lines to drop, one after the other: native log lines, the block a Beam worker
+    prints when the runner's logging service is gone, and (`tracebacks`) Python tracebacks,
+    chained ones whole."""
+
+    def __init__(self):
+        self.tracebacks = True  # shown
+        self._block_left = 0  # lines of a worker's block still to come, at most
+        self._traceback = None  # in one: 'frames', or 'after' its exception's line
+
+    def drops(self, line):
+        if line.startswith(_WORKER_LOGGING_LOST):
+            self._block_left = _WORKER_BLOCK_LINES
+        if self._block_left:
+            ended = line.rstrip().endswith(_WORKER_LOGGING_RESET)
+            self._block_left = 0 if ended else self._block_left - 1
+            return True
+        if not self.tracebacks and self._in_traceback(line):
+            return True
+        return bool(_NATIVE_NOISE.match(line))
+
+    def _in_traceback(self, line):
+        if line.startswith(_TRACEBACK):
+            self._traceback = 'frames'
+        elif self._traceback == 'frames' and not line[:1].isspace():
+            self._traceback = 'after'  # the exception's line
+        elif self._traceback == 'after' and line.strip() and not line.startswith(_CHAINED):
+            self._traceback = None  # a line of something else
+        return self._traceback is not None
 
 
 def _filter_native_stderr():

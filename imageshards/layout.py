@@ -12,6 +12,7 @@ Layout of a build (the contract the trainer and the tools read; paths relative t
     transform_fn/, transformed_metadata/, metadata/   the tf.Transform output (unless
                         --no-analyze), with the analysis also in transform_fn/assets.extra/
     .imageshards-tmp/   the build's temporary folder, gone once it is complete
+    .imageshards-lock   while a build runs: its lock, naming it (imageshards/output_lock.py)
 and what the imageshards tools write into a build by default: `preview` its grid, `report`
 the files of imageshards/cli/report.py (order.csv, metrics.json, report.md and its figures).
 
@@ -26,6 +27,9 @@ REJECTED_JSONL = 'rejected.jsonl'
 DUPLICATES_JSONL = 'duplicates.jsonl'
 SUCCESS = '_SUCCESS'
 TEMP_DIR = '.imageshards-tmp'
+# The running build's lock. Not an "own file" (is_own_file): --overwrite, run by the build that
+# holds it, must keep it, or a third build could lock a new file of the same name.
+LOCK_FILE = '.imageshards-lock'
 REENCODED_DIR = 'reencoded'
 # TFT's standard layout: the graph, its output schema and the raw schema of the records.
 TRANSFORM_FN_DIR = 'transform_fn'
@@ -83,7 +87,8 @@ def reencoded_file(sha256_hex):
 
 def is_own_file(relative):
     """Whether a file of an output directory (its path relative to it) is one that an
-    imageshards build or tool writes there, or a temporary file of theirs."""
+    imageshards build or tool writes there, or a temporary file of theirs: what --overwrite
+    removes. Not the lock file (`is_lock_file`), which the build running now holds."""
     top, _, rest = relative.partition('/')
     if not rest:
         name = relative.removesuffix('.tmp')  # write_atomically's temporary name
@@ -91,6 +96,12 @@ def is_own_file(relative):
     if top in (TEMP_DIR, REENCODED_DIR, *TRANSFORM_DIRS):
         return True
     return is_tool_output(relative) or is_shard_path(relative)
+
+
+def is_lock_file(relative):
+    """Whether a file of an output directory is a build's lock: not a file of the build, and
+    not someone else's (a build holds it now, or one was killed holding it)."""
+    return relative == LOCK_FILE
 
 
 def is_tool_output(relative):

@@ -200,8 +200,22 @@ def write_once(path, data):
     fs.rename([temporary], [path])
 
 
-def read_input(path):
-    """All bytes of an input file or object.
+class TooLarge(Exception):
+    """An input larger than the most a build reads of one (`size`: its size, None if unknown)."""
+
+    def __init__(self, path, size, limit):
+        if size is None:
+            said = f'more than --max-image-bytes {limit:,} bytes; not read past them'
+        else:
+            said = f'{size:,} bytes, more than --max-image-bytes {limit:,}; not read'
+        super().__init__(said)
+        self.path, self.size, self.limit = path, size, limit
+
+
+def read_input(path, max_bytes=None):
+    """All bytes of an input file or object; with `max_bytes`, raises TooLarge for one larger
+    than that, having read none of a local file (its size first) and at most `max_bytes` + 1
+    of any other.
 
     gs:// objects are read with a google-cloud-storage client kept per thread, in one request.
     Beam's FileSystems makes a new client for every call and fetches the object's metadata
@@ -209,19 +223,40 @@ def read_input(path):
     against a GCS emulator; see docs/dataflow.md).
     """
     if path.startswith('gs://'):
-        bucket, _, name = path[len('gs://') :].partition('/')
-        return _gcs_client().bucket(bucket).blob(name).download_as_bytes()
-    if not is_uri(path):  # Beam's FileSystems costs ~20 us per call to find the local one
-        return _read_local(path)
-    return read(path)
+        data = _read_gcs(path, max_bytes)
+    elif not is_uri(path):  # Beam's FileSystems costs ~20 us per call to find the local one
+        return _read_local(path, max_bytes)
+    else:
+        with open_read(path) as f:
+            data = f.read() if max_bytes is None else f.read(max_bytes + 1)
+    if max_bytes is not None and len(data) > max_bytes:
+        raise TooLarge(path, None, max_bytes)
+    return data
 
 
-def _read_local(path):
+def _read_gcs(path, max_bytes):
+    """An object's bytes (with `max_bytes`: its first max_bytes + 1, in one ranged request)."""
+    bucket, _, name = path[len('gs://') :].partition('/')
+    blob = _gcs_client().bucket(bucket).blob(name)
+    if max_bytes is None:
+        return blob.download_as_bytes()
+    from google.api_core import exceptions  # pylint: disable=import-outside-toplevel
+
+    try:
+        return blob.download_as_bytes(start=0, end=max_bytes)
+    except exceptions.RequestRangeNotSatisfiable:  # what a range of an empty object gets
+        return b''
+
+
+def _read_local(path, max_bytes=None):
     """A local file's bytes in as few calls as the OS allows (a third of `open().read()`'s
-    cost, which goes to Python's buffered file objects)."""
+    cost, which goes to Python's buffered file objects); TooLarge, unread, beyond
+    `max_bytes`."""
     fd = os.open(path, os.O_RDONLY)
     try:
         size = os.fstat(fd).st_size
+        if max_bytes is not None and size > max_bytes:
+            raise TooLarge(path, size, max_bytes)
         parts = [os.read(fd, size)]
         while len(parts[-1]) and sum(map(len, parts)) < size:  # reads stop at 2 GiB
             parts.append(os.read(fd, size - sum(map(len, parts))))
@@ -231,6 +266,7 @@ def _read_local(path):
 
 
 PREFETCH_AHEAD = 64  # files asked for ahead of the one being read
+PREFETCH_MAX_BYTES = 64 << 20  # of each
 
 
 def prefetching(items, path_of, ahead=PREFETCH_AHEAD):
@@ -259,8 +295,8 @@ def prefetch_local(paths):
             fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
         except OSError:
             continue
-        try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+        try:  # at most PREFETCH_MAX_BYTES: a huge file is rejected by its size, never read
+            os.posix_fadvise(fd, 0, PREFETCH_MAX_BYTES, os.POSIX_FADV_WILLNEED)
         except OSError:
             pass
         finally:

@@ -5,7 +5,11 @@ local workers among them, and each would print its own traceback. So `imageshard
 the build in a child process in a session of its own, which no terminal signal reaches, and
 waits for it. On SIGINT (or SIGTERM) it ends the child's whole process group, the build and
 every worker it started, says in one line what is left where and how to rerun, and exits
-with 130, as a shell reports a command stopped by Ctrl-C.
+with 130, as a shell reports a command stopped by Ctrl-C. Its terminal closing (SIGHUP) ends
+it the same way, unless SIGHUP is ignored (`nohup`).
+
+Where the command ends without a word (SIGKILL of it or of its process group), the child and
+every process it started end with it, within a second: imageshards/lifeline.py.
 
 The child also gets a temporary folder of its own (`TMPDIR`), removed when it ends however it
 ends, so that nothing it or its workers kept in the system's temporary folder (Beam's
@@ -20,6 +24,7 @@ import sys
 import tempfile
 
 from imageshards import console
+from imageshards import lifeline
 
 ENV = 'IMAGESHARDS_SUPERVISED'
 _GRACE_SECONDS = 5.0
@@ -33,27 +38,58 @@ def _interrupt(signum, frame):
 def run_supervised(module, argv, interrupted_message):
     """Runs `python -m module argv` as above; returns its exit status (130 if interrupted).
 
+    Call it from the main thread: the child's parent-death signal follows the thread that
+    started it (Linux).
+
     Args:
         interrupted_message: a function of no arguments giving the line to print on Ctrl-C.
     """
     scratch = tempfile.mkdtemp(prefix='imageshards-run-')
+    read_end, write_end = lifeline.open_pipe()
     env = dict(os.environ, **{ENV: '1', 'TMPDIR': scratch})
-    previous = signal.signal(signal.SIGTERM, _interrupt)
+    env[lifeline.ENV] = lifeline.spec(read_end, scratch)
+    previous = _handle_end_signals()
     child = None
     try:
         child = subprocess.Popen(
-            [sys.executable, '-m', module, *argv], env=env, start_new_session=True
+            lifeline.child_command(module, argv),
+            env=env,
+            start_new_session=True,
+            pass_fds=(read_end,),
         )
+        os.close(read_end)
+        read_end = None
         status = child.wait()
         return 128 - status if status < 0 else status
     except KeyboardInterrupt:
         _end(child, signal.SIGTERM)
-        print(interrupted_message(), file=sys.stderr, flush=True)
+        _say(interrupted_message())
         return console.INTERRUPTED_EXIT_CODE
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         _end(child, signal.SIGKILL)  # workers the child left behind, if any
         shutil.rmtree(scratch, ignore_errors=True)
+        for end in (read_end, write_end):  # the watchdog, if any, ends the rest
+            if end is not None:
+                os.close(end)
+
+
+def _handle_end_signals():
+    """SIGTERM, and SIGHUP unless ignored (nohup), end the command as Ctrl-C does; returns
+    the handlers they had."""
+    previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, _interrupt)}
+    if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:
+        previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, _interrupt)
+    return previous
+
+
+def _say(line):
+    """Prints the line, if there is still somewhere to print it (a closed terminal: EIO)."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except OSError:
+        pass
 
 
 def _end(child, first_signal):

@@ -1,6 +1,9 @@
 """The Beam build of imageshards (DirectRunner locally, Dataflow at scale).
 
     build.py    the `imageshards build` command: list, prepare the output, run, report
+    output_guard.py  the output a build owns: its lock, room on its disk, one line for what
+                stops the build (and what is removed then)
+    summary.py  what a finished build prints
     steps.py    the pipeline: its steps in order, each handed what it needs of the context
     context.py  BuildContext: what every step knows once the inputs are listed
     options.py  the flags and the typed BuildConfig
@@ -11,5 +14,6 @@ The build's stages, in the order data flows, each a subpackage that runs on ever
 inputs/ (listing), validation/ (every image checked, duplicates dropped), assignment/ (splits
 and shards, metadata in packed blocks), writing/ (records, shards, the finished output) and
 analysis/ (statistics and the tf.Transform output). What only the local runner needs is in
-local/; stages never import it.
+local/ (among it worker_watch.py: a worker process lost mid-run stops the build in one line);
+stages never import it.
 """

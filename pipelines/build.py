@@ -35,12 +35,17 @@ from apache_beam.options.pipeline_options import TestOptions
 
 from imageshards import console
 from imageshards import dataset_json
+from imageshards import file_names
 from imageshards import layout
+from imageshards import output_errors
 from imageshards import storage
 from imageshards import supervise
+from imageshards.lock_holder import OutputBusy
+from imageshards.output_errors import OutputError
 from pipelines import counters
 from pipelines import options
 from pipelines import runner
+from pipelines import summary as summary_lines
 from pipelines.analysis import transform_output
 from pipelines.assignment import blocks
 from pipelines.context import BuildContext
@@ -52,12 +57,14 @@ from pipelines.local import early_listing
 from pipelines.local import progress
 from pipelines.local import spill
 from pipelines.local import transform_writer
+from pipelines.local import worker_watch
+from pipelines.output_guard import BuildFailed
+from pipelines.output_guard import OutputGuard
 from pipelines.steps import build_pipeline
 from pipelines.writing import finalize
 from pipelines.writing import overwrite
 
 _LOG = logging.getLogger(__name__)
-MANY_LABEL_SETS = 2_000_000  # a multi-label plan this large is worth a word (docs/scaling.md)
 
 
 def analysis_in_pipeline(pipeline, config):
@@ -128,6 +135,11 @@ def run(argv=None, test_pipeline=None):
     # Only Dataflow honours --dry_run; the local runner would run the build anyway.
     dry_run = on_dataflow and pipeline.options.view_as(TestOptions).dry_run
     output_dir = storage.absolute(config.output).rstrip('/')
+    if not file_names.is_utf8(output_dir):  # Beam passes it as text, which is Unicode
+        raise ValueError(
+            f'--output {file_names.display(output_dir)} is not a UTF-8 name; choose a folder '
+            f'whose name is (inputs may have any name)'
+        )
     scan = listing_lib.scan_inputs(
         _listable(config.input),
         config.allow_roots,
@@ -140,6 +152,24 @@ def run(argv=None, test_pipeline=None):
             f'--output {output_dir} is inside --input {scan.base}: a later build '
             f'would list its own output as images; choose another directory'
         )
+    if test_pipeline is not None or direct.mode_given(beam_args):
+        beam_args = None  # the pipeline or its mode is the caller's: keep it
+    command = ['imageshards', 'build', *(sys.argv[1:] if argv is None else argv)]
+    with OutputGuard(output_dir, command, dry_run) as guard:
+        try:
+            return _guarded(pipeline, config, scan, guard, started, beam_args)
+        except Exception as error:
+            failed = guard.failure(error)
+            if failed is None:
+                raise
+            raise failed from error
+
+
+def _guarded(pipeline, config, scan, guard, started, beam_args):
+    """`run` once the output's lock is held: the build, and what it leaves to clean up."""
+    output_dir = guard.output_dir
+    on_dataflow = runner.is_dataflow(pipeline.options.view_as(StandardOptions).runner)
+    dry_run = on_dataflow and pipeline.options.view_as(TestOptions).dry_run
     # A name of its own, so that a job that never ran removes its listing and nothing else.
     listing_path = storage.join(
         output_dir, layout.TEMP_DIR, f'listing-{uuid.uuid4().hex[:12]}.jsonl'
@@ -147,13 +177,11 @@ def run(argv=None, test_pipeline=None):
     transform_dir = _transform_work_dir(pipeline, config, output_dir, dry_run)
     transform = _local_transform(pipeline, config, dry_run)
     try:
-        if test_pipeline is not None or direct.mode_given(beam_args):
-            beam_args = None  # the pipeline or its mode is the caller's: keep it
         return _build(
             pipeline,
             config,
             scan,
-            output_dir,
+            guard,
             listing_path,
             transform_dir,
             transform,
@@ -179,16 +207,20 @@ def _local_transform(pipeline, config, dry_run):
 
 
 def _build(
-    pipeline, config, scan, output_dir, listing_path, transform_dir, transform, started, beam_args
+    pipeline, config, scan, guard, listing_path, transform_dir, transform, started, beam_args
 ):
     """`run` from the listing on; returns dataset.json, or None for a dry run.
 
-    `beam_args`: the pipeline options, where the local runner's mode is ours to choose.
+    `guard`: the OutputGuard of the output. `beam_args`: the pipeline options, where the local
+    runner's mode is ours to choose.
     """
+    output_dir = guard.output_dir
     on_dataflow = runner.is_dataflow(pipeline.options.view_as(StandardOptions).runner)
     dry_run = on_dataflow and pipeline.options.view_as(TestOptions).dry_run
-    summary = _write_listing(scan, config, output_dir, listing_path, dry_run)
-    context = BuildContext.create(config, summary, listing_path, output_dir, transform_dir)
+    summary = _write_listing(scan, config, guard, listing_path, dry_run)
+    context = BuildContext.create(
+        config, summary, listing_path, output_dir, transform_dir, guard.build
+    )
     if transform:
         transform.prepare(
             transform_output.settings(
@@ -226,50 +258,26 @@ def _build(
     if transform:  # the local runner's last step: the tf.Transform output, then _SUCCESS
         transform.finish(summary.labels, dataset['analysis'])
         finalize.publish_transform(output_dir, context.transform_staging, dataset['analysis'])
-        finalize.complete(output_dir)
-    _report(result, dataset, output_dir, time.monotonic() - started)
+        guard.check()
+        finalize.complete(output_dir, guard.build)
+    summary_lines.report(result, dataset, output_dir, time.monotonic() - started)
     return dataset
 
 
-def _write_listing(scan, config, output_dir, listing_path, dry_run):
+def _write_listing(scan, config, guard, listing_path, dry_run):
     """Streams the listing into `listing_path`; returns its ListingSummary.
 
     The inputs go to a local temporary file first: only once listing has succeeded (inputs
-    found, manifest readable) may the output be prepared, which with --overwrite deletes the
-    earlier build.
+    found, manifest readable, room for them on a local output's disk) may the output be
+    prepared, which with --overwrite deletes the earlier build.
     """
+    output_dir = guard.output_dir
     with tempfile.TemporaryDirectory(prefix='imageshards-listing-') as scratch:
         local, summary = early_listing.listing_for(config, scan, scratch)
-        _LOG.info(
-            'listed %s with %s (skipped %s%s)',
-            console.plural(summary.num_inputs, 'input'),
-            console.plural(len(summary.labels), 'label'),
-            console.plural(summary.num_skipped, 'file'),
-            f': {summary.skipped}' if summary.num_skipped else '',
-        )
-        for level, names in summary.label_levels.items():
-            _LOG.info('label level %s: %s', level, console.plural(len(names), 'name'))
-        if summary.manifest_splits:
-            _LOG.info(
-                "the manifest's split column places %s itself (%s), whatever --splits says; "
-                '--splits divides the rest',
-                console.plural(sum(summary.manifest_splits.values()), 'input'),
-                ', '.join(f'{split} {n:,}' for split, n in summary.manifest_splits.items()),
-            )
-        if summary.multi_label and summary.num_groups > MANY_LABEL_SETS:
-            _LOG.warning(
-                'the inputs hold %s distinct label sets: the split plan holds each (~100 bytes '
-                'and ~40 us of one core apiece, docs/scaling.md), so planning takes ~%s',
-                f'{summary.num_groups:,}',
-                console.duration(summary.num_groups * 40e-6),
-            )
-        if len(summary.labels) == 1:
-            _LOG.warning(
-                'every input has the label %r: a classifier cannot learn from one class, and '
-                'the trainer refuses such a build; give images of two or more labels',
-                summary.labels[0],
-            )
+        summary.log()
+        guard.check_space(config, summary)
         overwrite.prepare_output(output_dir, config.overwrite, dry_run=dry_run)
+        guard.prepared()
         listing_lib.copy_listing(local, listing_path)
     return summary
 
@@ -282,7 +290,8 @@ def _launch(pipeline, listing_path, remote, dry_run):
     --overwrite. (A local run that fails is a build that started; --overwrite cleans it up.)
     """
     try:
-        result = pipeline.run()
+        with worker_watch.running_watched():
+            result = pipeline.run()
     except Exception:
         if remote:
             _delete_listing(listing_path)
@@ -300,45 +309,22 @@ def _delete_listing(listing_path):
     storage.delete([listing_path, listing_lib.index_path(listing_path)])
 
 
-def _report(result, dataset, output_dir, seconds):
-    totals = counters.totals(result)
-    lines = [f'imageshards build: {output_dir} in {console.duration(seconds)}']
-    lines += [f'  counter {name:<28} {value:>12,}' for name, value in sorted(totals.items())]
-    counts = dataset['counts']
-    lines.append(
-        '  inputs {inputs:,} = written {written:,} + rejected {rejected:,} + duplicates '
-        '{duplicates:,}; skipped {skipped:,} non-image files'.format(**counts)
-    )
-    for split, info in dataset['splits'].items():
-        records, shards = info['num_records'], info['num_shards']
-        lines.append(
-            f'  {split}: {console.plural(records, "record")} in {console.plural(shards, "shard")}'
-        )
-    if counts['rejected']:
-        lines.append(
-            f'  rejected by reason: {counts["rejected_by_reason"]} (see {layout.REJECTED_JSONL})'
-        )
-    print('\n'.join(lines))
-    strays = overwrite.stray_shards(output_dir, dataset)
-    if strays:
-        _LOG.warning(
-            "%d files in %s look like shards but are not in this build's "
-            'dataset.json (left alone): %s',
-            len(strays),
-            output_dir,
-            strays[:10],
-        )
-
-
 _UNITS = {counters.VALIDATE: 'images', counters.WRITE: 'records'}
 
 
 def main(argv=None):
     """`imageshards build` in this process (see `command` for the one a person runs)."""
     argv = sys.argv[1:] if argv is None else argv
-    console.configure_logging(verbose='--verbose' in argv, filters=[direct.worker_log_filter()])
+    verbose = '--verbose' in argv
+    console.configure_logging(
+        verbose=verbose, filters=[direct.worker_log_filter(verbose)], child_tracebacks=False
+    )
+    worker_watch.watch_workers(verbose)
     try:
         run(argv)
+    except (OutputBusy, BuildFailed, OutputError) as e:
+        _LOG.error('%s', e)
+        return output_errors.EXIT_STATUS
     except (ValueError, FileExistsError, FileNotFoundError) as e:
         _LOG.error('%s', e)
         return 2

@@ -8,6 +8,7 @@ whole (it pickles into the step: everything in it is plain data).
 import dataclasses
 
 from imageshards import dataset_facts
+from imageshards import file_names
 from imageshards import layout
 from imageshards import storage
 from pipelines.inputs.entries import ListingSummary
@@ -28,6 +29,8 @@ class BuildContext:
         transform_by_launcher: whether the launcher writes the tf.Transform output after the
             pipeline (the local runner: pipelines/local/transform_writer.py), from a graph kept
             or written beside the build; else the pipeline's steps write it.
+        lock_build: the token of the build's output lock (imageshards/output_lock.py), which
+            Finalize checks is still this build's before it writes `_SUCCESS`; None: no lock.
     """
 
     config: BuildConfig
@@ -36,13 +39,14 @@ class BuildContext:
     output_dir: str
     transform_dir: str
     transform_by_launcher: bool = False
+    lock_build: str = None
 
     @classmethod
-    def create(cls, config, listing, listing_path, output_dir, transform_dir=None):
+    def create(cls, config, listing, listing_path, output_dir, transform_dir=None, lock_build=None):
         """A context whose tf.Transform work goes to `transform_dir`, by default the build's
         temporary folder."""
         transform_dir = transform_dir or storage.join(output_dir, layout.TEMP_DIR)
-        return cls(config, listing, listing_path, output_dir, transform_dir)
+        return cls(config, listing, listing_path, output_dir, transform_dir, False, lock_build)
 
     def written_after(self):
         """This context, but with the tf.Transform output written by the launcher after the
@@ -93,7 +97,7 @@ class BuildContext:
         return dataset_facts.BuildFacts(
             format=self.config.format,
             seed=self.config.seed,
-            input=self.config.input,
+            input=file_names.display(self.config.input),  # text: a name's bytes as \\xNN
             labels=self.listing.labels,
             label_levels=self.listing.label_levels,
             allow_missing_levels=self.config.allow_missing_levels,

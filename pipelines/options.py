@@ -31,6 +31,8 @@ class BuildConfig:
     dedup: bool = False
     overwrite: bool = False
     max_pixels: int = 89_478_485  # Pillow's own decompression-bomb threshold
+    max_image_bytes: int = 256 << 20  # larger inputs are `too_large`, rejected before a read
+    space_check: bool = True  # refuse a local build whose inputs cannot fit on the output's disk
     io_threads: int = 0  # 0: 1 for local inputs, 32 for remote ones (see `threads`)
     chunk_size: int = 256
     allow_roots: tuple = ()  # folders manifest rows may name besides the manifest's own
@@ -155,6 +157,21 @@ def build_arg_parser():
         type=flags.integer(minimum=1),
         default=BuildConfig.max_pixels,
         help='reject images declaring more pixels than this (decompression bombs)',
+    )
+    parser.add_argument(
+        '--max-image-bytes',
+        type=flags.integer(minimum=1),
+        default=BuildConfig.max_image_bytes,
+        help='reject an input larger than this as too_large, from its size alone, before it is '
+        'read (default: %(default)s = 256 MiB, more than any photograph); memory and time per '
+        'input stay bounded by it',
+    )
+    parser.add_argument(
+        '--no-space-check',
+        dest='space_check',
+        action='store_false',
+        help="build even where a local --output's disk has less free space than the inputs "
+        'listed need (checked before the build starts, with the figures)',
     )
     parser.add_argument(
         '--io-threads',

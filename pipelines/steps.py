@@ -99,6 +99,7 @@ def _validated(pipeline, context, store, rank_groups):
         context.label_ids,
         store,
         max_pixels=config.max_pixels,
+        max_image_bytes=config.max_image_bytes,
         io_threads=config.threads,
         reencode_dir=context.output_dir if config.format == features.PATHS else None,
         levels=context.level_ids,

@@ -1,6 +1,7 @@
 import atexit
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 
@@ -74,3 +75,22 @@ def color_builds(tmp_path_factory):
         )
         builds[fmt] = out
     return builds
+
+
+@pytest.fixture
+def mounted(tmp_path):
+    """mount(options): a tmpfs of 150 KB at a fresh folder, unmounted at the end."""
+    points = []
+
+    def mount(options='size=150k'):
+        if os.geteuid() != 0:
+            pytest.skip('mounting a tmpfs needs root')
+        point = tmp_path / f'disk{len(points)}'
+        point.mkdir()
+        subprocess.run(['mount', '-t', 'tmpfs', '-o', options, 'tmpfs', str(point)], check=True)
+        points.append(point)
+        return point
+
+    yield mount
+    for point in points:
+        subprocess.run(['umount', str(point)], check=True)

@@ -1,6 +1,8 @@
 """A real GCS server on this machine (the `gcp-storage-emulator` package) for gs:// tests.
 
-Test modules take the `gcs` fixture with `pytest_plugins = ['gcs_emulator']`. It starts the
+Test modules take the `gcs` fixture with `pytest_plugins = ['gcs_emulator']` (or
+`gcs_with_preconditions`: the emulator made to honour `ifGenerationMatch` as Cloud Storage does,
+tests/gcs_preconditions.py). It starts the
 emulator in a subprocess on a free loopback port, points Google's clients at it for the
 module's tests and Beam's workers (`STORAGE_EMULATOR_HOST`, which worker processes inherit),
 creates a bucket, and stops the server at the end; its objects live in its memory only.
@@ -28,6 +30,9 @@ from google.auth.credentials import AnonymousCredentials
 from google.cloud import storage
 
 PROJECT = 'imageshards-test'
+_WITH_PRECONDITIONS = os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), 'gcs_preconditions.py'
+)
 _START_SECONDS = 30
 
 
@@ -97,13 +102,18 @@ def _wait_until_serving(process, url, log_path):
 
 
 @contextlib.contextmanager
-def running_server(work_dir):
-    """Runs the emulator in a subprocess; yields its URL (http://127.0.0.1:PORT)."""
+def running_server(work_dir, preconditions=False):
+    """Runs the emulator in a subprocess; yields its URL (http://127.0.0.1:PORT).
+
+    Args:
+        preconditions: whether it honours `ifGenerationMatch` (tests/gcs_preconditions.py).
+    """
     log_path = os.path.join(work_dir, 'gcs-emulator.log')
     for _ in range(3):  # another process may take the free port before the emulator does
         port = _free_port()
         url = f'http://127.0.0.1:{port}'
-        command = [sys.executable, '-m', 'gcp_storage_emulator', 'start']
+        emulator = [_WITH_PRECONDITIONS] if preconditions else ['-m', 'gcp_storage_emulator']
+        command = [sys.executable, *emulator, 'start']
         command += ['--host', '127.0.0.1', '--port', str(port), '--in-memory', '--quiet']
         with open(log_path, 'wb') as log:
             process = subprocess.Popen(command, cwd=work_dir, stdout=log, stderr=subprocess.STDOUT)
@@ -139,14 +149,27 @@ def _credentials_file(work_dir):
     return path
 
 
-@pytest.fixture(scope='module')
-def gcs(request, tmp_path_factory):
-    """An Emulator with an empty bucket named after the test module."""
+@contextlib.contextmanager
+def _emulator(request, tmp_path_factory, preconditions):
     work_dir = str(tmp_path_factory.mktemp('gcs-emulator'))
-    with running_server(work_dir) as url, pytest.MonkeyPatch.context() as env:
+    with running_server(work_dir, preconditions) as url, pytest.MonkeyPatch.context() as env:
         env.setenv('STORAGE_EMULATOR_HOST', url)
         env.setenv('GOOGLE_APPLICATION_CREDENTIALS', _credentials_file(work_dir))
         env.setenv('GOOGLE_CLOUD_PROJECT', PROJECT)
         client = storage.Client(project=PROJECT, credentials=AnonymousCredentials())
         bucket_name = request.module.__name__.rsplit('.', 1)[-1].replace('_', '-')
         yield Emulator(url, client, client.create_bucket(bucket_name))
+
+
+@pytest.fixture(scope='module')
+def gcs(request, tmp_path_factory):
+    """An Emulator with an empty bucket named after the test module."""
+    with _emulator(request, tmp_path_factory, preconditions=False) as emulator:
+        yield emulator
+
+
+@pytest.fixture(scope='module')
+def gcs_with_preconditions(request, tmp_path_factory):
+    """The same, honouring `ifGenerationMatch` on uploads and deletes as Cloud Storage does."""
+    with _emulator(request, tmp_path_factory, preconditions=True) as emulator:
+        yield emulator

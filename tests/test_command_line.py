@@ -232,3 +232,31 @@ def test_ctrl_c_stops_training_in_one_line_keeping_its_checkpoints(color_builds,
         f'resume from the last one'
     )
     assert all(OUR_LOG_LINE.match(line) for line in lines[:-1]), err
+
+
+def test_what_workers_print_to_stderr_is_filtered_to_what_a_person_needs():
+    """The lines a build's worker processes write to its stderr: native log lines and Beam's
+    `Logging client failed` blocks always go, Python tracebacks (chained ones whole) unless
+    shown on purpose; everything else stays."""
+    printed = [
+        b'I0000 00:00:1795359270.81 9009 port.cc:153] oneDNN custom operations are on',
+        b'Logging client failed: <_MultiThreadedRendezvous of RPC that terminated with:',
+        b'\tstatus = StatusCode.UNAVAILABLE',
+        b'>... resetting',
+        b'a line of its own',
+        b'Traceback (most recent call last):',
+        b'  File "x.py", line 1, in <module>',
+        b'OSError: [Errno 28] No space left on device',
+        b'',
+        b'During handling of the above exception, another exception occurred:',
+        b'',
+        b'Traceback (most recent call last):',
+        b'  File "y.py", line 2, in f',
+        b"RuntimeError: OSError: [Errno 28] No space left on device [while running 'X']",
+        b'',
+        b'another line',
+    ]
+    for tracebacks, kept in ((True, printed[4:]), (False, [printed[4], printed[-1]])):
+        noise = console._Noise()  # pylint: disable=protected-access
+        noise.tracebacks = tracebacks
+        assert [line for line in printed if not noise.drops(line)] == kept

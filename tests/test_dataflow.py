@@ -18,6 +18,8 @@ from apache_beam.portability.api import beam_runner_api_pb2
 
 import imageshards
 from imageshards import distribution
+from imageshards import layout
+from imageshards import output_lock
 from pipelines import build
 from pipelines import options
 from pipelines import runner
@@ -164,3 +166,11 @@ def test_without_credentials_dataflow_stops_at_once_in_one_line(tmp_path):
     assert len(lines) == 1 and 'Traceback' not in done.stderr
     assert 'Dataflow needs Google Cloud credentials and none were found' in lines[0]
     assert 'gcloud auth application-default login' in lines[0]
+
+
+def test_a_dry_run_into_an_output_a_build_is_writing_is_refused(gcs, images):
+    holder = output_lock.Holder('vm', 4321, '2025-01-02 03:04:05 UTC', 'imageshards build', 'b')
+    gcs.upload(f'busy/{layout.LOCK_FILE}', holder.to_json())  # refreshed just now
+    with pytest.raises(output_lock.OutputBusy, match='pid 4321 on vm'):
+        _dry_run(gcs, '--input', images, '--output', gcs.uri('busy'))
+    assert gcs.names('busy') == [f'busy/{layout.LOCK_FILE}']

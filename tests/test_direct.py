@@ -42,10 +42,32 @@ def _forwarded(message):
 
 
 def test_forwarded_worker_logs_are_condensed_to_their_message():
-    log_filter = direct._CondenseWorkerLogs()  # pylint: disable=protected-access
+    log_filter = direct.worker_log_filter()
     record = _forwarded('validated 5 of 9 "ünï" inputs\nin this worker')
     assert log_filter.filter(record)
     assert record.getMessage() == 'worker: validated 5 of 9 "ünï" inputs\nin this worker'
     assert not log_filter.filter(_forwarded('No semi_persistent_directory found: whatever'))
     own = logging.LogRecord('pipelines', logging.INFO, __file__, 1, 'listed %d', (3,), None)
     assert log_filter.filter(own) and own.getMessage() == 'listed 3'
+
+
+def _logged(name, level, message, exc_info=None):
+    return logging.LogRecord(name, level, __file__, 1, message, (), exc_info)
+
+
+def test_worker_and_runner_tracebacks_are_dropped_unless_verbose():
+    try:
+        raise RuntimeError('Channel closed prematurely.')
+    except RuntimeError as e:
+        failure = (type(e), e, e.__traceback__)
+    entry = beam_fn_api_pb2.LogEntry(
+        severity=beam_fn_api_pb2.LogEntry.Severity.ERROR,
+        message='Error processing instruction bundle_7. Original traceback is\nTraceback (most '
+        'recent call last):\n  File "x.py", line 1\nOSError: [Errno 28] No space left',
+    )
+    forwarded = _logged('apache_beam', logging.ERROR, 'Worker: ' + str(entry).replace('\n', ' '))
+    runner = _logged('apache_beam.runners.worker.data_plane', logging.ERROR, 'Failed', failure)
+    own = _logged('pipelines.build', logging.ERROR, 'no space left on device', failure)
+    quiet, verbose = direct.worker_log_filter(), direct.worker_log_filter(verbose=True)
+    assert [quiet.filter(r) for r in (forwarded, runner, own)] == [False, False, True]
+    assert [verbose.filter(r) for r in (forwarded, runner, own)] == [True, True, True]

@@ -241,7 +241,7 @@ def test_overwrite_and_refusal_of_a_non_empty_gs_output(gcs, tmp_path):
 
 def test_a_gs_output_left_by_an_unfinished_build_is_refused_with_the_reason(gcs, gcs_data):
     gcs.upload('unfinished/.imageshards-tmp/listing-0123456789ab.jsonl', b'[]\n')
-    with pytest.raises(FileExistsError, match='did not finish or is still running'):
+    with pytest.raises(FileExistsError, match='of a build that did not finish'):
         _run('--input', f'{gcs_data}/images', '--output', gcs.uri('unfinished'))
 
 
@@ -262,3 +262,44 @@ def test_verify_passes_on_a_gs_output_and_names_a_damaged_gs_shard(request, gcs,
         assert shard in capsys.readouterr().out
     finally:
         blob.upload_from_string(original)  # the build is shared by this module's tests
+
+
+def test_gs_inputs_over_the_limit_are_too_large_from_their_listed_size_or_one_ranged_read(
+    gcs, tmp_path
+):
+    tree = tmp_path / 'sizes'
+    imgs.write_tree(tree, 2, ('cat', 'dog'))
+    (tree / 'cat' / 'big.jpg').write_bytes(imgs.jpeg(9)[:100] + b'\0' * 50_000)
+    (tree / 'dog' / 'empty.jpg').write_bytes(b'')
+    uri = gcs.upload_tree(tree, 'sizes')
+    # A tree: the listing's sizes. A manifest naming the objects: unknown sizes, read at most
+    # one byte past the limit in one request (an empty object's range is not satisfiable).
+    manifest = tree / 'm.csv'
+    rows = ['cat/big.jpg,cat', 'dog/empty.jpg,dog', 'cat/img_0000.jpg,cat', 'dog/img_0001.jpg,dog']
+    manifest.write_text('path,label\n' + '\n'.join(f'{uri}/{row}' for row in rows) + '\n')
+    for spec, where in ((uri, 'tree'), (str(manifest), 'manifest')):
+        out = tmp_path / where
+        _run(
+            '--input',
+            spec,
+            '--output',
+            str(out),
+            '--max-image-bytes',
+            '20000',
+            '--no-analyze',
+            '--allow-root',
+            uri,
+        )
+        rejected = {
+            row['path'].rsplit('/', 1)[1]: (row['reason'], row['detail'])
+            for row in map(json.loads, (out / 'rejected.jsonl').read_text().splitlines())
+        }
+        too_large = (
+            '50,100 bytes, more than --max-image-bytes 20,000; not read'
+            if where == 'tree'
+            else 'more than --max-image-bytes 20,000 bytes; not read past them'
+        )
+        assert rejected == {
+            'big.jpg': ('too_large', too_large),
+            'empty.jpg': ('empty_file', 'file has 0 bytes'),
+        }

@@ -163,7 +163,8 @@ def test_a_manifest_build_rejects_escapes_and_keeps_credentials_out_of_every_out
 
 
 def _symlink_tree(root, outside):
-    """A tree with symlinks of every kind, a FIFO and a name that is not UTF-8."""
+    """A tree with symlinks of every kind, a FIFO and a name that is not UTF-8 (a good image:
+    kept, imageshards/file_names.py)."""
     for i, name in enumerate(['cat/a.jpg', 'cat/b.jpg', 'dog/c.jpg']):
         _write(root / name, imgs.jpeg(i))
     _write(outside / 'far.jpg', imgs.jpeg(10))
@@ -187,7 +188,7 @@ def test_tree_symlinks_fifos_and_undecodable_names(tmp_path):
         'cat/dangling.jpg': 'broken_symlink',
         'cat/inside_link.jpg': '',
         'cat/outside_link.jpg': 'symlink_outside_root',
-        'dog/bad\\xff.jpg': 'invalid_file_name',
+        'dog/bad\udcff.jpg': '',  # the name's bytes b'bad\xff.jpg', as Python lists them
         'dog/c.jpg': '',
         'dog/pipe.jpg': 'not_a_regular_file',
     }
@@ -210,6 +211,20 @@ def test_glob_rejects_symlinks_that_leave_its_base(tmp_path):
     assert {e.key: e.reject for e in result.entries}['cat/outside_link.jpg'] == (
         'symlink_outside_root'
     )
+
+
+def test_manifest_paths_no_file_can_have_are_rejected_and_escaped_bytes_are_read(layout):
+    data = layout / 'data'
+    with open(os.fsencode(data / 'imgs') + b'/latin1_\xe9.jpg', 'wb') as f:
+        f.write(imgs.jpeg(7))
+    rows = [
+        {'path': 'imgs/\ud800.jpg', 'label': 'x'},  # a lone surrogate: no name's bytes
+        {'path': 'imgs/a.jpg', 'label': 'x\ud800'},  # nor a label's text
+        {'path': 'imgs/latin1_\udce9.jpg', 'label': 'x'},  # the byte 0xe9, as Python escapes it
+    ]
+    entries = listing.list_inputs(_jsonl_manifest(data / 'm.jsonl', rows)).entries
+    assert [e.reject for e in entries] == ['invalid_file_name', 'malformed_row', '']
+    assert os.fsencode(entries[2].path).endswith(b'/latin1_\xe9.jpg')
 
 
 def test_manifest_symlinks_out_of_the_allowed_roots_are_rejected(layout):
@@ -242,10 +257,10 @@ def test_a_tree_build_with_hostile_files_finishes_and_accounts_for_them(tmp_path
     assert counts['inputs'] == counts['written'] + counts['rejected']
     rejected = {json.loads(line)['reason'] for line in (out / 'rejected.jsonl').open()}
     if follow:
-        assert counts['written'] == 6  # a, b, c, inside_link, outside_link, bird/d
-        assert rejected == {'broken_symlink', 'not_a_regular_file', 'invalid_file_name'}
+        assert counts['written'] == 7  # a, b, c, bad\xff, inside_link, outside_link, bird/d
+        assert rejected == {'broken_symlink', 'not_a_regular_file'}
     else:
-        assert counts['written'] == 4
+        assert counts['written'] == 5
         assert 'symlink_outside_root' in rejected
 
 

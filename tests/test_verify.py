@@ -7,6 +7,8 @@ import shutil
 import pytest
 
 from imageshards import features
+from imageshards import layout
+from imageshards import output_lock
 from imageshards import records
 from imageshards import tfrecord
 from imageshards.cli import verify
@@ -224,3 +226,22 @@ def test_a_directory_without_dataset_json_fails(tmp_path, capsys):
     status, out = _verify(tmp_path, capsys)
     assert status == 1
     assert f'{tmp_path / "dataset.json"}: no dataset.json' in out
+
+
+def test_an_output_being_written_is_said_so_by_verify_and_report(builds, capsys):
+    from imageshards.cli import report  # pylint: disable=import-outside-toplevel
+
+    out = builds[features.EXAMPLES]
+    with output_lock.acquire(out, ['imageshards', 'build', '--output', str(out)]) as lock:
+        status, printed = _verify(out, capsys)
+        assert report.main([str(out)]) == 2
+    said = f'{out} is being written by a build now ({lock.holder.describe()}); run '
+    assert (status, printed) == (1, f'{out}: {said}imageshards verify again once it has ended\n')
+    assert capsys.readouterr().err == f'imageshards report: {said}it again once it has ended\n'
+    assert _verify(out, capsys)[0] == 0  # once it has ended
+
+
+def test_the_lock_a_killed_build_left_is_no_unknown_file(builds, capsys, tmp_path):
+    out = shutil.copytree(builds[features.EXAMPLES], tmp_path / 'copy')
+    (out / layout.LOCK_FILE).write_text('{}')  # locked by no one: its build was killed
+    assert _verify(out, capsys)[0] == 0

@@ -24,6 +24,7 @@ from imageshards import storage
 from imageshards import tfrecord
 
 _TEXT_LIMIT = 256  # bytes values up to this long that are printable UTF-8 are shown as text
+_FILE_NAMES = (features.FILENAME, features.PATH)
 _VALUES_SHOWN = 8  # of a multi-value feature
 _SHA_CHARS = 12
 
@@ -74,9 +75,21 @@ def format_bytes(value):
     return f'<{len(value):,} bytes, sha256 {hashlib.sha256(value).hexdigest()[:_SHA_CHARS]}>'
 
 
-def format_values(kind, values):
-    """One feature's values for a person: a scalar alone, a list in brackets, long lists cut."""
-    if kind == 'bytes':
+def _file_name(value):
+    """'cats/été.jpg' for a UTF-8 name; b'cats/latin1_\\xe9t\\xe9.jpg' for another."""
+    try:
+        return repr(value.decode('utf-8'))
+    except UnicodeDecodeError:
+        return repr(value)
+
+
+def format_values(kind, values, key=None):
+    """One feature's values for a person: a scalar alone, a list in brackets, long lists cut.
+    A file name (`key` image/filename or image/path) is shown whole, as bytes where it is not
+    UTF-8 (imageshards/file_names.py)."""
+    if kind == 'bytes' and key in _FILE_NAMES:
+        shown = [_file_name(value) for value in values[:_VALUES_SHOWN]]
+    elif kind == 'bytes':
         shown = [format_bytes(value) for value in values[:_VALUES_SHOWN]]
     elif kind == 'float':
         shown = [f'{value:.7g}' for value in values[:_VALUES_SHOWN]]
@@ -116,7 +129,7 @@ def record_lines(index, where, offset, values):
     lines = [f'record {index} ({where}, byte {offset})' + (f': {headline}' if headline else '')]
     width = max([len(key) for key in values] + [3])
     for key, (kind, items) in values.items():
-        lines.append(f'  {key:<{width}}  {format_values(kind, items) if kind else "(empty)"}')
+        lines.append(f'  {key:<{width}}  {format_values(kind, items, key) if kind else "(empty)"}')
     return lines
 
 

@@ -68,6 +68,9 @@ def main(argv=None):
             'imageshards.cli', argv, lambda: _module(command).interrupted_message(rest)
         )
     if command == 'build':  # the supervised child: listing, TensorFlow's import start first
+        # What this process's stderr shows set up first: the processes started early (the
+        # workers among them) write to it through its filter (imageshards/console.py).
+        console.configure_logging(verbose='--verbose' in rest, child_tracebacks=False)
         early.start(rest)
     # Imported on demand: `imageshards verify` need not load Beam, nor `build` TensorFlow.
     module = _module(command)

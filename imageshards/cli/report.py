@@ -33,10 +33,12 @@ import numpy as np
 
 from imageshards import console
 from imageshards import flags
+from imageshards import output_lock
 from imageshards.cli import report_figures
 from imageshards.cli import report_multilabel
 from imageshards.cli import report_text
 from imageshards.cli import shuffle_metrics
+from imageshards.lock_holder import being_written_message
 from trainer import config as config_lib
 
 # TensorFlow (and the trainer's input pipeline) are imported where used, so that `--help` and
@@ -327,6 +329,13 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     args = config_lib.parse_with_trainer_yaml(build_arg_parser(), argv)
     console.configure_logging(args.verbose)
+    writing = output_lock.holder(args.build)
+    if writing is not None:
+        print(
+            f'imageshards report: {being_written_message(args.build, writing, "it")}',
+            file=sys.stderr,
+        )
+        return 2
     try:
         path, metrics = report(
             args.build,

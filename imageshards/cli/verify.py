@@ -23,13 +23,16 @@ Example:
 import argparse
 import collections
 import concurrent.futures
+import json
 import time
 
 from imageshards import console
 from imageshards import dataset_facts
 from imageshards import dataset_json
 from imageshards import features
+from imageshards import file_names
 from imageshards import layout
+from imageshards import output_lock
 from imageshards import progress
 from imageshards import records
 from imageshards import storage
@@ -37,6 +40,7 @@ from imageshards import tfds_metadata
 from imageshards import tfrecord
 from imageshards.cli.verify_records import ImageChecker
 from imageshards.cli.verify_records import RecordChecker
+from imageshards.lock_holder import being_written_message
 from imageshards.pool import bounded_map
 
 _BATCH_BYTES = 32 << 20  # a batch of images to decode also ends at this many encoded bytes
@@ -164,14 +168,16 @@ def accounting_problems(output_dir, dataset):
 
     Checks `inputs == written + rejected + duplicates`, that `written` and each split's totals
     are the sums of their parts, that rejected.jsonl and duplicates.jsonl have as many lines as
-    counted, and that the build is complete (_SUCCESS exists).
+    counted, each a JSON object whose paths read back (`path_b64` beside a path that is not
+    UTF-8: imageshards/file_names.py), and that the build is complete (_SUCCESS exists).
     """
     where = storage.join(output_dir, layout.DATASET_JSON)
     counts = dataset['counts']
     found = [(where, message) for message in dataset_facts.count_problems(dataset)]
     for name, key in ((layout.REJECTED_JSONL, 'rejected'), (layout.DUPLICATES_JSONL, 'duplicates')):
         path = storage.join(output_dir, name)
-        lines = _line_count(path)
+        lines, unreadable = _jsonl_lines(path)
+        found += [(path, problem) for problem in unreadable]
         # duplicates.jsonl exists only in --dedup builds.
         if lines is None and (key == 'rejected' or counts[key]):
             found.append((path, f'missing, but counts.{key} is {counts[key]}'))
@@ -198,20 +204,36 @@ def unknown_files(output_dir, dataset):
         if path not in listed
         and path.partition('/')[0] not in folders
         and not layout.is_tool_output(path)
+        and not layout.is_lock_file(path)  # of a build killed holding it; the next takes it
     ]
 
 
-def _line_count(path):
-    """Non-empty lines in a text file, or None if it does not exist."""
+def _jsonl_lines(path):
+    """(non-empty lines of a build's JSONL file, or None if it does not exist; [the problems of
+    lines that are not an object whose paths read back])."""
     if not storage.exists(path):
-        return None
-    return sum(1 for line in storage.read(path).splitlines() if line.strip())
+        return None, []
+    lines = [line for line in storage.read(path).splitlines() if line.strip()]
+    problems = []
+    for number, line in enumerate(lines, start=1):
+        try:
+            row = json.loads(line)
+            for key in ('path', 'duplicate_of_path'):
+                if key in row or key + file_names.B64_SUFFIX in row:
+                    file_names.from_json(row, key)
+        except (ValueError, TypeError, KeyError) as e:
+            problems.append(f'line {number} is not an object whose paths read back: {e}')
+    return len(lines), problems
 
 
 def verify(output_dir, max_problems=20, io_threads=8, batch_size=128):
     """Checks a build; prints each problem and a summary. Returns the number of problems."""
     output_dir = output_dir.rstrip('/')
     problems = _Problems(max_problems)
+    writing = output_lock.holder(output_dir)
+    if writing is not None:
+        problems.add(output_dir, being_written_message(output_dir, writing, 'imageshards verify'))
+        return problems.total
     try:
         dataset = dataset_json.load(output_dir, complete=False)  # a missing _SUCCESS: a problem
     except (FileNotFoundError, ValueError) as e:

@@ -7,6 +7,7 @@ import hashlib
 import typing
 
 from imageshards import features
+from imageshards import file_names
 from imageshards import records
 from imageshards import storage
 
@@ -50,9 +51,11 @@ class RecordChecker:
         job = None
         if all(key in values for key in needed):
             payload = values[self._payload_key]
+            if self._payload_key == features.PATH:  # its bytes, as on disk (file_names.py)
+                payload = file_names.from_bytes(payload)
             job = ImageJob(
                 offset,
-                payload if self._payload_key == features.ENCODED else payload.decode('utf-8'),
+                payload,
                 values[features.HEIGHT],
                 values[features.WIDTH],
                 values[features.SHA256].decode('ascii', 'replace'),

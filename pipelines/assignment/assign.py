@@ -26,6 +26,7 @@ import typing
 
 import apache_beam as beam
 
+from imageshards import file_names
 from pipelines.assignment import blocks
 from pipelines.assignment import plan as plan_lib
 
@@ -35,9 +36,10 @@ _ORDER = 'order'
 
 def shuffle_hash(seed, purpose, key):
     """A 64-bit value uniform over keys, fixed by (seed, purpose, key): the first 8 bytes of
-    the SHA-256 of f'{seed}\\0{purpose}\\0{key}'."""
+    the SHA-256 of f'{seed}\\0{purpose}\\0{key}', the key as its file name's bytes (UTF-8 for a
+    name that is UTF-8: imageshards/file_names.py)."""
     digest = _salted(seed, purpose).copy()
-    digest.update(key.encode())
+    digest.update(file_names.to_bytes(key))
     return int.from_bytes(digest.digest()[:8], 'big')
 
 

@@ -15,6 +15,7 @@ to files and refs to byte ranges of them, and keeps the bytes of small images fo
 import struct
 import typing
 
+from imageshards import file_names
 from imageshards import storage
 
 
@@ -22,7 +23,7 @@ class ImageMeta(typing.NamedTuple):
     """What the shuffle moves for one valid image: compact metadata, never pixels or bytes."""
 
     id: int
-    key: str  # the source is `inputs.source_path(base, key)`
+    key: str  # the source is `entries.source_path(base, key)`; packed as the name's bytes
     label: int  # the label's id; in a multi-label build, the sorted tuple of the image's ids
     split: str  # a manifest's split, or '' to be assigned
     format: str
@@ -61,6 +62,9 @@ _new_meta = tuple.__new__
 # `label` field is its number of label ids, which follow the strings as int32s, and its levels
 # are each a count and that many ids.
 _FIXED = struct.Struct('<qIIIHQI?QQIHBBBHB')
+# A key is the bytes of its file name (imageshards/file_names.py): UTF-8, as always, for a name
+# that is UTF-8; its own bytes for one that is not.
+to_bytes, from_bytes = file_names.to_bytes, file_names.from_bytes
 _LEVEL_ID = struct.Struct('<i')
 
 
@@ -68,7 +72,7 @@ def pack(metas):
     """One block of `metas`, in their order."""
     parts = []
     for meta in metas:
-        key, split, fmt = meta.key.encode(), meta.split.encode(), meta.format.encode()
+        key, split, fmt = to_bytes(meta.key), meta.split.encode(), meta.format.encode()
         multi = isinstance(meta.label, tuple)
         levels = _flat_levels(meta.levels) if multi else meta.levels
         parts.append(
@@ -148,7 +152,7 @@ def unpack(block):
             multi,
         ) = _FIXED.unpack_from(block, position)
         position += _FIXED.size
-        key = block[position : position + key_len].decode()
+        key = from_bytes(block[position : position + key_len])
         position += key_len
         split = block[position : position + split_len].decode()
         position += split_len

@@ -1,7 +1,9 @@
 """Where a manifest row's path may lead: below the manifest's folder or an `--allow-root`, as a
 local path or a URI Beam can read, never with credentials, `..` escapes or NUL bytes, and
 (unless `--follow-symlinks`) not through a local symlink leading elsewhere. A refused path
-becomes a rejection with a reason (`Refused`), its credentials redacted.
+becomes a rejection with a reason (`Refused`), its credentials redacted. A path that no file
+name can be (a lone surrogate that is no undecodable byte: imageshards/file_names.py) is
+`invalid_file_name`.
 """
 
 import functools
@@ -9,11 +11,12 @@ import os
 import posixpath
 import stat
 
+from imageshards import file_names
 from imageshards import storage
+from imageshards.file_names import display
 from imageshards.storage import is_uri
 from pipelines.inputs.entries import USERINFO
 from pipelines.inputs.entries import inside
-from pipelines.inputs.entries import printable
 from pipelines.inputs.entries import redact
 
 
@@ -80,7 +83,8 @@ class Confinement:
         return _normalize(storage.join(self._folder, key)), key
 
     def resolve(self, raw):
-        """Returns (path, key) of a row's path; raises Refused where it may not be read."""
+        """Returns (path, key, size) of a row's path (size: of a local file whose symlinks are
+        checked, else -1: unknown); raises Refused where it may not be read."""
         if USERINFO.match(raw):
             raise Refused(
                 'credentials_in_path',
@@ -93,6 +97,7 @@ class Confinement:
         path, key = self.located(raw)
         if '\x00' in raw:
             raise Refused('nul_in_path', path.replace('\x00', '\\x00'), 'the path has a NUL byte')
+        _check_representable(path)
         if is_uri(raw) and set(raw.split('://', 1)[1].split('/')) & {'.', '..'}:
             raise Refused('path_traversal', raw, 'the URL has . or .. segments')
         if key == '..' or key.startswith('../'):
@@ -110,25 +115,41 @@ class Confinement:
                 path,
                 f'not below the manifest folder {self._folder} or an --allow-root',
             )
+        size = -1
         if not is_uri(path) and not self._follow_symlinks:
-            self._check_symlinks(path)
-        return path, key
+            size = self._check_symlinks(path)
+        return path, key, size
 
     def _check_symlinks(self, path):
-        """Refuses a local path whose real location is outside every allowed root."""
+        """Refuses a local path whose real location is outside every allowed root; returns the
+        size of the regular file it leads to (-1: none, or missing)."""
         folder, name = posixpath.split(path)
         if folder not in self._real_folders:
             self._real_folders[folder] = os.path.realpath(folder)
         real = posixpath.join(self._real_folders[folder], name)
         try:
-            if stat.S_ISLNK(os.lstat(real).st_mode):
+            found = os.lstat(real)
+            if stat.S_ISLNK(found.st_mode):
                 real = os.path.realpath(real)
+                found = os.stat(real)
         except OSError:
-            return  # a missing file is reported by validation, with the error it gives
+            return -1  # a missing file is reported by validation, with the error it gives
         if not any(inside(real, root) for root in self._real_roots):
             raise Refused(
                 'symlink_outside_root',
                 path,
-                f'leads to {printable(real)}, outside the manifest folder and every '
+                f'leads to {display(real)}, outside the manifest folder and every '
                 f'--allow-root; pass --follow-symlinks to read it',
             )
+        return found.st_size if stat.S_ISREG(found.st_mode) else -1
+
+
+def _check_representable(path):
+    """Refuses a path that is no file name: a local one whose str has a lone surrogate that is
+    no undecodable byte, an object's name that is not Unicode."""
+    try:
+        if is_uri(path) and not file_names.is_utf8(path):
+            raise file_names.UnrepresentableName(f'{display(path)}: an object name is Unicode')
+        file_names.to_bytes(path)
+    except file_names.UnrepresentableName as e:
+        raise Refused('invalid_file_name', display(path), f'{e}; rename it') from None

@@ -6,17 +6,24 @@ never used, and `redact` removes them from anything shown.
 
 import collections
 import dataclasses
-import os
+import logging
 import posixpath
 import re
 import typing
 
+from imageshards import console
+from imageshards import file_names
 from imageshards import storage
 from imageshards.storage import is_uri
 
+_LOG = logging.getLogger(__name__)
+MANY_LABEL_SETS = 2_000_000  # a multi-label plan this large is worth a word (docs/scaling.md)
 IMAGE_EXTENSIONS = frozenset(
     ['.jpg', '.jpeg', '.jpe', '.jfif', '.png', '.gif', '.bmp', '.webp', '.tif', '.tiff']
 )
+# Inputs of at most this many bytes are small: the local runner keeps their bytes beside the
+# build until the end (pipelines/local/spill.py), which the free-space check counts.
+SMALL_INPUT_BYTES = 16 << 10
 MANIFEST_COLUMNS = ('path', 'label', 'split')
 MULTI_LABEL_COLUMN = 'labels'  # in place of `label`: several labels per image
 # URL user info (user:password@), which must never be used or shown.
@@ -32,23 +39,41 @@ class InputEntry(typing.NamedTuple):
     """
 
     id: int
-    path: str  # what workers read: an absolute local path or a URI
+    # What workers read: an absolute local path or a URI. A local name that is not UTF-8 is
+    # the str Python lists (imageshards/file_names.py), in JSON its `to_json` object.
+    path: str
     key: str  # stable key: the path relative to the input root, seeds the shuffle
     label: str
     split: str = ''  # set only by a manifest's split column
     reject: str = ''
     detail: str = ''
     levels: dict = {}  # label level -> value ('' or absent: missing); never mutated
+    size: int = -1  # bytes, as listing found them (a local stat, an object store's listing)
+
+    def to_json(self):
+        """The entry as a JSON list (a listing file's): a path or key that is not UTF-8 as
+        file_names.to_json's object in its place."""
+        fields = list(self)
+        for index in _PATH_FIELDS:
+            if not file_names.is_utf8(fields[index]):
+                fields[index] = file_names.to_json(fields[index])
+        return fields
 
     @classmethod
     def from_json(cls, fields):
-        """An entry from its JSON list (a listing file's): lists, a multi-label entry's labels
-        and level values, become tuples again."""
+        """An entry from its JSON list (`to_json`): lists, a multi-label entry's labels and
+        level values, become tuples again."""
+        for index in _PATH_FIELDS:
+            if isinstance(fields[index], dict):
+                fields[index] = file_names.from_json(fields[index])
         entry = cls(*fields)
         if isinstance(entry.label, list):
             levels = {level: tuple(values) for level, values in entry.levels.items()}
             entry = entry._replace(label=tuple(entry.label), levels=levels)
         return entry
+
+
+_PATH_FIELDS = (1, 2)  # InputEntry.path, InputEntry.key
 
 
 def names_of(value):
@@ -103,6 +128,8 @@ class ListingCounts:
 
     def __init__(self):
         self.num_inputs = 0
+        self.input_bytes = 0  # of the inputs not rejected whose size listing knows
+        self.small_input_bytes = 0  # of those of them at most SMALL_INPUT_BYTES
         self.rejected = collections.Counter()  # reason -> inputs rejected by listing
         self._labels = set()
         self._groups = collections.Counter()  # (manifest split, label or label set) -> images
@@ -115,6 +142,10 @@ class ListingCounts:
         if entry.reject:
             self.rejected[entry.reject] += 1
         else:
+            if entry.size > 0:
+                self.input_bytes += entry.size
+                if entry.size <= SMALL_INPUT_BYTES:
+                    self.small_input_bytes += entry.size
             self._labels.update(names_of(entry.label))
             self._groups[(entry.split, entry.label)] += 1
             if isinstance(entry.label, tuple):  # shuffled by the first label (assign.rank_class)
@@ -133,6 +164,8 @@ class ListingCounts:
         """The counts as JSON-ready data (`from_json` makes them again)."""
         return {
             'num_inputs': self.num_inputs,
+            'input_bytes': self.input_bytes,
+            'small_input_bytes': self.small_input_bytes,
             'rejected': dict(self.rejected),
             'labels': self.labels,
             'groups': [[split, label, n] for (split, label), n in self._groups.items()],
@@ -144,6 +177,8 @@ class ListingCounts:
     def from_json(cls, data):
         counts = cls()
         counts.num_inputs = data['num_inputs']
+        counts.input_bytes = data['input_bytes']
+        counts.small_input_bytes = data['small_input_bytes']
         counts.rejected.update(data['rejected'])
         counts._labels.update(data['labels'])  # pylint: disable=protected-access
         for split, label, n in data['groups']:
@@ -170,6 +205,8 @@ class ListingCounts:
             scan.multi_label,
             tuple(level for level in scan.levels if level in self._multi_levels),
             len(self._groups),
+            self.input_bytes,
+            self.small_input_bytes,
         )
 
     @property
@@ -194,10 +231,45 @@ class ListingSummary(typing.NamedTuple):
     multi_label: bool = False  # several labels per image
     multi_label_levels: tuple = ()  # the levels where some image has several values
     num_groups: int = 0  # distinct (manifest split, label or label set)
+    input_bytes: int = 0  # of the inputs whose size listing knows (ListingCounts)
+    small_input_bytes: int = 0  # of those of at most SMALL_INPUT_BYTES
 
     @property
     def num_skipped(self):
         return sum(self.skipped.values())
+
+    def log(self):
+        """Logs what was listed: inputs, labels, levels, what a manifest placed, and what is
+        worth a warning (one label; a multi-label plan of very many label sets)."""
+        _LOG.info(
+            'listed %s with %s (skipped %s%s)',
+            console.plural(self.num_inputs, 'input'),
+            console.plural(len(self.labels), 'label'),
+            console.plural(self.num_skipped, 'file'),
+            f': {self.skipped}' if self.num_skipped else '',
+        )
+        for level, names in self.label_levels.items():
+            _LOG.info('label level %s: %s', level, console.plural(len(names), 'name'))
+        if self.manifest_splits:
+            _LOG.info(
+                "the manifest's split column places %s itself (%s), whatever --splits says; "
+                '--splits divides the rest',
+                console.plural(sum(self.manifest_splits.values()), 'input'),
+                ', '.join(f'{split} {n:,}' for split, n in self.manifest_splits.items()),
+            )
+        if self.multi_label and self.num_groups > MANY_LABEL_SETS:
+            _LOG.warning(
+                'the inputs hold %s distinct label sets: the split plan holds each (~100 bytes '
+                'and ~40 us of one core apiece, docs/scaling.md), so planning takes ~%s',
+                f'{self.num_groups:,}',
+                console.duration(self.num_groups * 40e-6),
+            )
+        if len(self.labels) == 1:
+            _LOG.warning(
+                'every input has the label %r: a classifier cannot learn from one class, and '
+                'the trainer refuses such a build; give images of two or more labels',
+                self.labels[0],
+            )
 
 
 def source_path(base, key):
@@ -221,18 +293,3 @@ def redact(path):
 
 def inside(path, root):
     return path == root or path.startswith(root.rstrip('/') + '/')
-
-
-def printable(path):
-    """A path that encodes as UTF-8: undecodable bytes of a local name shown as \\xNN."""
-    return path if is_utf8(path) else os.fsencode(path).decode('utf-8', 'backslashreplace')
-
-
-def is_utf8(text):
-    if text.isascii():  # nearly every path, checked in C without encoding it
-        return True
-    try:
-        text.encode('utf-8')
-        return True
-    except UnicodeEncodeError:
-        return False

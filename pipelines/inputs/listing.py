@@ -28,6 +28,7 @@ import struct
 import sys
 
 from imageshards import storage
+from imageshards.file_names import display
 from imageshards.storage import absolute
 from imageshards.storage import is_uri
 from pipelines.inputs import confinement
@@ -40,7 +41,6 @@ from pipelines.inputs.entries import Listing
 from pipelines.inputs.entries import ListingCounts
 from pipelines.inputs.entries import inside
 from pipelines.inputs.entries import is_manifest
-from pipelines.inputs.entries import printable
 from pipelines.inputs.entries import redact
 
 _LOG = logging.getLogger(__name__)
@@ -155,21 +155,23 @@ def tree_labels(relative, levels):
     i (first folder = first level) and the label is the folders of the levels joined by '/'
     (`birds/sparrow`): the finest class, which stays distinct where two families hold a
     species of the same name. A file with fewer folders than levels misses the deeper ones.
+    A label is text: a folder whose name is not UTF-8 is the label its name shows, each byte
+    that does not decode as \\xNN (`caf\\xe9`; imageshards/file_names.py).
     """
     if not levels:
         first, slash, _ = relative.partition('/')
-        return (first if slash else ''), {}
-    values = relative.split('/')[:-1][: len(levels)]
+        return (display(first) if slash else ''), {}
+    values = [display(value) for value in relative.split('/')[:-1][: len(levels)]]
     return '/'.join(values), dict(zip(levels, values))
 
 
 def _file_entries(root, pattern, spec, follow_symlinks, scan):
     """InputEntry of every candidate below `root`, ids in sorted relative path order."""
-    for entry_id, (relative, path, problem, detail) in enumerate(
+    for entry_id, (relative, path, problem, detail, size) in enumerate(
         _candidates(root, pattern, follow_symlinks, scan)
     ):
         label, levels = tree_labels(relative, scan.levels)
-        entry = InputEntry(id=entry_id, path=path, key=relative, label=label, levels=levels)
+        entry = InputEntry(entry_id, path, relative, label, levels=levels, size=size)
         if problem:
             entry = entry._replace(reject=problem, detail=detail)
         elif not label:
@@ -182,7 +184,8 @@ def _file_entries(root, pattern, spec, follow_symlinks, scan):
 
 
 def _candidates(root, pattern, follow_symlinks, scan):
-    """(relative, path, problem, detail) of the image files, sorted by relative path.
+    """(relative, path, problem, detail, size) of the image files, sorted by relative path
+    (size: in bytes, or -1 where the file cannot be read).
 
     A local tree is walked in that order, one folder's names in memory at a time. An object
     store's listing comes whole from FileSystems.match and is sorted here.
@@ -192,7 +195,7 @@ def _candidates(root, pattern, follow_symlinks, scan):
         from apache_beam.io.filesystems import FileSystems
 
         found = [
-            (metadata.path, '', '')
+            (metadata.path, '', '', metadata.size_in_bytes)
             for result in FileSystems.match([pattern])
             for metadata in result.metadata_list
         ]
@@ -211,19 +214,16 @@ def _candidates(root, pattern, follow_symlinks, scan):
 def _classify(root, found, scan):
     """Counts what is not an input in `scan.skipped`; yields the rest, in the order found."""
     prefix = root + '/'
-    for path, problem, detail in found:
+    for path, problem, detail, size in found:
         relative = path[len(prefix) :] if path.startswith(prefix) else path
-        shown = printable(path)
         if relative.startswith('.') or '/.' in relative:
-            scan.skip('hidden', shown)
+            scan.skip('hidden', display(path))
         elif problem in _NOT_FILES:
-            scan.skip(problem, shown)
+            scan.skip(problem, display(path))
         elif _extension(relative) not in IMAGE_EXTENSIONS:
-            scan.skip('not_image', shown)
-        else:
-            if not problem and shown != path:
-                problem, detail = 'invalid_file_name', 'the name is not valid UTF-8; rename it'
-            yield (printable(relative) if shown != path else relative), shown, problem, detail
+            scan.skip('not_image', display(path))
+        else:  # a name that is not UTF-8 is kept as Python lists it (imageshards/file_names.py)
+            yield relative, path, problem, detail, size
 
 
 def _extension(relative):
@@ -238,85 +238,94 @@ _NOT_FILES = frozenset(['symlinked_dir', 'symlink_loop', 'unreadable_dir'])
 
 
 def _walk_sorted(root, follow_symlinks):
-    """Yields (path, problem, detail) for every file below local `root`, in sorted order.
+    """Yields (path, problem, detail, size) for every file below local `root`, in sorted order.
 
-    Files come in the order of their relative paths (printable, as sorted strings compare),
-    so that listing can stream: each folder's entries are sorted, a folder's name followed by
-    '/' (a folder `a` holds `a/x`, which sorts after a file `a-b` and before a file `a0`).
-    What is not walked (unreadable, symlinked or looping folders) comes in no set order.
-    `problem` is '' for a regular file (or a symlink to one) that may be read; a reason code
-    from `_NOT_FILES` for what is not a file; else the reason to reject the file.
+    Files come in the order of their relative paths (as `file_names.display` shows them, as
+    sorted strings compare), so that listing can stream: each folder's entries are sorted, a
+    folder's name followed by '/' (a folder `a` holds `a/x`, which sorts after a file `a-b` and
+    before a file `a0`). What is not walked (unreadable, symlinked or looping folders) comes in
+    no set order. `problem` is '' for a regular file (or a symlink to one) that may be read; a
+    reason code from `_NOT_FILES` for what is not a file; else the reason to reject the file.
+    `size` is the file's (a symlink's target's) in bytes, -1 where unknown.
     """
     real_root = os.path.realpath(root)
     visited = {real_root}  # real folders walked through links: a loop ends there
-    pending = [iter([(root, 'folder')])]
+    pending = [iter([(root, 'folder', -1)])]
     while pending:
         child = next(pending[-1], None)
         if child is None:
             pending.pop()
             continue
-        path, kind = child
+        path, kind, size = child
         if kind == 'link':
             target = os.path.realpath(path)
             if target in visited:
-                yield path, 'symlink_loop', f'{target} is listed already'
+                yield path, 'symlink_loop', f'{display(target)} is listed already', -1
                 continue
             visited.add(target)
         if kind in ('folder', 'link'):
             try:
                 pending.append(iter(_sorted_children(path, follow_symlinks)))
             except OSError as e:
-                yield path, 'unreadable_dir', f'{type(e).__name__}: {e}'
+                yield path, 'unreadable_dir', f'{type(e).__name__}: {e}', -1
         elif kind == 'file':
-            yield path, '', ''
+            yield path, '', '', size
         elif kind == 'special':
-            yield path, *_NOT_REGULAR
+            yield path, *_NOT_REGULAR, -1
         else:
             yield path, *_symlink_problem(path, real_root, follow_symlinks)
 
 
 def _sorted_children(folder, follow_symlinks):
-    """[(path, kind)] of a folder's entries in the order `_walk_sorted` yields them.
+    """[(path, kind, size)] of a folder's entries in the order `_walk_sorted` yields them.
 
-    kind: 'folder' and 'link' (a symlinked folder to follow) are walked; 'file', 'special' (a
-    FIFO, socket or device) and 'symlink' (any other link) are not.
+    kind: 'folder' and 'link' (a symlinked folder to follow) are walked; 'file' (its size: one
+    lstat, ~1 us), 'special' (a FIFO, socket or device) and 'symlink' (any other link) are not.
     """
     children = []
     with os.scandir(folder) as scan:
         for child in scan:
+            size = -1
             if child.is_dir(follow_symlinks=False):
                 kind = 'folder'
-            elif not child.is_symlink():
-                kind = 'file' if child.is_file(follow_symlinks=False) else 'special'
-            elif follow_symlinks and os.path.isdir(child.path):
-                kind = 'link'
+            elif child.is_symlink():
+                kind = 'link' if follow_symlinks and os.path.isdir(child.path) else 'symlink'
+            elif child.is_file(follow_symlinks=False):
+                kind, size = 'file', child.stat(follow_symlinks=False).st_size
             else:
-                kind = 'symlink'
+                kind = 'special'
             walked = kind in ('folder', 'link')
-            children.append((printable(child.name) + ('/' if walked else ''), child.path, kind))
-    children.sort()
-    return [(path, kind) for _, path, kind in children]
+            name = display(child.name) + ('/' if walked else '')
+            children.append((name, child.path, kind, size))
+    children.sort(key=_name)
+    return [child[1:] for child in children]
 
 
 _NOT_REGULAR = ('not_a_regular_file', 'a FIFO, socket or device, not a file')
 
 
+def _name(child):
+    return child[0]
+
+
 def _symlink_problem(path, real_root, follow_symlinks):
-    """(problem, detail) of a symlink in a local tree that is not followed as a folder."""
+    """(problem, detail, size) of a symlink in a local tree that is not followed as a folder."""
     target = os.path.realpath(path)
     try:
-        mode = os.stat(target).st_mode
+        found = os.stat(target)
     except OSError as e:
-        return 'broken_symlink', f'links to {printable(target)}: {type(e).__name__}'
-    if stat.S_ISDIR(mode):
-        return 'symlinked_dir', ''
+        return 'broken_symlink', f'links to {display(target)}: {type(e).__name__}', -1
+    if stat.S_ISDIR(found.st_mode):
+        return 'symlinked_dir', '', -1
     if not follow_symlinks and not inside(target, real_root):
-        return 'symlink_outside_root', (
-            f'links to {printable(target)}, outside {real_root}; pass --follow-symlinks to read it'
+        return (
+            'symlink_outside_root',
+            (f'links to {display(target)}, outside {real_root}; pass --follow-symlinks to read it'),
+            found.st_size,
         )
-    if not stat.S_ISREG(mode):
-        return 'not_a_regular_file', f'links to {printable(target)}, not a regular file'
-    return '', ''
+    if not stat.S_ISREG(found.st_mode):
+        return 'not_a_regular_file', f'links to {display(target)}, not a regular file', -1
+    return '', '', found.st_size
 
 
 def write_listing(entries, path, chunk_size):
@@ -329,7 +338,7 @@ def write_listing(entries, path, chunk_size):
     offsets = array.array('Q', [0])
     with storage.create(path) as f:
         for chunk in _batched(entries, chunk_size):
-            line = json.dumps([list(entry) for entry in chunk], ensure_ascii=False)
+            line = json.dumps([entry.to_json() for entry in chunk], ensure_ascii=False)
             data = line.encode('utf-8') + b'\n'
             f.write(data)
             offsets.append(offsets[-1] + len(data))

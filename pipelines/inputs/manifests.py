@@ -23,6 +23,7 @@ import io
 import json
 
 from imageshards import features
+from imageshards import file_names
 from imageshards import layout
 from imageshards import storage
 from imageshards.storage import absolute
@@ -33,7 +34,6 @@ from pipelines.inputs.entries import MANIFEST_COLUMNS
 from pipelines.inputs.entries import MULTI_LABEL_COLUMN
 from pipelines.inputs.entries import InputEntry
 from pipelines.inputs.entries import InputScan
-from pipelines.inputs.entries import is_utf8
 
 LEVEL_COLUMN = 'label/'  # prefix of a label level's column: label/<level>
 CSV, JSONL = 'csv', 'jsonl'
@@ -204,7 +204,7 @@ def _read_csv_rows(f, manifest, columns):
             yield None, f'row has more fields than the header ({len(header)})', line
         elif None in row.values():
             yield None, f'row has fewer fields than the header ({len(header)})', line
-        elif not all(is_utf8(value) for value in row.values()):
+        elif not all(file_names.is_utf8(value) for value in row.values()):
             yield None, 'row is not valid UTF-8', line
         else:
             yield row, '', line
@@ -357,12 +357,12 @@ def _manifest_entry(context, row, problem, confinement, first_line_of):
             entry_id, row_ref, row_ref, '', reject='empty_path', detail='the row has no path'
         )
     try:
-        path, key = confinement.resolve(raw_path)
+        path, key, size = confinement.resolve(raw_path)
     except Refused as refused:
         return InputEntry(
             entry_id, refused.path, refused.path, '', split, refused.reason, refused.detail
         )
-    entry = InputEntry(entry_id, path, key, '', split)
+    entry = InputEntry(entry_id, path, key, '', split, size=size)
     if not multi_label and not (row.get('label') or '').strip():
         return entry._replace(reject='empty_label', detail=f'line {line} has an empty label')
     if split and not layout.SPLIT_NAME.match(split):

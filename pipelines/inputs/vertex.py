@@ -15,9 +15,9 @@ import csv
 import io
 import json
 
+from imageshards import file_names
 from pipelines.inputs.entries import IMAGE_EXTENSIONS
 from pipelines.inputs.entries import MULTI_LABEL_COLUMN
-from pipelines.inputs.entries import is_utf8
 
 CSV, JSONL = 'vertex-csv', 'vertex-jsonl'
 ML_USE_KEY = 'aiplatform.googleapis.com/ml_use'
@@ -68,7 +68,7 @@ def read_csv_rows(f, manifest, columns):
         line = reader.line_num
         if not any(field.strip() for field in fields):
             continue  # a blank line is no row
-        if not all(is_utf8(field) for field in fields):
+        if not all(file_names.is_utf8(field) for field in fields):
             yield None, 'row is not valid UTF-8', line
             continue
         use = fields[0].strip().lower()
@@ -99,7 +99,21 @@ def json_object(raw):
         return None, f'not valid JSON: {type(e).__name__}: {e}'
     if not isinstance(row, dict):
         return None, f'expected a JSON object, got {type(row).__name__}'
+    if not all(_is_text(key) and (key == 'path' or _is_text(row[key])) for key in row):
+        # `"\udce9"` escapes a byte of a file name that is not UTF-8: only a path may hold it
+        return None, 'a string other than the path is not Unicode (an escaped lone surrogate)'
     return row, ''
+
+
+def _is_text(value):
+    """Whether every string in a JSON value is Unicode (no escaped lone surrogate)."""
+    if isinstance(value, str):
+        return file_names.is_utf8(value)
+    if isinstance(value, list):
+        return all(_is_text(item) for item in value)
+    if isinstance(value, dict):
+        return all(_is_text(key) and _is_text(item) for key, item in value.items())
+    return True
 
 
 def _jsonl_row(raw):

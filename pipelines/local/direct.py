@@ -1,6 +1,11 @@
 """The local runner: Beam's FnApiRunner (the DirectRunner's own engine) on every core, its
 workers those the build command started early (pipelines/local/warm_workers.py), one process
 beside the tf.Transform graph process on a small machine, and its workers' log lines condensed.
+
+Unless --verbose, a worker's failure shows no traceback: the runner's own threads and loggers,
+and the workers' forwarded error entries, tell of it at length (a worker killed by the
+out-of-memory killer, one failing on a full disk); the build says in its own line what failed.
+A worker process that ends in the middle of the run fails the build at once (`watch_workers`).
 """
 
 import json
@@ -157,9 +162,16 @@ def shuffles_in_memory(pipeline):
 
 
 class _CondenseWorkerLogs(logging.Filter):
-    """Turns a forwarded worker LogEntry into `worker: <message>` at its own level."""
+    """Turns a forwarded worker LogEntry into `worker: <message>` at its own level; unless
+    `verbose`, drops the runner's and the workers' errors that carry a traceback."""
+
+    def __init__(self, verbose):
+        super().__init__()
+        self._verbose = verbose
 
     def filter(self, record):
+        if not self._verbose and record.exc_info and not _ours(record.name):
+            return False  # the runner's account of a worker's failure, in its threads
         match = _FORWARDED.match(record.getMessage())
         if not match:
             return True
@@ -170,10 +182,21 @@ class _CondenseWorkerLogs(logging.Filter):
             return True
         if entry.message.startswith(_WORKER_START_NOTES):
             return False
+        if not self._verbose and record.levelno >= logging.ERROR and _has_traceback(entry):
+            return False  # a failing worker's traceback: the build's error says what failed
         record.msg, record.args = 'worker: %s', (entry.message,)
         return True
 
 
-def worker_log_filter():
-    """A logging filter that turns the local workers' forwarded LogEntries into plain lines."""
-    return _CondenseWorkerLogs()
+def _ours(logger_name):
+    return logger_name.split('.', 1)[0] in console.OUR_PACKAGES
+
+
+def _has_traceback(entry):
+    return bool(entry.trace) or 'Traceback (most recent call last)' in entry.message
+
+
+def worker_log_filter(verbose=False):
+    """A logging filter that turns the local workers' forwarded LogEntries into plain lines
+    (and drops their tracebacks, unless `verbose`)."""
+    return _CondenseWorkerLogs(verbose)

@@ -27,8 +27,9 @@ from apache_beam.io.filesystems import FileSystems
 
 from imageshards import storage
 from pipelines.assignment import blocks
+from pipelines.inputs.entries import SMALL_INPUT_BYTES
 
-PAYLOAD_MAX_BYTES = 16 << 10
+PAYLOAD_MAX_BYTES = SMALL_INPUT_BYTES
 
 
 class SpillingStore(blocks.BlockStore):
@@ -176,33 +177,34 @@ def _open_local_or_remote(path):
 
 
 class PayloadFile:
-    """Appends one work item's stored image bytes to a payload file of its own."""
+    """Appends one work item's stored image bytes to a payload file of its own, as they come:
+    validation holds no image's bytes once it has handed them here."""
 
     def __init__(self, spill_dir):
         self._spill_dir = spill_dir
         self.number = uuid.uuid4().int & ((1 << 63) - 1) or 1
-        self._parts, self._size = [], 0
+        self._file, self._size = None, 0
 
     def add(self, data):
         """Keeps `data` if small enough to be worth it (PAYLOAD_MAX_BYTES); returns (payload,
         offset) for its ImageMeta, or None."""
         if len(data) > PAYLOAD_MAX_BYTES:
             return None
+        if self._file is None:
+            self._file = self._create()
         offset = self._size
-        self._parts.append(data)
+        self._file.write(data)
         self._size += len(data)
         return self.number, offset
 
-    def close(self):
-        if not self._parts:
-            return
+    def _create(self):
         path = FileSystems.join(self._spill_dir, payload_name(self.number))
         if FileSystems.get_scheme(path) is None:
             os.makedirs(self._spill_dir, exist_ok=True)
-            with open(path, 'wb') as f:
-                f.writelines(self._parts)
-        else:
-            with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as f:
-                for part in self._parts:
-                    f.write(part)
-        self._parts = []
+            return open(path, 'wb')  # pylint: disable=consider-using-with
+        return FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED)
+
+    def close(self):
+        if self._file is not None:
+            self._file.close()
+            self._file = None

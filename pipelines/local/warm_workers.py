@@ -156,7 +156,10 @@ def _run_worker(sdk_worker_main, slot):
         sdk_worker_main.main(sys.argv)
         status = 0
     finally:
-        _write_atomically(os.path.join(slot, EXIT), str(status).encode('ascii'))
+        try:
+            _write_atomically(os.path.join(slot, EXIT), str(status).encode('ascii'))
+        except OSError:  # the build has ended and removed the folder: no claim waits for it
+            pass
     return status
 
 

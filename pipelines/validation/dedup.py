@@ -9,6 +9,7 @@ import typing
 
 import apache_beam as beam
 
+from imageshards import file_names
 from pipelines import counters
 from pipelines.assignment import blocks
 from pipelines.inputs.entries import source_path
@@ -61,12 +62,12 @@ class _KeepFirst(beam.DoFn):
         yield from self._store.put('unique', [blocks.pack(kept)])
 
     def _duplicate(self, digest, meta, kept):
-        return {
+        return {  # paths that are not UTF-8 with their bytes (imageshards/file_names.py)
             'id': meta.id,
-            'path': source_path(self._input_base, meta.key),
+            **file_names.to_json(source_path(self._input_base, meta.key), 'path'),
             'sha256': digest.hex(),
             'duplicate_of_id': kept.id,
-            'duplicate_of_path': source_path(self._input_base, kept.key),
+            **file_names.to_json(source_path(self._input_base, kept.key), 'duplicate_of_path'),
         }
 
 

@@ -9,6 +9,7 @@ hide per-object latency. The metadata of a chunk's valid images leaves as one bl
 """
 
 import concurrent.futures
+import functools
 import hashlib
 import typing
 
@@ -17,22 +18,27 @@ import google_crc32c
 from PIL import Image
 
 from imageshards import features
+from imageshards import file_names
 from imageshards import layout
 from imageshards import storage
+from imageshards.pool import bounded_map
 from imageshards.storage import read_input
 from pipelines import counters
 from pipelines.assignment import blocks
 from pipelines.assignment.blocks import ImageMeta
+from pipelines.inputs.entries import SMALL_INPUT_BYTES
 from pipelines.inputs.listing import read_work_item
+from pipelines.options import BuildConfig
 from pipelines.validation import images
 
 REJECTED = 'rejected'
 MISSING_LEVEL_REASON = 'missing_label_level'
+TOO_LARGE_REASON = 'too_large'
 
 
 def rejection(entry, reason, detail):
-    """One line of rejected.jsonl."""
-    return {'id': entry.id, 'path': entry.path, 'reason': reason, 'detail': detail}
+    """One line of rejected.jsonl (a path that is not UTF-8 with its bytes: file_names.py)."""
+    return {'id': entry.id, **file_names.to_json(entry.path), 'reason': reason, 'detail': detail}
 
 
 def level_ids(entry, levels, allow_missing):
@@ -82,6 +88,7 @@ class _ValidateWorkItem(beam.DoFn):
         label_ids,
         store,
         max_pixels,
+        max_image_bytes,
         io_threads,
         reencode_dir,
         levels,
@@ -92,6 +99,7 @@ class _ValidateWorkItem(beam.DoFn):
         self._label_ids = label_ids
         self._store = store
         self._max_pixels = max_pixels
+        self._max_image_bytes = max_image_bytes
         self._io_threads = io_threads
         self._reencode_dir = reencode_dir  # set for `paths` builds
         self._levels = levels  # [(level, {name: id})]
@@ -121,22 +129,20 @@ class _ValidateWorkItem(beam.DoFn):
         # The bytes each record will store, kept for the writer (local runner, examples).
         payloads = None if self._reencode_dir else self._store.payloads()
         valid = []
-        if self._pool:
-            outcomes = self._pool.map(self._validate, entries)
-        else:
-            outcomes = map(self._validate, storage.prefetching(entries, _path_to_read))
-        for outcome in outcomes:
-            if isinstance(outcome, dict):
-                counters.counter(f'rejected_{outcome["reason"]}').inc()
-                yield beam.pvalue.TaggedOutput(REJECTED, outcome)
-                continue
-            meta, stored = outcome
-            kept = payloads.add(stored) if payloads else None
-            if kept:
-                meta = meta.with_payload(*kept)
-            valid.append(meta)
-        if payloads:
-            payloads.close()
+        try:
+            for outcome in self._outcomes(entries):
+                if isinstance(outcome, dict):
+                    counters.counter(f'rejected_{outcome["reason"]}').inc()
+                    yield beam.pvalue.TaggedOutput(REJECTED, outcome)
+                    continue
+                meta, stored = outcome
+                kept = payloads.add(stored) if payloads and stored is not None else None
+                if kept:
+                    meta = meta.with_payload(*kept)
+                valid.append(meta)
+        finally:
+            if payloads:  # also where its disk is full: no file of the build left open
+                payloads.close()
         self._valid.inc(len(valid))
         counters.advance(counters.VALIDATE, len(entries))
         if valid and self._rank_groups:
@@ -144,16 +150,32 @@ class _ValidateWorkItem(beam.DoFn):
         elif valid:
             yield from self._store.put('validated', [blocks.pack(valid)])
 
+    def _outcomes(self, entries):
+        """`_validate` of each entry, in order."""
+        if self._pool:
+            # At most twice as many as run at once: those waiting to be taken hold no image
+            # bytes but small ones (a pool's `map` would run them all, and hold all their bytes).
+            return bounded_map(self._pool, self._validate, entries, 2 * self._io_threads)
+        to_read = functools.partial(_path_to_read, max_bytes=self._max_image_bytes)
+        return map(self._validate, storage.prefetching(entries, to_read))
+
     def _validate(self, entry):
-        """(ImageMeta, the bytes its record stores) of a valid input, else its rejection."""
+        """(ImageMeta, the bytes its record stores where small, else None) of a valid input,
+        else its rejection. Holds one input's bytes at most: no larger than --max-image-bytes,
+        known by its size before it is read."""
         if entry.reject:
             return rejection(entry, entry.reject, entry.detail)
         try:  # before reading: a rejected row costs no read
             levels = level_ids(entry, self._levels, self._allow_missing_levels)
         except MissingLevel as e:
             return rejection(entry, MISSING_LEVEL_REASON, str(e))
+        if entry.size > self._max_image_bytes:  # its size as listed
+            too_large = storage.TooLarge(entry.path, entry.size, self._max_image_bytes)
+            return rejection(entry, TOO_LARGE_REASON, str(too_large))
         try:
-            data = read_input(entry.path)
+            data = read_input(entry.path, self._max_image_bytes)
+        except storage.TooLarge as e:  # its size as read: unknown to listing, or it grew
+            return rejection(entry, TOO_LARGE_REASON, str(e))
         except Exception as e:  # every failure to read becomes a rejection with its cause
             reason = 'missing_file' if not storage.input_exists(entry.path) else 'read_error'
             return rejection(entry, reason, f'{type(e).__name__}: {e}')
@@ -185,11 +207,14 @@ class _ValidateWorkItem(beam.DoFn):
             reencoded=info.reencoded,
             levels=levels,
         )
-        return meta, data if stored is None else stored
+        stored = data if stored is None else stored
+        # Only a small image's bytes are kept (pipelines/local/spill.py): a larger one's go
+        # now, not when the thread pool's results are taken in order.
+        return meta, stored if len(stored) <= SMALL_INPUT_BYTES else None
 
 
-def _path_to_read(entry):
-    return None if entry.reject else entry.path
+def _path_to_read(entry, max_bytes):
+    return None if entry.reject or entry.size > max_bytes else entry.path
 
 
 class Validated(typing.NamedTuple):
@@ -207,6 +232,7 @@ class ValidateImages(beam.PTransform):
         label_ids: label name -> id.
         store: the BlockStore that keeps the blocks.
         max_pixels: images declaring more pixels are rejected (decompression bombs).
+        max_image_bytes: inputs larger than this are rejected as too_large, unread.
         io_threads: inputs read and checked at once per worker (1: one after the other).
         reencode_dir: for `paths` builds, the output folder of lossless copies.
         levels: [(level, {name: id})] of a build with label levels, in level order.
@@ -223,6 +249,7 @@ class ValidateImages(beam.PTransform):
         store,
         *,
         max_pixels,
+        max_image_bytes=BuildConfig.max_image_bytes,
         io_threads=1,
         reencode_dir=None,
         levels=(),
@@ -235,6 +262,7 @@ class ValidateImages(beam.PTransform):
             label_ids,
             store,
             max_pixels,
+            max_image_bytes,
             io_threads,
             reencode_dir,
             levels,

@@ -7,6 +7,7 @@ import hashlib
 import google_crc32c
 
 from imageshards import features
+from imageshards import file_names
 from imageshards import layout
 from imageshards import storage
 from imageshards.storage import read_input
@@ -54,7 +55,7 @@ class RecordEncoder:
             features.CHANNELS: meta.channels,
             features.LABEL: meta.label,
             features.LABEL_TEXT: _names(self.label_names, meta.label),
-            features.FILENAME: source,
+            features.FILENAME: file_names.to_bytes(source),  # the name's bytes, as on disk
             features.SHA256: meta.sha256.hex(),
             features.ID: meta.id,
         }
@@ -66,7 +67,7 @@ class RecordEncoder:
         else:
             if meta.reencoded:
                 source = storage.join(self.output_dir, layout.reencoded_file(meta.sha256.hex()))
-            values[features.PATH] = source
+            values[features.PATH] = file_names.to_bytes(source)
         return features.encode_example(self.format, values, self._level_names, self.multi_label)
 
 

@@ -13,6 +13,8 @@ import apache_beam as beam
 from imageshards import dataset_facts
 from imageshards import dataset_json
 from imageshards import layout
+from imageshards import lifeline
+from imageshards import output_lock
 from imageshards import storage
 from imageshards import tfds_metadata
 
@@ -71,8 +73,15 @@ def publish_transform(output_dir, staging, analysis):
     storage.write_atomically(path, json.dumps(analysis, indent=2).encode('utf-8') + b'\n')
 
 
-def complete(output_dir):
-    """Removes the build's temporary folder and marks the build complete: `_SUCCESS`, last."""
+def complete(output_dir, build=None):
+    """Removes the build's temporary folder and marks the build complete: `_SUCCESS`, last.
+
+    Only while the build's command still runs and the output's lock is still this build's
+    (`build`: the token its lock records; imageshards/output_lock.py): a build whose command was
+    killed, or that lost its lock to another build, never marks the output finished.
+    """
+    lifeline.ensure_command_alive(f'writing {layout.SUCCESS}')
+    output_lock.ensure_held(output_dir, build=build)
     storage.delete_tree(storage.join(output_dir, layout.TEMP_DIR))
     storage.write_atomically(storage.join(output_dir, layout.SUCCESS), b'')
 
@@ -101,7 +110,7 @@ def _finalize(
     for name, data in tfds_metadata.files(summary).items():  # tfds.builder_from_directory
         storage.write_atomically(storage.join(output_dir, name), data)
     if context.completes_in_pipeline:  # else the launcher does, after the tf.Transform output
-        complete(output_dir)
+        complete(output_dir, context.lock_build)
     yield summary['counts']
 
 

@@ -19,15 +19,18 @@ def prepare_output(output_dir, overwrite, dry_run=False):
     dataset.json, so that what an unfinished or older build left goes too. Anything else is
     left alone. A `dry_run` checks, and removes nothing.
     """
-    existing = storage.list_files(output_dir)
+    existing = [
+        path
+        for path in storage.relative_files(output_dir)
+        if not layout.is_lock_file(path)  # this build's own lock
+    ]
     if not existing:
         return
     if not overwrite:
-        temp_prefix = storage.join(output_dir, layout.TEMP_DIR) + '/'
-        unfinished = all(path.startswith(temp_prefix) for path in existing)
+        unfinished = all(path.startswith(layout.TEMP_DIR + '/') for path in existing)
         what = f'{len(existing)} files'
         if unfinished:
-            what += f' in {layout.TEMP_DIR}/, of a build that did not finish or is still running'
+            what += f' in {layout.TEMP_DIR}/, of a build that did not finish'
         raise FileExistsError(
             f'--output {output_dir} is not empty ({what}); pass --overwrite to replace an '
             f'earlier build there, or choose another directory'
@@ -35,6 +38,14 @@ def prepare_output(output_dir, overwrite, dry_run=False):
     if dry_run:
         _LOG.info('--dry_run: --overwrite would replace the earlier build in %s', output_dir)
         return
+    removed = remove_build(output_dir)
+    _LOG.info('--overwrite: removed %d files of an earlier build in %s', removed, output_dir)
+
+
+def remove_build(output_dir):
+    """Removes every file of a build in `output_dir` (`layout.is_own_file`), and the local
+    folders that leaves empty; returns how many files that was. Not the lock: the build that
+    holds it is the one running now."""
     # First: from here on, no reader (ours or TFDS) may take the directory for a finished build.
     storage.delete(
         [
@@ -45,7 +56,7 @@ def prepare_output(output_dir, overwrite, dry_run=False):
     ours = [path for path in storage.relative_files(output_dir) if layout.is_own_file(path)]
     removed = storage.delete([storage.join(output_dir, path) for path in ours])
     storage.remove_empty_folders(output_dir, ours)
-    _LOG.info('--overwrite: removed %d files of an earlier build in %s', removed, output_dir)
+    return removed
 
 
 def stray_shards(output_dir, dataset):

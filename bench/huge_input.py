@@ -1,0 +1,69 @@
+"""One huge file among small images (issue 24): seconds and peak memory of a build of 60 small
+images, with and without a sparse file of `--size-gb` named .jpg that starts as a JPEG does.
+
+At filing, the 3 GB file cost 3 min 27 s of CPU and a 6.4 GB peak, and was rejected as
+`decode_error`; with --max-image-bytes it is `too_large` from its size, unread. `--checkout`
+runs another checkout's code (e.g. main's) for the before figures.
+
+    python -m bench.huge_input --size-gb 3 [--checkout /path/to/other/checkout]
+"""
+
+import argparse
+import json
+import os
+import pathlib
+import shutil
+import sys
+import tempfile
+
+from bench.measure import measure
+
+REPOSITORY = pathlib.Path(__file__).resolve().parent.parent
+COMMAND = os.path.join(os.path.dirname(sys.executable), 'imageshards')
+
+
+def _tree(root, size):
+    sys.path.insert(0, str(REPOSITORY / 'tests'))
+    import images_for_tests as imgs  # pylint: disable=import-outside-toplevel
+
+    imgs.write_tree(root, 20, ('ant', 'bee', 'cat'))
+    if size:
+        with open(root / 'ant' / 'disk_image.jpg', 'wb') as f:
+            f.write(imgs.jpeg(0)[:200])
+            f.truncate(size)
+
+
+def _build(root, out, checkout):
+    env = dict(os.environ, PYTHONPATH=str(checkout))
+    command = [COMMAND, 'build', '--input', str(root), '--output', str(out), '--no-analyze']
+    measured = measure(command, env=env, interval=0.05, cwd=checkout)
+    rejected = [
+        json.loads(line)['reason']
+        for line in (out / 'rejected.jsonl').read_text(encoding='utf-8').splitlines()
+    ]
+    return measured, rejected
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n', 1)[0])
+    parser.add_argument('--size-gb', type=float, default=3.0)
+    parser.add_argument('--checkout', default=str(REPOSITORY))
+    args = parser.parse_args(argv)
+    scratch = pathlib.Path(tempfile.mkdtemp(prefix='imageshards-huge-'))
+    try:
+        for label, size in (('60 images', 0), (f'+ {args.size_gb:g} GB file', args.size_gb)):
+            root = scratch / f'in-{size}'
+            _tree(root, int(size * (1 << 30)))
+            measured, rejected = _build(root, scratch / f'out-{size}', args.checkout)
+            largest = measured.process_peaks[0]
+            print(
+                f'{label:<16} {measured.seconds:6.1f} s  peak {measured.peak / 2**30:5.2f} GiB '
+                f'(largest process {largest[1] / 2**30:.2f} GiB, {largest[0]})  '
+                f'rejected {rejected}'
+            )
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,145 @@
+"""Bounded memory and time per input: an input larger than --max-image-bytes is rejected as
+`too_large` from its size alone, before it is read; below it, validation holds one image's bytes
+at a time per thread. (The issue's 3 GB file as an operator builds it, with the build's peak
+memory: tests/test_operators.py.)"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from imageshards import storage
+from pipelines import build
+from pipelines.inputs import listing
+from pipelines.inputs.entries import SMALL_INPUT_BYTES
+from pipelines.inputs.entries import InputEntry
+from pipelines.validation import validate
+
+import images_for_tests as imgs
+
+HUGE = 3 << 30  # the issue's 3 GB, as a sparse file: no disk, no memory until it is read
+
+
+def sparse_jpeg(path, size=HUGE):
+    """A file of `size` bytes named .jpg that starts as a JPEG does (the rest a hole)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, 'wb') as f:
+        f.write(imgs.jpeg(0)[:200])
+        f.truncate(size)
+    return path
+
+
+@pytest.fixture
+def tree_with_a_huge_file(tmp_path):
+    root = tmp_path / 'in'
+    imgs.write_tree(root, 3, ('cat', 'dog'))
+    sparse_jpeg(root / 'cat' / 'video.jpg')
+    return root
+
+
+@pytest.fixture
+def reads(monkeypatch):
+    """The paths validation reads, in this process (an in_memory build)."""
+    read = []
+
+    def spy(path, max_bytes=None):
+        read.append(path)
+        return storage.read_input(path, max_bytes)
+
+    monkeypatch.setattr(validate, 'read_input', spy)
+    return read
+
+
+def _rejections(out):
+    return {
+        os.path.basename(row['path']): (row['reason'], row['detail'])
+        for row in map(json.loads, (out / 'rejected.jsonl').read_text().splitlines())
+    }
+
+
+def test_listing_knows_every_local_file_size(tree_with_a_huge_file):
+    entries = listing.list_inputs(str(tree_with_a_huge_file)).entries
+    sizes = {entry.key: entry.size for entry in entries}
+    assert sizes['cat/video.jpg'] == HUGE
+    assert all(size == os.path.getsize(tree_with_a_huge_file / key) for key, size in sizes.items())
+
+
+def test_a_huge_input_is_rejected_from_its_listed_size_without_being_read(
+    tree_with_a_huge_file, tmp_path, reads
+):
+    out = tmp_path / 'out'
+    argv = ['--input', str(tree_with_a_huge_file), '--output', str(out), '--no-analyze']
+    dataset = build.run(argv + ['--direct_running_mode=in_memory'])
+    assert _rejections(out) == {
+        'video.jpg': (
+            'too_large',
+            f'{HUGE:,} bytes, more than --max-image-bytes 268,435,456; not read',
+        )
+    }
+    assert dataset['counts']['written'] == 6 and not [p for p in reads if 'video' in p]
+
+
+def test_a_manifest_row_of_a_huge_file_is_rejected_unread_and_one_of_unknown_size_after_a_stat(
+    tree_with_a_huge_file, tmp_path, reads
+):
+    manifest = tree_with_a_huge_file / 'images.csv'
+    manifest.write_text(
+        'path,label\ncat/video.jpg,cat\ndog/img_0003.jpg,dog\ncat/img_0000.jpg,cat\n'
+    )
+    for follow, read in ((False, []), (True, [str(tree_with_a_huge_file / 'cat' / 'video.jpg')])):
+        # With --follow-symlinks listing does not look at a row's file: its size is unknown
+        # until validation opens it, and takes its size before it reads a byte.
+        out = tmp_path / f'out-{follow}'
+        argv = ['--input', str(manifest), '--output', str(out), '--no-analyze']
+        argv += ['--direct_running_mode=in_memory'] + (['--follow-symlinks'] if follow else [])
+        reads.clear()
+        build.run(argv)
+        reason, detail = _rejections(out)['video.jpg']
+        assert (reason, detail.startswith(f'{HUGE:,} bytes, more than')) == ('too_large', True)
+        assert [p for p in reads if 'video' in p] == read
+
+
+def test_max_image_bytes_is_a_flag_stated_in_help():
+    done = subprocess.run(
+        [sys.executable, '-m', 'pipelines.build', '--help'], capture_output=True, text=True
+    )
+    assert '--max-image-bytes' in done.stdout and '256 MiB' in done.stdout
+    assert '--no-space-check' in done.stdout
+
+
+def test_a_local_read_refuses_a_file_over_the_limit_before_reading_it(tmp_path):
+    path = sparse_jpeg(tmp_path / 'x.jpg')
+    with pytest.raises(storage.TooLarge, match=f'{HUGE:,} bytes, more than'):
+        storage.read_input(str(path), max_bytes=1 << 20)  # reading 3 GB would take seconds
+    small = tmp_path / 'y.jpg'
+    small.write_bytes(imgs.jpeg(1))
+    assert storage.read_input(str(small), max_bytes=small.stat().st_size) == imgs.jpeg(1)
+
+
+def test_the_kernel_is_asked_for_a_bounded_prefix_of_each_file(tmp_path, monkeypatch):
+    asked = []
+    monkeypatch.setattr(
+        os, 'posix_fadvise', lambda fd, offset, length, advice: asked.append(length)
+    )
+    storage.prefetch_local([str(sparse_jpeg(tmp_path / 'x.jpg'))])
+    assert asked == [storage.PREFETCH_MAX_BYTES] and storage.PREFETCH_MAX_BYTES < HUGE // 40
+
+
+def test_validation_keeps_no_bytes_of_a_large_image_for_later(tmp_path):
+    """The outcomes a worker's thread pool holds until they are taken in order carry the bytes
+    of small images only (kept for the writer): at most one larger image per thread is held,
+    while it is checked."""
+    small, large = tmp_path / 'small.png', tmp_path / 'large.png'
+    small.write_bytes(imgs.png(1))
+    large.write_bytes(imgs.encode(imgs.pixels(2, size=(400, 400)), 'PNG', compress_level=0))
+    assert len(small.read_bytes()) <= SMALL_INPUT_BYTES < len(large.read_bytes())
+    work_item = validate._ValidateWorkItem(  # pylint: disable=protected-access
+        '', {'x': 0}, None, 10**8, 1 << 30, 1, None, (), False, None
+    )
+    outcomes = [
+        work_item._validate(InputEntry(i, str(path), path.name, 'x'))  # pylint: disable=protected-access
+        for i, path in enumerate((small, large))
+    ]
+    assert [stored for _, stored in outcomes] == [small.read_bytes(), None]
