@@ -334,3 +334,19 @@ def test_a_plan_too_large_to_stratify_every_label_spreads_each_label_set_instead
         held = [per_shard[shard] for shard in range(7)]
         assert max(held) - min(held) <= 1, (labels, held)  # each set within one of its share
     assert max(sizes.values()) - min(sizes.values()) <= 1 and sum(sizes.values()) == 3000
+
+
+def test_levelling_gives_each_unit_where_one_at_a_time_would():
+    rng = random.Random(5)
+    for _ in range(500):
+        k = rng.randint(1, 6)
+        scores = [rng.uniform(-5, 50) for _ in range(k)]
+        ties = [rng.uniform(0, 30) for _ in range(k)]
+        units = rng.randint(0, 80)
+        left, tie, expected = list(scores), list(ties), [0] * k
+        for _ in range(units):  # the rule itself: one unit at a time
+            j = max(range(k), key=lambda j: (left[j], tie[j], -j))
+            expected[j] += 1
+            left[j] -= 1
+            tie[j] -= 1
+        assert split_lib._level(scores, ties, units) == expected  # pylint: disable=protected-access

@@ -115,16 +115,17 @@ def _divide(sizes, scores, ties):
 def _level(scores, ties, units):
     """How many of `units` each split takes when each unit goes to the split of the highest
     score (then tie, then the lowest index), and taking one lowers that split's score and tie
-    by one: whole levels at once, then the last few one by one."""
+    by one: the level the top scores are lowered to at once, then the last few one by one."""
     k = len(scores)
-    low, high = min(scores) - units - 1.0, max(scores)
-    for _ in range(100):  # the level L where sum(floor(score - L)) first reaches `units`
-        middle = (low + high) / 2
-        if sum(max(0, math.floor(s - middle)) for s in scores) > units:
-            low = middle
-        else:
-            high = middle
-    counts = [max(0, math.floor(s - high)) for s in scores]
+    order = sorted(range(k), key=lambda j: -scores[j])
+    level, total = min(scores), 0.0
+    for taken in range(1, k + 1):  # the top `taken` splits share the units down to one level
+        total += scores[order[taken - 1]]
+        candidate = (total - units) / taken
+        if taken == k or candidate >= scores[order[taken]]:
+            level = candidate
+            break
+    counts = [max(0, math.floor(s - level)) for s in scores]
     for _ in range(units - sum(counts)):
         j = max(range(k), key=lambda j: (scores[j] - counts[j], ties[j] - counts[j], -j))
         counts[j] += 1
