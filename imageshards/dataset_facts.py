@@ -10,6 +10,7 @@ import datetime
 import imageshards
 from imageshards import features
 from imageshards import stratification
+from imageshards.dataset_json import INDEX_KEY
 from imageshards.dataset_json import LEVEL_KEYS
 from imageshards.dataset_json import REQUIRED_KEYS
 from imageshards.dataset_json import SHARD_KEYS
@@ -42,8 +43,8 @@ def make(facts, shards, rejections, duplicates, split_names):
 
     Args:
         facts: the BuildFacts.
-        shards: WriteShards' entries, with `split`, `index` and `reencoded` besides SHARD_KEYS
-            (and LEVEL_KEYS with levels).
+        shards: WriteShards' entries: SHARD_KEYS, INDEX_KEY, `split`, the shard's
+            number `index` and `reencoded` (and LEVEL_KEYS with levels).
         rejections, duplicates: the lines of rejected.jsonl and duplicates.jsonl.
         split_names: the splits that received records, in order.
     Raises:
@@ -53,9 +54,7 @@ def make(facts, shards, rejections, duplicates, split_names):
     for shard in shards:
         by_split[shard['split']].append(shard)
     levels = facts.label_levels or {}
-    shard_keys = (
-        SHARD_KEYS + (LEVEL_KEYS if levels else ()) + (MULTI_KEYS if facts.multi_label else ())
-    )
+    shard_keys = _shard_keys(levels, facts.multi_label)
     splits = {}
     for split in split_names:
         entries = sorted(by_split[split], key=lambda shard: shard['index'])
@@ -99,6 +98,12 @@ def make(facts, shards, rejections, duplicates, split_names):
 
 
 MULTI_KEYS = ('unlabeled',)  # of every shard of a multi-label build: records with no label
+
+
+def _shard_keys(levels, multi_label):
+    """The keys of a shard's entry in dataset.json, in order."""
+    keys = (SHARD_KEYS[0], INDEX_KEY, *SHARD_KEYS[1:])
+    return keys + (LEVEL_KEYS if levels else ()) + (MULTI_KEYS if multi_label else ())
 
 
 def _split_spread(entry):

@@ -10,7 +10,9 @@ built with --no-analyze):
                                            reencoded, rejected_by_reason, skipped_by_reason
     splits                                 {split: num_records, num_shards, class_counts,
                                            [level_counts, level_missing,] shards: [{path,
-                                           num_records, num_bytes, sha256, class_counts, ...}]}
+                                           index_file, num_records, num_bytes, sha256,
+                                           class_counts, ...}]}; `index_file` is the shard's index
+                                           file (builds before it have none)
     features                               the records' schema (imageshards/features.py)
     analysis                               the analysis split's statistics
     imageshards_version, created
@@ -40,6 +42,9 @@ REQUIRED_KEYS = (
     ('shard', ('path', 'num_records', 'num_bytes', 'sha256', 'class_counts')),
 )
 SHARD_KEYS = REQUIRED_KEYS[3][1]
+# Of every shard since imageshards wrote index files: its index file, relative to the build
+# (DALI's tfrecord2idx format, imageshards/tfrecord.py).
+INDEX_KEY = 'index_file'
 LEVEL_KEYS = ('level_counts', 'level_missing')  # of every split and shard, with label levels
 
 
