@@ -25,8 +25,8 @@ import numpy as np
 import tensorflow as tf
 
 from imageshards import features
-from trainer import preprocess
 from trainer import dataset_info
+from trainer import preprocess
 
 FAST = preprocess.TRAINING_DCT_METHOD
 
