@@ -3,6 +3,12 @@
 `photo_tree` cuts `count` distinct JPEGs of about 500x375 from the two sample photographs
 (china.jpg, flower.jpg, 427x640): a random crop at a random scale, a random flip and a small
 brightness change each, in `classes` folders, stored label-sorted (class 0's files first).
+
+`camera_tree` makes camera-sized JPEGs (3000x2000 by default) with a camera's detail: tiles of
+the same photos at their native resolution (no enlargement, so edges and texture stay sharp),
+each at a random offset and flip, plus sensor-like noise, saved at quality 92 with 4:2:0 colour
+as cameras do: their DCT coefficients and file sizes (~0.5 byte per pixel) are a camera's, not
+those of an enlarged, smooth photo.
 """
 
 import json
@@ -43,8 +49,14 @@ def _make_one(job):
 
 def photo_tree(root, count, classes=10, size=(500, 375), quality=90, processes=None):
     """Writes (or reuses) the tree; returns {'count', 'bytes'}."""
+    return _tree(root, count, classes, size, quality, processes, _make_one)
+
+
+def _tree(root, count, classes, size, quality, processes, make, kind=None):
     stamp = os.path.join(root, '.complete.json')
     wanted = {'count': count, 'classes': classes, 'size': list(size), 'quality': quality}
+    if kind:
+        wanted['kind'] = kind
     if os.path.exists(stamp):
         with open(stamp, encoding='utf-8') as f:
             done = json.load(f)
@@ -57,11 +69,38 @@ def photo_tree(root, count, classes=10, size=(500, 375), quality=90, processes=N
         os.makedirs(folder, exist_ok=True)
         jobs.append((index, os.path.join(folder, f'{index:08d}.jpg'), size, quality))
     with multiprocessing.Pool(processes) as pool:
-        total = sum(pool.imap_unordered(_make_one, jobs, chunksize=256))
+        total = sum(pool.imap_unordered(make, jobs, chunksize=8 if kind else 256))
     done = dict(wanted, bytes=total)
     with open(stamp, 'w', encoding='utf-8') as f:
         json.dump(done, f)
     return done
+
+
+def _make_camera_image(job):
+    index, path, size, quality = job
+    rng = np.random.default_rng(1_000_003 + index)
+    width, height = size
+    canvas = np.empty((height, width, 3), np.uint8)
+    tile_w, tile_h = 600, 400  # native-resolution crops of the 640x427 photos
+    for top in range(0, height, tile_h):
+        for left in range(0, width, tile_w):
+            photo = np.asarray(_photos()[int(rng.integers(0, 2))])
+            y = int(rng.integers(0, photo.shape[0] - tile_h + 1))
+            x = int(rng.integers(0, photo.shape[1] - tile_w + 1))
+            tile = photo[y : y + tile_h, x : x + tile_w]
+            if rng.random() < 0.5:
+                tile = tile[:, ::-1]
+            h, w = min(tile_h, height - top), min(tile_w, width - left)
+            canvas[top : top + h, left : left + w] = tile[:h, :w]
+    noise = rng.normal(0.0, 3.0, canvas.shape)
+    pixels = np.clip(canvas + noise * float(rng.uniform(0.7, 1.3)), 0, 255).astype(np.uint8)
+    Image.fromarray(pixels).save(path, format='JPEG', quality=quality, subsampling=2)
+    return os.path.getsize(path)
+
+
+def camera_tree(root, count, classes=10, size=(3000, 2000), quality=92, processes=None):
+    """Writes (or reuses) a tree of camera-sized JPEGs; returns {'count', 'bytes'}."""
+    return _tree(root, count, classes, size, quality, processes, _make_camera_image, 'camera')
 
 
 def evict_page_cache(root):
