@@ -36,6 +36,7 @@ class BuildFacts:
     multi_label_levels: tuple = ()  # the levels where some image has several values
     fractions: tuple = ()  # (split, fraction) the build asked for (--splits)
     manifest_splits: dict = dataclasses.field(default_factory=dict)  # split -> images placed
+    resize: dict = None  # --resize-shorter-side's setting (resize.ResizeSpec.describe)
 
 
 def make(facts, shards, rejections, duplicates, split_names):
@@ -76,25 +77,34 @@ def make(facts, shards, rejections, duplicates, split_names):
     gap = accounting_gap(counts)
     if gap:
         raise AccountingError(f'{gap}; refusing to mark the build complete')
+    return {
+        **_summary(facts, splits, counts),
+        'counts': counts,
+        'splits': splits,
+        'features': features.record_schema(
+            facts.format, levels, facts.multi_label, bool(facts.resize)
+        ),
+        'imageshards_version': imageshards.__version__,
+        'created': datetime.datetime.now(datetime.UTC).isoformat(timespec='seconds'),
+    }
+
+
+def _summary(facts, splits, counts):
+    """dataset.json's keys before `counts`: the build's settings."""
     summary = {
         'format': facts.format,
         'seed': facts.seed,
         'input': facts.input,
         'labels': facts.labels,
     }
-    if levels:  # only then: a build without levels writes the dataset.json it always did
-        summary['label_levels'] = levels
+    if facts.label_levels:  # only then: a build without levels writes the dataset.json it did
+        summary['label_levels'] = facts.label_levels
         summary['allow_missing_levels'] = facts.allow_missing_levels
     if facts.multi_label:  # likewise: only a multi-label build has these
         summary.update(_multi_label_summary(facts, splits, counts))
-    return {
-        **summary,
-        'counts': counts,
-        'splits': splits,
-        'features': features.record_schema(facts.format, levels, facts.multi_label),
-        'imageshards_version': imageshards.__version__,
-        'created': datetime.datetime.now(datetime.UTC).isoformat(timespec='seconds'),
-    }
+    if facts.resize:  # and only a resizing build has this
+        summary['resize'] = facts.resize
+    return summary
 
 
 MULTI_KEYS = ('unlabeled',)  # of every shard of a multi-label build: records with no label
@@ -155,6 +165,8 @@ def _counts(facts, splits, shards, rejections, duplicates):
     }
     if facts.multi_label:
         counts['unlabeled'] = sum(split['unlabeled'] for split in splits.values())
+    if facts.resize:
+        counts['resized'] = sum(shard['resized'] for shard in shards)
     return counts
 
 
@@ -211,7 +223,9 @@ def structure_problems(dataset):
         for key in LEVEL_KEYS
         if levels and any(key not in entry for entry in objects[name])
     ]
-    schema = features.record_schema(dataset['format'], levels, bool(dataset.get('multi_label')))
+    schema = features.record_schema(
+        dataset['format'], levels, bool(dataset.get('multi_label')), bool(dataset.get('resize'))
+    )
     if dataset.get('features', schema) != schema:
         found.append(f'features {dataset["features"]} are not the {dataset["format"]} schema')
     return found

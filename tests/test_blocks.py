@@ -39,6 +39,8 @@ def test_pack_round_trips_every_field():
         _meta(5, levels=(3, -1, 2**31 - 1)),  # label level ids, -1 where missing
         _meta(6, levels=()),
         _meta(7, payload=2**63 - 1, payload_offset=5 * 2**32),  # where its bytes were kept
+        _meta(8, original_height=4000, original_width=3000, source_sha256=bytes(32)),  # resized
+        _meta(9, label=(1, 4), levels=((1,), ()), original_height=1, original_width=2**32 - 1),
     ]
     block = blocks.pack(metas)
     assert blocks.unpack(block) == metas

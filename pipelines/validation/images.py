@@ -172,13 +172,24 @@ def sha256_hex(data):
 
 def to_rgb(image):
     """The pixels a viewer shows: EXIF orientation applied, 16-bit samples scaled, as RGB."""
-    method = _TRANSPOSE.get(_orientation(image))
+    method = transposition(image)
     if method is not None:
         image = image.transpose(method)
-    if image.mode in _SIXTEEN_BIT_MODES:
-        samples = np.clip(np.asarray(image, dtype=np.int64), 0, 65535) >> 8
-        image = Image.fromarray(samples.astype(np.uint8), mode='L')
-    return image.convert('RGB')
+    return eight_bit(image).convert('RGB')
+
+
+def transposition(image):
+    """The Image.Transpose that shows a loaded `image` as a viewer does (its EXIF orientation),
+    or None."""
+    return _TRANSPOSE.get(_orientation(image))
+
+
+def eight_bit(image):
+    """`image` with 16-bit (or 32-bit integer) samples scaled to 8-bit grey; others as they are."""
+    if image.mode not in _SIXTEEN_BIT_MODES:
+        return image
+    samples = np.clip(np.asarray(image, dtype=np.int64), 0, 65535) >> 8
+    return Image.fromarray(samples.astype(np.uint8), mode='L')
 
 
 def encode_png(image):

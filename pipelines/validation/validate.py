@@ -5,7 +5,8 @@ here, so that the runner moves two numbers per chunk rather than the line. A chu
 are read and checked one after the other: the check is mostly Python holding the GIL, and the
 local runner has a worker process per core. On `gs://`, a thread pool reads concurrently to
 hide per-object latency. The metadata of a chunk's valid images leaves as one block
-(pipelines/assignment/blocks.py).
+(pipelines/assignment/blocks.py). With --resize-shorter-side, a valid image larger than that is
+resized here, from the bytes just checked (pipelines/validation/resize.py).
 """
 
 import concurrent.futures
@@ -25,6 +26,8 @@ from pipelines.assignment import blocks
 from pipelines.assignment.blocks import ImageMeta
 from pipelines.inputs.listing import read_work_item
 from pipelines.validation import images
+from pipelines.validation import resize
+from pipelines.validation.image_errors import pillow_call
 
 REJECTED = 'rejected'
 MISSING_LEVEL_REASON = 'missing_label_level'
@@ -87,6 +90,7 @@ class _ValidateWorkItem(beam.DoFn):
         levels,
         allow_missing_levels,
         rank_groups,
+        resize_spec,
     ):
         self._listing_path = listing_path
         self._label_ids = label_ids
@@ -97,10 +101,12 @@ class _ValidateWorkItem(beam.DoFn):
         self._levels = levels  # [(level, {name: id})]
         self._allow_missing_levels = allow_missing_levels
         self._rank_groups = rank_groups
+        self._resize = resize_spec
         self._pool = None
         self._listed = counters.counter('listed')
         self._valid = counters.counter('validated')
         self._reencoded = counters.counter('reencoded')
+        self._resized = counters.counter('resized')
 
     def setup(self):
         # Pillow refuses at open beyond twice this; our own check rejects beyond it.
@@ -131,7 +137,8 @@ class _ValidateWorkItem(beam.DoFn):
                 yield beam.pvalue.TaggedOutput(REJECTED, outcome)
                 continue
             meta, stored = outcome
-            kept = payloads.add(stored) if payloads else None
+            # A resize is kept whatever its size: making it again would decode the input again.
+            kept = payloads.add(stored, always=meta.resized) if payloads else None
             if kept:
                 meta = meta.with_payload(*kept)
             valid.append(meta)
@@ -159,9 +166,16 @@ class _ValidateWorkItem(beam.DoFn):
             return rejection(entry, reason, f'{type(e).__name__}: {e}')
         try:
             info, stored = images.inspect_image(data, self._max_pixels)
+            original, resized = info, None
+            if self._resize:
+                resized = pillow_call(data, resize.resize, data, info, self._resize)
         except images.Rejected as e:
             return rejection(entry, e.reason, e.detail)
         source_sha256 = b''
+        if resized:  # the record stores the resize instead
+            self._resized.inc()
+            info, stored = resized
+            source_sha256 = hashlib.sha256(data).digest()
         if info.reencoded:
             self._reencoded.inc()
             source_sha256 = hashlib.sha256(data).digest()
@@ -184,6 +198,8 @@ class _ValidateWorkItem(beam.DoFn):
             source_crc32c=google_crc32c.value(data),
             reencoded=info.reencoded,
             levels=levels,
+            original_height=original.height if resized else 0,
+            original_width=original.width if resized else 0,
         )
         return meta, data if stored is None else stored
 
@@ -214,6 +230,7 @@ class ValidateImages(beam.PTransform):
             rejected as `missing_label_level`.
         rank_groups: an assign.RankGroups: the blocks keyed as AssignShards(keyed=True)
             takes them, with no step between (no --dedup); None: block refs.
+        resize_spec: a resize.ResizeSpec: images larger than it are stored resized.
     """
 
     def __init__(
@@ -228,6 +245,7 @@ class ValidateImages(beam.PTransform):
         levels=(),
         allow_missing_levels=False,
         rank_groups=None,
+        resize_spec=None,
     ):
         super().__init__()
         self._fn = _ValidateWorkItem(
@@ -240,6 +258,7 @@ class ValidateImages(beam.PTransform):
             levels,
             allow_missing_levels,
             rank_groups,
+            resize_spec,
         )
 
     def expand(self, items):

@@ -133,6 +133,7 @@ class _WriteShard(beam.DoFn):
                 self._label_names[label]: class_counts[label] for label in sorted(class_counts)
             },
             'reencoded': sum(meta.reencoded for meta in metas),
+            'resized': sum(meta.resized for meta in metas),
         }
         if self._encoder.multi_label:
             entry['unlabeled'] = sum(not meta.label for meta in metas)
@@ -152,8 +153,9 @@ class _WriteShard(beam.DoFn):
         )
 
     def _pixel_sums(self, meta, stored):
-        """images.pixel_sums of an image, from the bytes its record stores where they are its
-        source's (as written, not read again), else from its file."""
+        """images.pixel_sums of an image, from the bytes its record stores (as written, not read
+        again; a resize is measured as training sees it), but from its file where the record
+        holds a lossless re-encode of it (the same pixels, faster to decode from the source)."""
         if stored is None or meta.reencoded:
             stored = read_checked(self._source(meta), meta)
         return images.pixel_sums(stored, self._sample.image_size)
@@ -188,13 +190,13 @@ class _WriteShard(beam.DoFn):
 
     def _stored_bytes(self, meta):
         source = self._source(meta)
-        return stored_bytes(read_checked(source, meta), meta, source)
+        return stored_bytes(read_checked(source, meta), meta, source, self._encoder.resize)
 
     def _framed_record(self, meta):
         source = self._source(meta)
         stored = None
         if self._format == features.EXAMPLES:
-            stored = stored_bytes(read_checked(source, meta), meta, source)
+            stored = stored_bytes(read_checked(source, meta), meta, source, self._encoder.resize)
         return tfrecord.frame(self._encoder.encode(meta, stored, source)), stored
 
 
