@@ -144,6 +144,15 @@ def test_sixteen_bit_samples_are_scaled_to_eight():
     assert Image.open(io.BytesIO(stored)).mode == 'L' and (info.width, info.height) == (16, 12)
 
 
+def test_inspect_without_reencoding_gives_the_size_as_shown_and_leaves_the_png():
+    data = imgs.exif_rotated_jpeg(3, size=(20, 36))  # coded 36 wide, 20 high; turned
+    info, stored = images.inspect_image(data, 10**8, reencode=False)
+    assert stored is None and info.reencoded and (info.width, info.height) == (20, 36)
+    made, png = images.inspect_image(data, 10**8)
+    assert (made.width, made.height) == (20, 36)
+    assert resize.stored_image(data, info, None, SPEC) == (made, png, False)
+
+
 def test_an_image_at_or_below_the_size_is_not_resized():
     data = imgs.encode(_photo_like((64, 90)), 'JPEG')
     info, _ = images.inspect_image(data, 10**8)
@@ -213,6 +222,7 @@ def _write_tree(root):
         'b/grey.jpg': imgs.encode(_photo_like((80, 64), 6)[..., 1], 'JPEG'),
         'b/palette.gif': imgs.encode(Image.fromarray(_photo_like((30, 40), 7)).quantize(8), 'GIF'),
         'b/tiny.png': imgs.png(8, 1, size=(12, 16)),
+        'b/rotated_small.jpg': imgs.exif_rotated_jpeg(11, size=(20, 36)),  # its PNG, as before
         'b/bmp.bmp': imgs.encode(_photo_like((48, 40), 9), 'BMP'),
     }
     for name, data in files.items():
@@ -282,6 +292,9 @@ def test_a_build_stores_the_resizes_with_their_originals_size_and_digest(resized
             == (record['image/width'], record['image/height'])
         )
     assert found[str(root / 'a/small.jpg')][features.ENCODED] == files['a/small.jpg']
+    rotated = found[str(root / 'b/rotated_small.jpg')][features.ENCODED]
+    assert rotated == images.reencode(files['b/rotated_small.jpg'])
+    assert dataset['counts']['reencoded'] == 1
     assert found[str(root / 'b/alpha.png')][features.FORMAT] == b'png'
     assert found[str(root / 'b/palette.gif')][features.FORMAT] == b'png'
     assert found[str(root / 'a/rotated.jpg')][features.FORMAT] == b'jpeg'

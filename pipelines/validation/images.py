@@ -49,6 +49,7 @@ _TRANSPOSE = {
     8: Image.Transpose.ROTATE_90,
 }
 # Modes TensorFlow decodes to Pillow's RGB pixels, by stored format.
+_TURNS = frozenset(_TRANSPOSE[o] for o in (5, 6, 7, 8))  # those that swap width and height
 _JPEG_KEEP_MODES = frozenset(['L', 'RGB'])
 _PNG_KEEP_MODES = frozenset(['1', 'L', 'LA', 'P', 'RGB', 'RGBA'])
 _CHANNELS = {'1': 1, 'L': 1, 'LA': 2, 'P': 3, 'RGB': 3, 'RGBA': 4}
@@ -71,13 +72,17 @@ class ImageInfo(typing.NamedTuple):
     reencoded: bool
 
 
-def inspect_image(data, max_pixels):
+def inspect_image(data, max_pixels, reencode=True):
     """Validates encoded image bytes.
 
     A plainly valid JPEG or PNG that TensorFlow decodes to Pillow's pixels is checked by its
     structure alone (pipelines/validation/image_structure.py); everything else is decoded with
     Pillow.
 
+    Args:
+        reencode: make the lossless PNG a record stores of an image that TensorFlow would not
+            decode as Pillow does; False leaves that to the caller (who may store a resize
+            instead): `stored` is then None and the ImageInfo's sha256 and num_bytes empty.
     Returns:
         (ImageInfo, stored): `stored` is None when the original bytes are kept, else the PNG bytes
         to store instead.
@@ -102,7 +107,7 @@ def inspect_image(data, max_pixels):
             fault = e
         else:  # no eXIf or EXIF text chunk: orientation 1 without decoding (see _orientation)
             return _png_info(image, data), None
-    info, stored = _inspect_decoded(image, data)
+    info, stored = _inspect_decoded(image, data, reencode)
     if fault:  # Pillow read it; TensorFlow would not
         raise Rejected('decode_error', f'{fault}; TensorFlow refuses such a file')
     return info, stored
@@ -120,7 +125,7 @@ def _plain_jpeg(data, max_pixels):
     )
 
 
-def _inspect_decoded(image, data):
+def _inspect_decoded(image, data, reencode=True):
     """inspect_image's result for an image Pillow opened, from a decode of it."""
     width, height = image.size
     if _is_jpeg(image):
@@ -136,6 +141,11 @@ def _inspect_decoded(image, data):
     _decode(image, data, reduced=False)
     if _png_keeps_original(image, data):
         return _png_info(image, data), None
+    if not reencode:  # the size as shown, without making the PNG
+        width, height = image.size
+        if _TRANSPOSE.get(_orientation(image)) in _TURNS:
+            width, height = height, width
+        return ImageInfo('png', height, width, 3, '', 0, True), None
     rgb = pillow_call(data, to_rgb, image)
     stored = encode_png(rgb)
     width, height = rgb.size

@@ -87,6 +87,20 @@ def resize(data, info, spec):
     return info, stored
 
 
+def stored_image(data, info, stored, spec):
+    """(ImageInfo, stored bytes or None for the input's own, whether resized) of a valid image,
+    from images.inspect_image(data, ..., reencode=False)'s (info, stored): its resize where it
+    is larger than `spec`, else what validation decided, the lossless PNG made now if one is
+    needed (not before: a resize replaces it, and a large image's PNG costs seconds)."""
+    found = resize(data, info, spec)
+    if found:
+        return (*found, True)
+    if info.reencoded and stored is None:
+        stored = images.reencode(data)
+        info = info._replace(sha256=images.sha256_hex(stored), num_bytes=len(stored))
+    return info, stored, False
+
+
 def resized_bytes(data, spec):
     """The bytes `resize` stores of `data` (an image larger than `spec`)."""
     image, fmt = _resized(data, spec)

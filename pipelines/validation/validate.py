@@ -165,16 +165,17 @@ class _ValidateWorkItem(beam.DoFn):
             reason = 'missing_file' if not storage.input_exists(entry.path) else 'read_error'
             return rejection(entry, reason, f'{type(e).__name__}: {e}')
         try:
-            info, stored = images.inspect_image(data, self._max_pixels)
-            original, resized = info, None
+            info, stored = images.inspect_image(data, self._max_pixels, not self._resize)
+            original, resized = info, False
             if self._resize:
-                resized = pillow_call(data, resize.resize, data, info, self._resize)
+                info, stored, resized = pillow_call(
+                    data, resize.stored_image, data, info, stored, self._resize
+                )
         except images.Rejected as e:
             return rejection(entry, e.reason, e.detail)
         source_sha256 = b''
         if resized:  # the record stores the resize instead
             self._resized.inc()
-            info, stored = resized
             source_sha256 = hashlib.sha256(data).digest()
         if info.reencoded:
             self._reencoded.inc()
