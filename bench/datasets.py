@@ -7,8 +7,11 @@ brightness change each, in `classes` folders, stored label-sorted (class 0's fil
 `camera_tree` makes camera-sized JPEGs (3000x2000 by default) with a camera's detail: tiles of
 the same photos at their native resolution (no enlargement, so edges and texture stay sharp),
 each at a random offset and flip, plus sensor-like noise, saved at quality 92 with 4:2:0 colour
-as cameras do: their DCT coefficients and file sizes (~0.5 byte per pixel) are a camera's, not
+as cameras do: their DCT coefficients and file sizes (~0.3 byte per pixel) are a camera's, not
 those of an enlarged, smooth photo.
+
+`region_tree` makes learnable photo classes: class = (photo, quadrant), each image a random crop
+around its quadrant's centre, flipped or not, brightness jittered, at 500x375.
 """
 
 import json
@@ -65,7 +68,8 @@ def _tree(root, count, classes, size, quality, processes, make, kind=None):
     jobs = []
     per_class = -(-count // classes)
     for index in range(count):
-        folder = os.path.join(root, f'class_{index // per_class:03d}')
+        label = index % classes if kind == 'region' else index // per_class
+        folder = os.path.join(root, f'class_{label:03d}')
         os.makedirs(folder, exist_ok=True)
         jobs.append((index, os.path.join(folder, f'{index:08d}.jpg'), size, quality))
     with multiprocessing.Pool(processes) as pool:
@@ -96,6 +100,35 @@ def _make_camera_image(job):
     pixels = np.clip(canvas + noise * float(rng.uniform(0.7, 1.3)), 0, 255).astype(np.uint8)
     Image.fromarray(pixels).save(path, format='JPEG', quality=quality, subsampling=2)
     return os.path.getsize(path)
+
+
+def _make_region_image(job):
+    index, path, size, quality = job
+    rng = np.random.default_rng(2_000_003 + index)
+    label = index % 8
+    photo = _photos()[label // 4]
+    quadrant = label % 4
+    centre_x = photo.width * (1 + 2 * (quadrant % 2)) / 4 + rng.uniform(-30, 30)
+    centre_y = photo.height * (1 + 2 * (quadrant // 2)) / 4 + rng.uniform(-20, 20)
+    crop_w = photo.width * rng.uniform(0.3, 0.45)
+    crop_h = crop_w * 3 / 4
+    box = (
+        centre_x - crop_w / 2,
+        centre_y - crop_h / 2,
+        centre_x + crop_w / 2,
+        centre_y + crop_h / 2,
+    )
+    image = photo.resize(size, Image.BILINEAR, box=box)
+    if rng.random() < 0.5:
+        image = image.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+    image = ImageEnhance.Brightness(image).enhance(rng.uniform(0.8, 1.2))
+    image.save(path, format='JPEG', quality=quality)
+    return os.path.getsize(path)
+
+
+def region_tree(root, count, size=(500, 375), quality=90, processes=None):
+    """Writes (or reuses) 8 learnable classes of photo crops; returns {'count', 'bytes'}."""
+    return _tree(root, count, 8, size, quality, processes, _make_region_image, 'region')
 
 
 def camera_tree(root, count, classes=10, size=(3000, 2000), quality=92, processes=None):
