@@ -7,10 +7,9 @@
            (what a user sees per epoch), and make_dataset on the build as it is
   camera   camera-sized JPEGs (bench/datasets.camera_tree) built both ways; then make_dataset
            on each (an epoch's worth of batches per round)
-  same     like for like on the resized build's stored bytes: make_dataset (and as before, with
-           a branch on the format per image); Keras on a tree of those very files (written once
-           from the records); DALI's CPU pipeline (bench/peer_dali.py) reading the shards
-           through the build's own index files
+  same     like for like on the resized build's stored bytes: make_dataset; Keras on a tree of
+           those very files (written once from the records); DALI's CPU pipeline
+           (bench/peer_dali.py) reading the shards through the build's own index files
 Images/s and CPU time per image (all threads of this process) per round; medians printed.
 
     python -m bench.resized_reads photos --count 20000 --rounds 3
@@ -115,12 +114,10 @@ def alternate(contenders, rounds, batches, warm=()):
     return medians
 
 
-def _make_dataset(out, **options):
+def _make_dataset(out):
     from trainer import input_pipeline  # pylint: disable=import-outside-toplevel
 
-    return lambda: input_pipeline.make_dataset(
-        out, 'train', BATCH, training=True, image_size=SIZE, **options
-    )
+    return lambda: input_pipeline.make_dataset(out, 'train', BATCH, training=True, image_size=SIZE)
 
 
 def _keras(tree):
@@ -206,8 +203,6 @@ def same(args):
     contenders = {
         'make_dataset, resized build': _make_dataset(resized),
         'keras image_dataset_from_directory, the same files': _keras(tree),
-        # As before the build counted its formats: a tf.cond on the format per image.
-        'make_dataset, branch on the format (before)': _make_dataset(resized, jpeg_only=False),
     }
     if peer_dali.available():
         contenders['dali cpu, resized build + its index files'] = _dali(resized)

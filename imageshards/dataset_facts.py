@@ -45,7 +45,7 @@ def make(facts, shards, rejections, duplicates, split_names):
     Args:
         facts: the BuildFacts.
         shards: WriteShards' entries: SHARD_KEYS, INDEX_KEY, `split`, the shard's
-            number `index`, `reencoded`, `resized` and `formats` (and LEVEL_KEYS with levels).
+            number `index` and `reencoded` (and LEVEL_KEYS with levels).
         rejections, duplicates: the lines of rejected.jsonl and duplicates.jsonl.
         split_names: the splits that received records, in order.
     Raises:
@@ -158,7 +158,6 @@ def _counts(facts, splits, shards, rejections, duplicates):
         'duplicates': len(duplicates),
         'skipped': sum(facts.skipped.values()),
         'reencoded': sum(shard['reencoded'] for shard in shards),
-        'formats': _summed_formats(shards),
         'rejected_by_reason': dict(
             sorted(collections.Counter(r['reason'] for r in rejections).items())
         ),
@@ -169,15 +168,6 @@ def _counts(facts, splits, shards, rejections, duplicates):
     if facts.resize:
         counts['resized'] = sum(shard['resized'] for shard in shards)
     return counts
-
-
-def _summed_formats(shards):
-    """{format: records} over the shards, formats in name order (the trainer decodes a build
-    of JPEGs alone without a branch per image: trainer/preprocess.py)."""
-    summed = collections.Counter()
-    for shard in shards:
-        summed.update(shard['formats'])
-    return dict(sorted(summed.items()))
 
 
 def accounting_gap(counts):
@@ -249,8 +239,6 @@ def count_problems(dataset):
     written = sum(info['num_records'] for info in dataset['splits'].values())
     if counts['written'] != written:
         found.append(f'counts.written is {counts["written"]}, but the splits hold {written}')
-    if 'formats' in counts and sum(counts['formats'].values()) != counts['written']:
-        found.append(f'counts.formats {counts["formats"]} do not add up to counts.written')
     for split, info in dataset['splits'].items():
         found += _split_problems(split, info, set(dataset['labels']))
         for level, names in (dataset.get('label_levels') or {}).items():

@@ -9,8 +9,7 @@ built with --no-analyze):
     resize                                 --resize-shorter-side's setting: {shorter_side,
                                            quality, filter, jpeg, png}; counts.resized
     counts                                 inputs == written + rejected + duplicates, skipped,
-                                           reencoded, formats ({jpeg: records, png: ...}),
-                                           rejected_by_reason, skipped_by_reason
+                                           reencoded, rejected_by_reason, skipped_by_reason
     splits                                 {split: num_records, num_shards, class_counts,
                                            [level_counts, level_missing,] shards: [{path,
                                            index_file, num_records, num_bytes, sha256,
@@ -177,12 +176,6 @@ class Build:
         """The label levels where some image has more than one value (a multi-label build's
         `multi_label_levels`); any other level holds at most one id per image."""
         return tuple(self.raw.get('multi_label_levels', ()))
-
-    @property
-    def formats(self):
-        """{format: records} of the stored images (`counts.formats`); None for a build made
-        before imageshards counted them."""
-        return self.counts.get('formats')
 
     @property
     def resize(self):

@@ -140,30 +140,6 @@ def test_evaluation_reads_every_record_once_in_a_fixed_order(color_builds):
     np.testing.assert_array_equal(first[0][0], again[0][0])
 
 
-def test_a_build_of_jpegs_alone_is_decoded_without_a_branch_and_the_same(tmp_path, color_builds):
-    """make_dataset leaves out the branch on the format where counts.formats holds JPEGs
-    alone: forcing it on a mixed build fails on its first PNG, and on a build of JPEGs it is
-    what make_dataset picks by itself, with the same images as the branch."""
-    mixed = color_builds['examples']
-    assert set(dataset_info.load(str(mixed)).formats) == {'jpeg', 'png'}
-    with pytest.raises(Exception, match='JPEG'):
-        _batches(mixed, epochs=1, jpeg_only=True)
-    jpegs = shutil.copytree(mixed, tmp_path / 'jpegs')
-    dataset = json.loads((jpegs / 'dataset.json').read_text())
-    dataset['counts']['formats'] = {'jpeg': dataset['counts']['written']}  # as if: no PNG read
-    (jpegs / 'dataset.json').write_text(json.dumps(dataset))
-    for training in (True, False):
-        picked = _batches(jpegs, epochs=1, training=training, skip_bad_images=True)
-        branch = _batches(jpegs, epochs=1, training=training, skip_bad_images=True, jpeg_only=False)
-        straight = _batches(
-            jpegs, epochs=1, training=training, skip_bad_images=True, jpeg_only=True
-        )
-        assert [b[2].tolist() for b in picked] == [b[2].tolist() for b in straight]
-        for (x, _, i), (x2, _, i2) in zip(picked, branch):
-            keep = np.isin(i, i2)
-            np.testing.assert_array_equal(x[keep], x2[np.isin(i2, i)])
-
-
 def test_paths_and_examples_builds_give_the_same_images(color_builds):
     for training, options in ((False, {}), (True, {'epochs': 1, 'augment': 'standard'})):
         examples = _batches(

@@ -181,29 +181,3 @@ def test_resize_gives_the_uint8_kernels_values_eagerly_and_inside_dataset_map(tf
         assert eager.dtype == np.uint8 and eager.shape == (64, 48, 3)
         np.testing.assert_array_equal(eager, before)
         np.testing.assert_array_equal(mapped.get_single_element().numpy(), before)
-
-
-@pytest.mark.parametrize('scaling', [False, True])
-def test_jpeg_only_crops_are_those_of_the_branch_eagerly_and_inside_dataset_map(tf, photo, scaling):
-    """A build of JPEGs alone leaves out the branch on the format: the same pixels."""
-    seeds = [tf.constant((9, i), tf.int64) for i in range(6)]
-
-    def crops(jpeg_only):
-        train = [
-            preprocess.for_training(photo, SIZE, s, dct_scaling=scaling, jpeg_only=jpeg_only)
-            for s in seeds
-        ]
-        return [*train, preprocess.for_eval(photo, SIZE, jpeg_only=jpeg_only)]
-
-    branch, straight = crops(False), crops(True)
-    mapped = tf.data.Dataset.from_tensor_slices(tf.stack(seeds)).map(
-        lambda s: preprocess.for_training(photo, SIZE, s, dct_scaling=scaling, jpeg_only=True)
-    )
-    for a, b in zip(branch, straight):
-        np.testing.assert_array_equal(a.numpy(), b.numpy())
-    for a, b in zip(branch, mapped):
-        np.testing.assert_array_equal(a.numpy(), b.numpy())
-    png = tf.io.encode_png(straight[0])
-    with pytest.raises(tf.errors.InvalidArgumentError):
-        preprocess.for_eval(png, SIZE, jpeg_only=True)
-    assert preprocess.for_eval(png, SIZE).shape == (*SIZE, 3)

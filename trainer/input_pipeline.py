@@ -8,18 +8,19 @@ Training, per epoch:
     -> batch -> vectorized tf.io.parse_example -> unbatch
     -> [paths builds: tf.io.read_file of image/path, in parallel, after the shuffle]
     -> parallel decode: a random-resized crop cut while decoding the JPEG (general path for
-       PNG, unless the build holds JPEGs alone), resized, augmented (trainer/augment.py); or
-       K random patches per image, reshuffled across many images
+       PNG), resized, augmented (trainer/augment.py); or K random patches per image,
+       reshuffled across many images
     -> batch (drop_remainder) -> [patches: vectorized augmentation] -> prefetch
 
 Everything random is a function of (seed, epoch, position), so an epoch's batches can be
 rebuilt exactly, also from the middle (`start_epoch`, `skip_batches`) after a preemption;
 with `deterministic=True` (the default) parallel steps keep that order.
 
-Evaluation reads the shards in order, crops centrally and keeps every record. With
-`decode_images=False` the same pipeline yields batches of (labels, ids) only, in exactly the
-order it would deliver images (no step that decides the order looks at pixels): `imageshards
-report` measures the shuffle that way.
+Evaluation reads the shards in order, crops centrally and keeps every record.
+
+With `decode_images=False` the same pipeline yields batches of (labels, ids) only, in exactly
+the order it would deliver images (no step that decides the order looks at pixels):
+`imageshards report` measures the shuffle that way.
 """
 
 import dataclasses
@@ -63,7 +64,6 @@ class InputOptions:
     area_range: tuple = IMAGENET_CROP_AREA  # random-resized crop area
     eval_crop: float = preprocess.EVAL_CROP_FRACTION  # evaluation's central crop, of each side
     dct_scaling: bool | None = None  # None: if the build's images allow (preprocess.py)
-    jpeg_only: bool | None = None  # no branch on the format; None: if counts.formats is JPEG
     # Start each shard at a record fixed by (seed, epoch, shard) and wrap around, so that the
     # epochs' orders differ even when every shard is read at once. It costs reading that part
     # of each shard twice (half a shard on average). None: only when a split has fewer than
@@ -104,11 +104,12 @@ def make_dataset(
 ):
     """Batches of (uint8 images, int64 labels) from a build's split.
 
-    With `label_levels`, labels are a dict {level: int64 ids} (-1 where missing) of those
-    levels instead of the primary label; a multi-label build's are multi-hot float32 vectors.
+    With `label_levels`, labels are a dict {level: int64 ids} (-1 where a value is missing)
+    of those label levels of the build instead of the primary label. A multi-label build's
+    labels (and multi-label levels) are multi-hot float32 vectors instead (trainer/labels.py).
 
     With `decode_images=False` (an option), batches are (labels, ids) in the same order, none
-    decoded (with `skip_bad_images`, only while every image decodes).
+    decoded: with `skip_bad_images` the order matches only while every image decodes.
 
     Args:
         data_dir: the build's output directory (local, gs://, or /gcs/...).
@@ -134,7 +135,6 @@ def make_dataset(
         batch_size = input_context.get_per_replica_batch_size(batch_size)
     image_size = tuple(image_size)
     parse = _parser(info, opts.parse_batch, levels, with_source=opts.decode_images)
-    opts = dataclasses.replace(opts, jpeg_only=preprocess.only_jpegs(opts.jpeg_only, info.formats))
     if not training:
         batches = _evaluation(files, sum(counts), batch_size, image_size, parse, opts, skipped)
         return _finish(batches, opts)
@@ -160,10 +160,12 @@ def _shard_list(files, counts, opts):
 def _evaluation(files, num_records, batch_size, image_size, parse, opts, skipped):
     """One ordered pass over `files`: central crops, every record."""
     records = _read(tf.data.Dataset.from_tensor_slices(files), opts, deterministic=True)
-    central = lambda image, _: preprocess.for_eval(
-        image, image_size, opts.eval_crop, opts.jpeg_only
+    images = _decode(
+        parse(records),
+        lambda encoded, _: preprocess.for_eval(encoded, image_size, opts.eval_crop),
+        opts,
+        skipped,
     )
-    images = _decode(parse(records), central, opts, skipped)
     batches = images.batch(batch_size)
     if not opts.skip_bad_images:  # a known length lets Keras see the end of a pass
         batches = batches.apply(
@@ -255,9 +257,8 @@ def _training_epoch(files, epoch, batch_size, seed, image_size, config, parse, o
         images = _patches(parsed, opts, crop_seed, skipped, epoch, seed)
         batches = images.batch(batch_size, drop_remainder=True).skip(resumed)
     else:
-        decode = {'dct_scaling': opts.dct_scaling, 'jpeg_only': opts.jpeg_only}
         crop = lambda encoded, position: preprocess.for_training(
-            encoded, image_size, crop_seed(position), opts.area_range, config, **decode
+            encoded, image_size, crop_seed(position), opts.area_range, config, opts.dct_scaling
         )
         batches = _decode(parsed, crop, opts, skipped).batch(batch_size, drop_remainder=True)
     if opts.batches_per_epoch:

@@ -24,17 +24,13 @@ EVAL_CROP_FRACTION = CENTRAL_CROP  # the central crop of the Inception/ResNet ev
 DCT_RATIOS = (1, 2, 4, 8)  # the scales libjpeg decodes at in the DCT domain: 1/1 ... 1/8
 
 
-def decode_window(encoded, choose_window, dct_method=DCT_METHOD, output_size=None, jpeg_only=False):
+def decode_window(encoded, choose_window, dct_method=DCT_METHOD, output_size=None):
     """The pixels of the window [top, left, height, width] that `choose_window(shape)` picks.
 
     JPEGs are measured from their header and only the window is decoded; other formats are
     decoded whole, once, then cropped. With `output_size` (training crops), a JPEG window at
     least twice (4, 8 times) that size is decoded at 1/2 (1/4, 1/8) scale in the DCT domain
     (`dct_ratio`): fewer pixels to transform and resize, never fewer than `output_size`.
-
-    `jpeg_only` (a build that stores JPEGs alone: `counts.formats`) leaves out the branch on
-    the format: inside tf.data's map a `tf.cond` costs a function call per image, ~95 us of CPU
-    against ~440 for the whole crop of a 341x256 JPEG (bench/RESULTS.md). A PNG then fails.
     """
 
     def jpeg():
@@ -48,8 +44,6 @@ def decode_window(encoded, choose_window, dct_method=DCT_METHOD, output_size=Non
         window = choose_window(tf.shape(image)[:2])
         return tf.image.crop_to_bounding_box(image, window[0], window[1], window[2], window[3])
 
-    if jpeg_only:
-        return jpeg()
     return tf.cond(tf.io.is_jpeg(encoded), jpeg, general)
 
 
@@ -126,12 +120,9 @@ def central_window(shape, fraction=EVAL_CROP_FRACTION):
     return tf.stack([(height - crop_h) // 2, (width - crop_w) // 2, crop_h, crop_w])
 
 
-def for_eval(encoded, image_size, crop_fraction=EVAL_CROP_FRACTION, jpeg_only=False):
-    """Evaluation and serving: a central crop resized to image_size (deterministic);
-    `jpeg_only` as in decode_window (serving takes any image: never there)."""
-    window = decode_window(
-        encoded, lambda shape: central_window(shape, crop_fraction), jpeg_only=jpeg_only
-    )
+def for_eval(encoded, image_size, crop_fraction=EVAL_CROP_FRACTION):
+    """Evaluation and serving: a central crop resized to image_size (deterministic)."""
+    window = decode_window(encoded, lambda shape: central_window(shape, crop_fraction))
     return resize(window, image_size)
 
 
@@ -165,27 +156,13 @@ def dct_scaling_applies(setting, largest_sides, image_size):
     return all(side >= 2 * size for side, size in zip(largest_sides, image_size))
 
 
-def only_jpegs(setting, formats):
-    """Whether decoding leaves out the branch on the format (decode_window's `jpeg_only`):
-    `setting` if given, else whether a build's `counts.formats` (None: not counted, a build
-    before imageshards counted them) holds JPEGs alone."""
-    return setting if setting is not None else set(formats or ()) == {'jpeg'}
-
-
 def for_training(
-    encoded,
-    image_size,
-    seed,
-    area_range=IMAGENET_CROP_AREA,
-    augment=None,
-    dct_scaling=True,
-    jpeg_only=False,
+    encoded, image_size, seed, area_range=IMAGENET_CROP_AREA, augment=None, dct_scaling=True
 ):
     """Training: a random-resized crop, decoded from the JPEG's crop window only (with
     `dct_scaling`, at the smallest DCT scale that covers `image_size`), then augmented by
     `augment` (a trainer/augment.py AugmentConfig), if any: its scale narrows the window
-    before the one resize, the rest follows it (`augment_image`). `jpeg_only`: as in
-    decode_window."""
+    before the one resize, the rest follows it (`augment_image`)."""
     augment = augment or augment_lib.AugmentConfig()
     # Streams of their own (salts 1, 2): the crop's seed would draw the crop's numbers again.
     fold = tf.random.experimental.stateless_fold_in
@@ -197,7 +174,7 @@ def for_training(
         return augment_lib.scale_window(window, augment.scale_range, fold(seed, 2))
 
     output_size = image_size if dct_scaling else None
-    pixels = decode_window(encoded, choose, TRAINING_DCT_METHOD, output_size, jpeg_only)
+    pixels = decode_window(encoded, choose, TRAINING_DCT_METHOD, output_size)
     image = resize(pixels, image_size)
     if not dataclasses.replace(augment, scale_range=(1.0, 1.0)).active:
         return image

@@ -2,7 +2,6 @@
 against their texts and dataset.json, ids seen once, and (in batches, with TensorFlow) each
 image's sha256 and decoded size."""
 
-import collections
 import concurrent.futures
 import hashlib
 import typing
@@ -39,7 +38,6 @@ class RecordChecker:
         # One bit per input: ids are positions in the listing, below counts.inputs.
         self._num_ids = max(dataset['counts']['inputs'], 0)
         self._seen = bytearray((self._num_ids + 7) // 8)
-        self.formats = collections.Counter()  # image/format -> records read
 
     def check(self, where, offset, record):
         """Returns (label name or None, ImageJob or None, {level: name, '' if missing}) for one
@@ -52,8 +50,6 @@ class RecordChecker:
         values = self._scalars(where, offset, records.example_values(example))
         if features.ID in values:
             self._check_id(where, offset, values[features.ID])
-        if features.FORMAT in values:
-            self.formats[values[features.FORMAT].decode('utf-8', 'replace')] += 1
         if self._resize:
             self._check_resized(where, offset, values)
         needed = (features.HEIGHT, features.WIDTH, features.SHA256, self._payload_key)

@@ -134,7 +134,6 @@ class _WriteShard(beam.DoFn):
             },
             'reencoded': sum(meta.reencoded for meta in metas),
             'resized': sum(meta.resized for meta in metas),
-            'formats': dict(sorted(collections.Counter(meta.format for meta in metas).items())),
         }
         if self._encoder.multi_label:
             entry['unlabeled'] = sum(not meta.label for meta in metas)
