@@ -138,3 +138,21 @@ def test_pack_round_trips_multi_label_images():
     assert blocks.unpack(blocks.pack(metas)) == metas
     many = _meta(4, label=tuple(range(3000)), levels=(tuple(range(300)),) * 3)
     assert blocks.unpack(blocks.pack([many])) == [many]
+
+
+def test_a_payload_file_keeps_resizes_of_any_size_and_writes_as_it_goes(tmp_path, monkeypatch):
+    """A resize is kept whatever its size; what a work item holds in memory stays bounded."""
+    monkeypatch.setattr(spill, 'BUFFER_BYTES', 100_000)
+    store = spill.SpillingStore(str(tmp_path / 'blocks'))
+    payloads = store.payloads()
+    large = [bytes([i]) * (spill.PAYLOAD_MAX_BYTES + 30_000) for i in range(6)]
+    metas = []
+    for i, data in enumerate(large):
+        assert payloads.add(data) is None  # too large to keep, unless asked
+        payload, offset = payloads.add(data, always=True)
+        metas.append(_meta(i, num_bytes=len(data), payload=payload, payload_offset=offset))
+        if i == 3:  # 4 x 46 KB passed 100 KB: the first ones are on disk already
+            path = tmp_path / 'blocks' / spill.payload_name(payload)
+            assert 0 < path.stat().st_size < sum(map(len, large[:4]))
+    payloads.close()
+    assert list(store.read_payloads(metas[::-1], None)) == large[::-1]
