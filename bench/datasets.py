@@ -10,8 +10,9 @@ each at a random offset and flip, plus sensor-like noise, saved at quality 92 wi
 as cameras do: their DCT coefficients and file sizes (~0.3 byte per pixel) are a camera's, not
 those of an enlarged, smooth photo.
 
-`region_tree` makes learnable photo classes: class = (photo, quadrant), each image a random crop
-around its quadrant's centre, flipped or not, brightness jittered, at 500x375.
+`region_tree` makes learnable photo classes that a small model does not get all right: class =
+(photo, cell of a 4x4 grid), each image a random crop around its cell's centre (wider than the
+cell, so neighbouring classes overlap), flipped or not, brightness jittered, at 500x375.
 """
 
 import json
@@ -105,19 +106,16 @@ def _make_camera_image(job):
 def _make_region_image(job):
     index, path, size, quality = job
     rng = np.random.default_rng(2_000_003 + index)
-    label = index % 8
-    photo = _photos()[label // 4]
-    quadrant = label % 4
-    centre_x = photo.width * (1 + 2 * (quadrant % 2)) / 4 + rng.uniform(-30, 30)
-    centre_y = photo.height * (1 + 2 * (quadrant // 2)) / 4 + rng.uniform(-20, 20)
-    crop_w = photo.width * rng.uniform(0.3, 0.45)
+    label = index % REGION_CLASSES
+    photo = _photos()[label // 16]
+    cell = label % 16
+    centre_x = photo.width * (1 + 2 * (cell % 4)) / 8 + rng.uniform(-30, 30)
+    centre_y = photo.height * (1 + 2 * (cell // 4)) / 8 + rng.uniform(-20, 20)
+    crop_w = photo.width * rng.uniform(0.25, 0.4)
     crop_h = crop_w * 3 / 4
-    box = (
-        centre_x - crop_w / 2,
-        centre_y - crop_h / 2,
-        centre_x + crop_w / 2,
-        centre_y + crop_h / 2,
-    )
+    left = min(max(centre_x - crop_w / 2, 0), photo.width - crop_w)
+    top = min(max(centre_y - crop_h / 2, 0), photo.height - crop_h)
+    box = (left, top, left + crop_w, top + crop_h)
     image = photo.resize(size, Image.BILINEAR, box=box)
     if rng.random() < 0.5:
         image = image.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
@@ -126,9 +124,14 @@ def _make_region_image(job):
     return os.path.getsize(path)
 
 
+REGION_CLASSES = 32
+
+
 def region_tree(root, count, size=(500, 375), quality=90, processes=None):
-    """Writes (or reuses) 8 learnable classes of photo crops; returns {'count', 'bytes'}."""
-    return _tree(root, count, 8, size, quality, processes, _make_region_image, 'region')
+    """Writes (or reuses) 32 learnable classes of photo crops; returns {'count', 'bytes'}."""
+    return _tree(
+        root, count, REGION_CLASSES, size, quality, processes, _make_region_image, 'region'
+    )
 
 
 def camera_tree(root, count, classes=10, size=(3000, 2000), quality=92, processes=None):

@@ -4,11 +4,12 @@ is a function of the seed and its key, not of its bytes): test accuracy of each.
 
   digits   scikit-learn's 1,797 real digits (`imageshards sample-data --size 128`), trained at
            32x32; resized build: --resize-shorter-side 37 (32 * 256 / 224, the ImageNet ratio)
-  photos   8 learnable classes of 500x375 photo crops (bench/datasets.region_tree: photo x
-           quadrant), trained at 96x96; resized build: --resize-shorter-side 110
+  photos   32 classes of 500x375 photo crops (bench/datasets.region_tree: photo x cell of a
+           4x4 grid, neighbours overlapping), trained at 64x64; resized build:
+           --resize-shorter-side 73 (64 * 256 / 224)
 
     python -m bench.resize_accuracy digits --seeds 0 1 2
-    python -m bench.resize_accuracy photos --count 3000 --seeds 0 1
+    python -m bench.resize_accuracy photos --count 4000 --epochs 6 --seeds 0 1
 """
 
 import argparse
@@ -55,7 +56,7 @@ def _trees(args):
         return tree, 32, 37
     tree = os.path.join(args.work_dir, f'regions-{args.count}-500x375')
     datasets.region_tree(tree, args.count)
-    return tree, 96, 110
+    return tree, 64, 73
 
 
 def main(argv=None):
