@@ -44,6 +44,10 @@ EXTRAS = {
     # NVIDIA DALI (its CPU pipeline runs without a GPU), a reader bench/peer_reads.py measures
     # make_dataset against on the same shards. About 1 GB installed, so in no other extra.
     'dali': ['nvidia-dali-cuda120>=1.40'],
+    # The PyTorch `tfrecord` package: its readers take a build's index files (random access,
+    # a part of each shard per DataLoader worker, shuffling). Its torch.utils.data datasets
+    # need torch, which a PyTorch user has; its loaders (and the tests) do not.
+    'pytorch': ['tfrecord>=1.14'],
     'test': [
         *BENCH,  # tests/test_peer_builds.py runs the peers' builds that the benchmarks compare
         'pytest>=8',

@@ -4,7 +4,8 @@
 (preprocess.random_window, cut while decoding, resized to --size), one variant at a time on
 one thread in one process, over the same records held in memory, rounds alternated; CPU time
 holds on a loaded machine where images/s do not. Variants: today's settings (integer fast
-IDCT, fancy upsampling, bilinear), `fancy_upscaling=False`, the accurate IDCT, area and
+IDCT, fancy upsampling, bilinear on float32 pixels), the resize on the uint8 pixels as before,
+`fancy_upscaling=False`, the accurate IDCT, area and
 nearest resizing, the DCT-scaled decode (preprocess.decode_scaled_window), and the decode
 alone (no resize).
 
@@ -56,6 +57,8 @@ def _crop(size, fancy=True, method='bilinear', dct_method=FAST, scaled=False, re
             return tf.zeros([*size, 3], tf.uint8) + tf.cast(pixels[0, 0, 0] > 0, tf.uint8)
         if method == 'bilinear':
             return preprocess.resize(pixels, size)
+        if method == 'bilinear, uint8 input':  # the resize before: the kernel reads uint8
+            return tf.cast(tf.image.resize(pixels, size) + 0.5, tf.uint8)
         return tf.cast(tf.image.resize(pixels, size, method=method), tf.uint8)
 
     return crop
@@ -83,7 +86,8 @@ def time_variants(args):
     size = (args.size, args.size)
     encoded = _records(args.shards, args.count)
     variants = {
-        "today's (fast IDCT, fancy upsampling, bilinear)": _crop(size),
+        "today's (fast IDCT, fancy upsampling, bilinear on float32)": _crop(size),
+        'bilinear on the uint8 pixels (before)': _crop(size, method='bilinear, uint8 input'),
         'fancy_upscaling=False': _crop(size, fancy=False),
         'accurate IDCT': _crop(size, dct_method=preprocess.DCT_METHOD),
         'area resize': _crop(size, method='area'),

@@ -1,8 +1,9 @@
 """NVIDIA DALI's CPU pipeline reading an imageshards build, for bench/peer_reads.py.
 
 What a DALI user writes for the same work as make_dataset(training=True): `fn.readers.tfrecord`
-over the build's shards with an index file per shard (made here by DALI's own `tfrecord2idx`;
-the writer does not write them yet), shuffled in its reader's buffer,
+over the build's shards with the index file the build writes beside each (`index_files` makes
+them with DALI's own `tfrecord2idx` for a build made before it did), shuffled in its reader's
+buffer,
 `fn.decoders.image_random_crop` (the Inception crop's area and aspect ranges, cut while
 decoding, libjpeg-turbo on the CPU), `fn.resize` to 224x224 (bilinear without antialiasing, as
 make_dataset; DALI's default antialiasing costs more), `device_id=None` (no GPU), one thread

@@ -9,8 +9,8 @@ Contenders, each delivering batches of 64 images of 224x224 with their labels, o
   tfds           TFDS as_dataset(shuffle_files=True) of its own build, resized in parallel
   tfds on ours   the same reader on the imageshards build, through builder_from_directory (when
                  the build carries TFDS metadata)
-  dali cpu       NVIDIA DALI's CPU pipeline on the imageshards build, through index files made
-                 by DALI's tfrecord2idx (bench/peer_dali.py; with the `dali` extra installed)
+  dali cpu       NVIDIA DALI's CPU pipeline on the imageshards build, through its index files
+                 (bench/peer_dali.py; with the `dali` extra installed)
 Rounds alternate the contenders; the median of the rounds counts. `--only` picks contenders
 (names containing any of its comma-separated words).
 """
@@ -72,11 +72,18 @@ def _tfds(directory, image_key='image', label_key='label'):
 
 
 def _dali(ours, work_dir):
-    """DALI's batches of the build's train split, its index files made first (once)."""
+    """DALI's batches of the build's train split, through the build's own index files (a build
+    made before imageshards wrote them gets them from DALI's tfrecord2idx first, once)."""
     from trainer import dataset_info  # pylint: disable=import-outside-toplevel
 
-    shards = dataset_info.load(ours).shard_paths('train')
-    indexes = peer_dali.index_files(shards, os.path.join(work_dir, os.path.basename(ours) + '-idx'))
+    info = dataset_info.load(ours)
+    shards = info.shard_paths('train')
+    entries = info.split('train')['shards']
+    if all('index_file' in entry for entry in entries):
+        indexes = [os.path.join(ours, entry['index_file']) for entry in entries]
+    else:
+        folder = os.path.join(work_dir, os.path.basename(ours) + '-idx')
+        indexes = peer_dali.index_files(shards, folder)
     return peer_dali.batches(shards, indexes, BATCH, SIZE)
 
 
@@ -105,7 +112,7 @@ def contenders(data, ours, theirs, work_dir):
         'tfds as_dataset + resize': lambda: _tfds(theirs),
     }
     if peer_dali.available():
-        found['dali cpu, imageshards build + tfrecord2idx'] = lambda: _dali(ours, work_dir)
+        found['dali cpu, imageshards build + its index files'] = lambda: _dali(ours, work_dir)
     if os.path.exists(os.path.join(ours, 'dataset_info.json')):
         found['tfds as_dataset + resize, imageshards build'] = lambda: _tfds(
             ours, 'image/encoded', 'image/class/label'

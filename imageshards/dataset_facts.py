@@ -10,6 +10,7 @@ import datetime
 import imageshards
 from imageshards import features
 from imageshards import stratification
+from imageshards.dataset_json import INDEX_KEY
 from imageshards.dataset_json import LEVEL_KEYS
 from imageshards.dataset_json import REQUIRED_KEYS
 from imageshards.dataset_json import SHARD_KEYS
@@ -35,6 +36,7 @@ class BuildFacts:
     multi_label_levels: tuple = ()  # the levels where some image has several values
     fractions: tuple = ()  # (split, fraction) the build asked for (--splits)
     manifest_splits: dict = dataclasses.field(default_factory=dict)  # split -> images placed
+    resize: dict = None  # --resize-shorter-side's setting (resize.ResizeSpec.describe)
 
 
 def make(facts, shards, rejections, duplicates, split_names):
@@ -42,8 +44,8 @@ def make(facts, shards, rejections, duplicates, split_names):
 
     Args:
         facts: the BuildFacts.
-        shards: WriteShards' entries, with `split`, `index` and `reencoded` besides SHARD_KEYS
-            (and LEVEL_KEYS with levels).
+        shards: WriteShards' entries: SHARD_KEYS, INDEX_KEY, `split`, the shard's
+            number `index` and `reencoded` (and LEVEL_KEYS with levels).
         rejections, duplicates: the lines of rejected.jsonl and duplicates.jsonl.
         split_names: the splits that received records, in order.
     Raises:
@@ -53,9 +55,7 @@ def make(facts, shards, rejections, duplicates, split_names):
     for shard in shards:
         by_split[shard['split']].append(shard)
     levels = facts.label_levels or {}
-    shard_keys = (
-        SHARD_KEYS + (LEVEL_KEYS if levels else ()) + (MULTI_KEYS if facts.multi_label else ())
-    )
+    shard_keys = _shard_keys(levels, facts.multi_label)
     splits = {}
     for split in split_names:
         entries = sorted(by_split[split], key=lambda shard: shard['index'])
@@ -77,28 +77,43 @@ def make(facts, shards, rejections, duplicates, split_names):
     gap = accounting_gap(counts)
     if gap:
         raise AccountingError(f'{gap}; refusing to mark the build complete')
+    return {
+        **_summary(facts, splits, counts),
+        'counts': counts,
+        'splits': splits,
+        'features': features.record_schema(
+            facts.format, levels, facts.multi_label, bool(facts.resize)
+        ),
+        'imageshards_version': imageshards.__version__,
+        'created': datetime.datetime.now(datetime.UTC).isoformat(timespec='seconds'),
+    }
+
+
+def _summary(facts, splits, counts):
+    """dataset.json's keys before `counts`: the build's settings."""
     summary = {
         'format': facts.format,
         'seed': facts.seed,
         'input': facts.input,
         'labels': facts.labels,
     }
-    if levels:  # only then: a build without levels writes the dataset.json it always did
-        summary['label_levels'] = levels
+    if facts.label_levels:  # only then: a build without levels writes the dataset.json it did
+        summary['label_levels'] = facts.label_levels
         summary['allow_missing_levels'] = facts.allow_missing_levels
     if facts.multi_label:  # likewise: only a multi-label build has these
         summary.update(_multi_label_summary(facts, splits, counts))
-    return {
-        **summary,
-        'counts': counts,
-        'splits': splits,
-        'features': features.record_schema(facts.format, levels, facts.multi_label),
-        'imageshards_version': imageshards.__version__,
-        'created': datetime.datetime.now(datetime.UTC).isoformat(timespec='seconds'),
-    }
+    if facts.resize:  # and only a resizing build has this
+        summary['resize'] = facts.resize
+    return summary
 
 
 MULTI_KEYS = ('unlabeled',)  # of every shard of a multi-label build: records with no label
+
+
+def _shard_keys(levels, multi_label):
+    """The keys of a shard's entry in dataset.json, in order."""
+    keys = (SHARD_KEYS[0], INDEX_KEY, *SHARD_KEYS[1:])
+    return keys + (LEVEL_KEYS if levels else ()) + (MULTI_KEYS if multi_label else ())
 
 
 def _split_spread(entry):
@@ -150,6 +165,8 @@ def _counts(facts, splits, shards, rejections, duplicates):
     }
     if facts.multi_label:
         counts['unlabeled'] = sum(split['unlabeled'] for split in splits.values())
+    if facts.resize:
+        counts['resized'] = sum(shard['resized'] for shard in shards)
     return counts
 
 
@@ -206,7 +223,9 @@ def structure_problems(dataset):
         for key in LEVEL_KEYS
         if levels and any(key not in entry for entry in objects[name])
     ]
-    schema = features.record_schema(dataset['format'], levels, bool(dataset.get('multi_label')))
+    schema = features.record_schema(
+        dataset['format'], levels, bool(dataset.get('multi_label')), bool(dataset.get('resize'))
+    )
     if dataset.get('features', schema) != schema:
         found.append(f'features {dataset["features"]} are not the {dataset["format"]} schema')
     return found

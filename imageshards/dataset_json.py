@@ -6,11 +6,15 @@ built with --no-analyze):
     label_levels, allow_missing_levels     {level: names}; ids are positions
     multi_label, multi_label_levels        a multi-label build: records hold id lists; the
                                            levels where some image has several values
+    resize                                 --resize-shorter-side's setting: {shorter_side,
+                                           quality, filter, jpeg, png}; counts.resized
     counts                                 inputs == written + rejected + duplicates, skipped,
                                            reencoded, rejected_by_reason, skipped_by_reason
     splits                                 {split: num_records, num_shards, class_counts,
                                            [level_counts, level_missing,] shards: [{path,
-                                           num_records, num_bytes, sha256, class_counts, ...}]}
+                                           index_file, num_records, num_bytes, sha256,
+                                           class_counts, ...}]}; `index_file` is the shard's index
+                                           file (builds before it have none)
     features                               the records' schema (imageshards/features.py)
     analysis                               the analysis split's statistics
     imageshards_version, created
@@ -40,6 +44,9 @@ REQUIRED_KEYS = (
     ('shard', ('path', 'num_records', 'num_bytes', 'sha256', 'class_counts')),
 )
 SHARD_KEYS = REQUIRED_KEYS[3][1]
+# Of every shard since imageshards wrote index files: its index file, relative to the build
+# (DALI's tfrecord2idx format, imageshards/tfrecord.py).
+INDEX_KEY = 'index_file'
 LEVEL_KEYS = ('level_counts', 'level_missing')  # of every split and shard, with label levels
 
 
@@ -169,6 +176,11 @@ class Build:
         """The label levels where some image has more than one value (a multi-label build's
         `multi_label_levels`); any other level holds at most one id per image."""
         return tuple(self.raw.get('multi_label_levels', ()))
+
+    @property
+    def resize(self):
+        """--resize-shorter-side's setting ({shorter_side, quality, ...}), or None."""
+        return self.raw.get('resize')
 
     def check_levels(self, levels):
         """Raises ValueError unless the build has every label level of `levels`."""

@@ -6,6 +6,13 @@ with label levels (`label/<level>` manifest columns, or `--label-levels` for a t
 `image/label/<level>` (int64 id, -1 where missing) and `image/label/<level>/text` (the name, or
 empty) per level; a build without levels has exactly the keys above.
 
+A build with --resize-shorter-side stores the image at its reduced size (`image/height` and
+`image/width` are those of the stored image, `image/key/sha256` the digest of its bytes) and
+adds the original's: `image/original_height` and `image/original_width` (as a viewer shows it,
+EXIF orientation applied) and `image/original_sha256` (hex sha256 of the input file's bytes,
+what --dedup compares), on every record, also one stored as it was; a build without it has
+none of these keys.
+
 A multi-label build (several labels per image: a `labels` manifest column) stores each label and
 level feature as a list, as TF Model Garden's multi-label decoder (`VarLenFeature(tf.int64)` on
 `image/class/label`) and TFDS's `Sequence(ClassLabel)` read them: the image's label ids, sorted,
@@ -35,6 +42,10 @@ FILENAME = 'image/filename'
 SHA256 = 'image/key/sha256'
 ID = 'image/id'
 PATH = 'image/path'
+ORIGINAL_HEIGHT = 'image/original_height'
+ORIGINAL_WIDTH = 'image/original_width'
+ORIGINAL_SHA256 = 'image/original_sha256'
+ORIGINAL_KEYS = {ORIGINAL_HEIGHT: 'int64', ORIGINAL_WIDTH: 'int64', ORIGINAL_SHA256: 'bytes'}
 LEVEL_PREFIX = 'image/label/'
 MISSING_LEVEL = -1  # the id of a missing level value (--allow-missing-levels)
 # A label level names features (image/label/<level>), dataset.json keys and the trainer's heads.
@@ -89,7 +100,7 @@ def parse_label_levels(text):
     return levels
 
 
-def record_schema(fmt, levels=(), multi_label=False):
+def record_schema(fmt, levels=(), multi_label=False, original=False):
     """Returns {key: 'bytes' | 'int64' | 'bytes_list' | 'int64_list'} for the records of an
     `examples` or `paths` build.
 
@@ -97,9 +108,11 @@ def record_schema(fmt, levels=(), multi_label=False):
         fmt: `examples` or `paths`.
         levels: the build's label level names, in order (a dict's keys will do).
         multi_label: a multi-label build: labels and levels are lists.
+        original: records also keep their original's size and digest (ORIGINAL_KEYS: a build
+            with --resize-shorter-side).
     """
     if fmt == EXAMPLES:
-        schema = {ENCODED: 'bytes', **_COMMON}
+        schema = {ENCODED: 'bytes', **_COMMON, **(ORIGINAL_KEYS if original else {})}
     elif fmt == PATHS:
         schema = {PATH: 'bytes', **_COMMON}
     else:
@@ -125,7 +138,7 @@ def label_keys(levels=()):
     )
 
 
-def feature_spec(fmt, levels=(), multi_label=False):
+def feature_spec(fmt, levels=(), multi_label=False, original=False):
     """The `tf.io.parse_example` spec for the records of a build in format `fmt`: a list kind
     is a `VarLenFeature` (a SparseTensor per batch)."""
     import tensorflow as tf
@@ -135,11 +148,11 @@ def feature_spec(fmt, levels=(), multi_label=False):
         key: tf.io.VarLenFeature(dtypes[kind[: -len(LIST)]])
         if kind.endswith(LIST)
         else tf.io.FixedLenFeature([], dtypes[kind])
-        for key, kind in record_schema(fmt, levels, multi_label).items()
+        for key, kind in record_schema(fmt, levels, multi_label, original).items()
     }
 
 
-def encode_example(fmt, values, levels=(), multi_label=False):
+def encode_example(fmt, values, levels=(), multi_label=False, original=False):
     """Serializes one record; byte-identical for identical values, whatever the process.
 
     The bytes are those of the protobuf runtime's deterministic serialization of a
@@ -149,14 +162,15 @@ def encode_example(fmt, values, levels=(), multi_label=False):
 
     Args:
         fmt: `examples` or `paths`.
-        values: {key: value} with every key of `record_schema(fmt, levels, multi_label)`; bytes
-            features take `bytes` or `str` (UTF-8), int64 features take `int`, list kinds a
-            tuple of those.
+        values: {key: value} with every key of `record_schema(fmt, levels, multi_label,
+            original)`; bytes features take `bytes` or `str` (UTF-8), int64 features take
+            `int`, list kinds a tuple of those.
         levels: the build's label level names.
         multi_label: a multi-label build's records.
+        original: records with the original's size and digest (ORIGINAL_KEYS).
     """
-    ordered = _sorted_schema(fmt, tuple(levels), multi_label)
-    if values.keys() != _schema_keys(fmt, tuple(levels), multi_label):
+    ordered = _sorted_schema(fmt, tuple(levels), multi_label, original)
+    if values.keys() != _schema_keys(fmt, tuple(levels), multi_label, original):
         raise ValueError(
             f'record keys {sorted(values)} do not match the {fmt} schema '
             f'{sorted(key for key, _, _ in ordered)}'
@@ -209,17 +223,17 @@ _MAX_ENTRIES = 100_000
 
 
 @functools.cache
-def _schema_keys(fmt, levels, multi_label):
-    return frozenset(record_schema(fmt, levels, multi_label))
+def _schema_keys(fmt, levels, multi_label, original):
+    return frozenset(record_schema(fmt, levels, multi_label, original))
 
 
 @functools.cache
-def _sorted_schema(fmt, levels, multi_label):
+def _sorted_schema(fmt, levels, multi_label, original):
     """[(key, kind, whether its values repeat)] in the order the protobuf runtime's
     deterministic serialization writes map entries: by key bytes, a key after the longer keys it
     is a prefix of (upb's order)."""
     pairs = sorted(
-        record_schema(fmt, levels, multi_label).items(),
+        record_schema(fmt, levels, multi_label, original).items(),
         key=functools.cmp_to_key(lambda a, b: _upb_key_order(a[0], b[0])),
     )
     for key, _ in pairs:

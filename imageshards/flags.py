@@ -120,8 +120,8 @@ def words(parse):
     return convert
 
 
-def integer(minimum=None):
-    """An argparse type for a whole number of at least `minimum`."""
+def integer(minimum=None, maximum=None):
+    """An argparse type for a whole number of at least `minimum` (at most `maximum`)."""
 
     def convert(text):
         try:
@@ -130,6 +130,8 @@ def integer(minimum=None):
             raise argparse.ArgumentTypeError(f'expected a whole number, got {text!r}') from None
         if minimum is not None and value < minimum:
             raise argparse.ArgumentTypeError(f'must be {minimum} or more, got {value}')
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f'must be {maximum} or less, got {value}')
         return value
 
     return convert

@@ -2,6 +2,8 @@
 
 Layout of a build (the contract the trainer and the tools read; paths relative to OUT):
     <split>/<split>-SSSSS-of-NNNNN.tfrecord   shards (`shard_path`)
+    <split>/<split>-SSSSS-of-NNNNN.tfrecord.idx   each shard's index: a line `offset length` per
+                        record, as DALI's tfrecord2idx writes it (`index_path`)
     rejected.jsonl      one object per rejected input: id, path, reason, detail
     duplicates.jsonl    with --dedup: each dropped input and the one kept instead
     dataset.json        labels, counts, splits and their shards (imageshards/dataset_json.py)
@@ -58,6 +60,7 @@ SPLIT_NAME = re.compile(r'^[A-Za-z0-9][A-Za-z0-9_.-]*$')
 _SHARD_NAME = re.compile(r'^([^/]+)/\1-\d{5}-of-\d{5}\.tfrecord$')  # split/split-SSSSS-of-NNNNN
 # The same names in TFDS's template language (tfds.core.ShardedFileTemplate).
 TFDS_SHARD_TEMPLATE = '{SPLIT}/{SPLIT}-{SHARD_X_OF_Y}.tfrecord'
+INDEX_SUFFIX = '.idx'
 _REPORT_FILE = re.compile(r'^(order\.csv|metrics\.json|report\.md|[a-z]+_[A-Za-z0-9_.-]+\.png)$')
 
 
@@ -75,8 +78,19 @@ def is_shard_path(relative):
     return bool(_SHARD_NAME.match(relative))
 
 
+def index_path(shard_relative):
+    """The index file beside a shard (its path relative to the output directory)."""
+    return shard_relative + INDEX_SUFFIX
+
+
+def is_index_path(relative):
+    """Whether a path relative to the output directory is named like a shard's index file."""
+    return relative.endswith(INDEX_SUFFIX) and is_shard_path(relative[: -len(INDEX_SUFFIX)])
+
+
 def staged_shard(relative):
-    """Where a finished shard waits for Finalize, relative to the output directory."""
+    """Where a finished shard (or its index file) waits for Finalize, relative to the output
+    directory."""
     return f'{TEMP_DIR}/{STAGED_SHARDS_DIR}/{relative}'
 
 
@@ -95,7 +109,7 @@ def is_own_file(relative):
         return name in OWN_FILES or name == PREVIEW_PNG or is_tfds_metadata_file(name)
     if top in (TEMP_DIR, REENCODED_DIR, *TRANSFORM_DIRS):
         return True
-    return is_tool_output(relative) or is_shard_path(relative)
+    return is_tool_output(relative) or is_shard_path(relative) or is_index_path(relative)
 
 
 def is_lock_file(relative):

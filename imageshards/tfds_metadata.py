@@ -60,6 +60,9 @@ _DOCS = {
     features.FILENAME: 'the input the image came from',
     features.SHA256: 'sha256 of the image bytes, hex',
     features.ID: "the input's position in listing order (measures the shuffle)",
+    features.ORIGINAL_HEIGHT: 'height of the input image (as shown), before --resize-shorter-side',
+    features.ORIGINAL_WIDTH: 'width of the input image (as shown), before --resize-shorter-side',
+    features.ORIGINAL_SHA256: "sha256 of the input file's bytes, hex",
 }
 
 
@@ -75,7 +78,10 @@ def features_dict(dataset):
         docs[features.level_text(level)] = f'the name in label level {level}; empty: no value'
     connectors = {}
     multi_label = bool(dataset.get('multi_label'))
-    for key, kind in features.record_schema(dataset['format'], levels, multi_label).items():
+    schema = features.record_schema(
+        dataset['format'], levels, multi_label, bool(dataset.get('resize'))
+    )
+    for key, kind in schema.items():
         listed = kind.endswith(features.LIST)  # the doc goes to the Sequence
         doc = None if listed else docs[key]
         if key in names:
@@ -151,7 +157,19 @@ def _description(dataset):
         f'{len(dataset["labels"])} labels, globally shuffled (seed {dataset["seed"]}) into '
         f'label-balanced shards by imageshards {dataset.get("imageshards_version", "")}. '
         f"Features are the records' own keys; dataset.json holds the counts per shard and "
-        f'label, rejected.jsonl the inputs left out and why.'
+        f'label, rejected.jsonl the inputs left out and why.{_resize_text(dataset)}'
+    )
+
+
+def _resize_text(dataset):
+    setting = dataset.get('resize')
+    if not setting:
+        return ''
+    return (
+        f' Images with a shorter side over {setting["shorter_side"]} pixels are stored resized '
+        f'to it ({setting["filter"]}, JPEG quality {setting["quality"]}; '
+        f'image/original_height, image/original_width and image/original_sha256 describe the '
+        f'input).'
     )
 
 

@@ -3,6 +3,11 @@
 Shards go through Beam's `FileSystems` (local, `gs://`, and a GCS emulator alike), which
 `tf.io.TFRecordWriter` cannot do. The format: for each record, its length as little-endian
 uint64, the masked CRC32C of those 8 bytes, the data, and the masked CRC32C of the data.
+
+A shard's index file (`<shard>.idx`) is what NVIDIA DALI's `tfrecord2idx` writes, and what
+DALI's `fn.readers.tfrecord` and the PyTorch `tfrecord` package read: one line per record, its
+byte offset in the file and its framed length (header, data and footer), as decimal ASCII
+(`0 1234\n1234 987\n...`).
 """
 
 import struct
@@ -36,6 +41,33 @@ def frame(record):
     )
 
 
+FRAMING_BYTES = _HEADER.size + _FOOTER.size  # what framing adds to a record's length
+
+
+def index_text(framed_lengths):
+    """The index file of a TFRecord file whose framed records have `framed_lengths`, in order."""
+    lines, offset = [], 0
+    for length in framed_lengths:
+        lines.append(f'{offset} {length}\n')
+        offset += length
+    return ''.join(lines).encode('ascii')
+
+
+def parse_index(data):
+    """[(offset, framed length)] of an index file's bytes.
+
+    Raises:
+        ValueError: a line that is not two non-negative decimal integers (naming it).
+    """
+    entries = []
+    for number, line in enumerate(data.decode('ascii', 'replace').splitlines(), 1):
+        fields = line.split()
+        if len(fields) != 2 or not all(field.isdigit() for field in fields):
+            raise ValueError(f'line {number} is {line[:40]!r}, not "offset length"')
+        entries.append((int(fields[0]), int(fields[1])))
+    return entries
+
+
 def read_records(f, name='<stream>'):
     """Yields the records of an open binary TFRecord file, checking every length and CRC.
 
@@ -59,5 +91,5 @@ def read_records(f, name='<stream>'):
             raise CorruptRecordError(f'{name}: truncated record at byte {offset}')
         if masked_crc32c(data) != _FOOTER.unpack(footer)[0]:
             raise CorruptRecordError(f'{name}: corrupt record data at byte {offset}')
-        offset += _HEADER.size + length + _FOOTER.size
+        offset += FRAMING_BYTES + length
         yield data

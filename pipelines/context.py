@@ -107,4 +107,5 @@ class BuildContext:
             multi_label_levels=self.listing.multi_label_levels,
             fractions=self.config.splits,
             manifest_splits=self.listing.manifest_splits,
+            resize=self.config.resize.describe() if self.config.resize else None,
         )

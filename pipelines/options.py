@@ -15,6 +15,7 @@ from imageshards import features
 from imageshards import flags
 from imageshards import layout
 from imageshards import storage
+from pipelines.validation import resize
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +47,15 @@ class BuildConfig:
     analysis_sample: int = 1000  # images measured for the pixel statistics (analysis/analyze.py)
     transform_image_size: int = 224  # the side of the tf.Transform graph's `image` output
     analysis_in_pipeline: bool = False  # write the TFT output in pipeline steps on the local runner
+    resize_shorter_side: int = 0  # images with a longer shorter side are stored resized; 0: none
+    resize_quality: int = resize.DEFAULT_QUALITY  # the JPEG quality of the resized images
+
+    @property
+    def resize(self):
+        """The resize.ResizeSpec of --resize-shorter-side, or None."""
+        if not self.resize_shorter_side:
+            return None
+        return resize.ResizeSpec(self.resize_shorter_side, self.resize_quality)
 
     @property
     def split_names(self):
@@ -252,6 +262,23 @@ def build_arg_parser():
         '(as on Dataflow; every worker then imports TensorFlow)',
     )
     parser.add_argument(
+        '--resize-shorter-side',
+        type=flags.integer(minimum=1),
+        default=BuildConfig.resize_shorter_side,
+        metavar='N',
+        help='store each image whose shorter side is longer than N resized to N (aspect kept; '
+        'decoded at the smallest JPEG DCT scale that covers it, Lanczos, EXIF orientation '
+        'applied), as JPEG, or PNG for images with alpha or a palette; smaller ones as they are',
+    )
+    parser.add_argument(
+        '--resize-quality',
+        type=flags.integer(minimum=1, maximum=100),
+        default=None,
+        metavar='Q',
+        help=f'JPEG quality of the resized images (default {resize.DEFAULT_QUALITY}; '
+        'bench/RESULTS.md measures PSNR and size per quality)',
+    )
+    parser.add_argument(
         '--chunk-size',
         type=flags.integer(minimum=1),
         default=BuildConfig.chunk_size,
@@ -307,6 +334,19 @@ def check_beam_args(parser, beam_args):
         )
 
 
+def _check_resize(parser, values):
+    """Usage errors of --resize-shorter-side and --resize-quality; fills in the default quality."""
+    if values['resize_quality'] is not None and not values['resize_shorter_side']:
+        parser.error('--resize-quality sets the JPEG quality of --resize-shorter-side; give both')
+    if values['resize_shorter_side'] and values['format'] == features.PATHS:
+        parser.error(
+            '--resize-shorter-side resizes the images an examples build stores; a paths build '
+            'stores none (leave out --format paths, or --resize-shorter-side)'
+        )
+    if values['resize_quality'] is None:
+        values['resize_quality'] = BuildConfig.resize_quality
+
+
 def parse_build_args(argv):
     """Returns (BuildConfig, beam_args) from a command line."""
     parser, config, beam_args = _parse(argv)
@@ -345,5 +385,6 @@ def _parse(argv):
     values.pop('config')
     values.pop('verbose')
     values['allow_roots'] = tuple(values['allow_roots'] or ())
+    _check_resize(parser, values)
     # Config-file pipeline options first, so the same flag on the command line overrides them.
     return parser, BuildConfig(**values), config_beam_args + beam_args

@@ -44,6 +44,7 @@ def build_pipeline(pipeline, context, store=None):
         listing.labels,
         listing.label_levels,
         listing.multi_label,
+        config.resize,
     )
     rank_groups = RankGroups(config.seed, bucket_bits_for(listing.largest_group))
     # Without --dedup, validation keys its blocks for AssignShards itself: one pass less.
@@ -105,6 +106,7 @@ def _validated(pipeline, context, store, rank_groups):
         levels=context.level_ids,
         allow_missing_levels=config.allow_missing_levels,
         rank_groups=rank_groups,
+        resize_spec=config.resize,
     )
 
 

@@ -39,6 +39,8 @@ def test_pack_round_trips_every_field():
         _meta(5, levels=(3, -1, 2**31 - 1)),  # label level ids, -1 where missing
         _meta(6, levels=()),
         _meta(7, payload=2**63 - 1, payload_offset=5 * 2**32),  # where its bytes were kept
+        _meta(8, original_height=4000, original_width=3000, source_sha256=bytes(32)),  # resized
+        _meta(9, label=(1, 4), levels=((1,), ()), original_height=1, original_width=2**32 - 1),
     ]
     block = blocks.pack(metas)
     assert blocks.unpack(block) == metas
@@ -136,3 +138,20 @@ def test_pack_round_trips_multi_label_images():
     assert blocks.unpack(blocks.pack(metas)) == metas
     many = _meta(4, label=tuple(range(3000)), levels=(tuple(range(300)),) * 3)
     assert blocks.unpack(blocks.pack([many])) == [many]
+
+
+def test_a_payload_file_keeps_resizes_of_any_size_and_writes_as_it_goes(tmp_path):
+    """A resize is kept whatever its size; what a work item holds in memory stays bounded."""
+    store = spill.SpillingStore(str(tmp_path / 'blocks'))
+    payloads = store.payloads()
+    large = [bytes([i]) * (spill.PAYLOAD_MAX_BYTES + 30_000) for i in range(6)]
+    metas = []
+    for i, data in enumerate(large):
+        assert payloads.add(data) is None  # too large to keep, unless asked
+        payload, offset = payloads.add(data, always=True)
+        metas.append(_meta(i, num_bytes=len(data), payload=payload, payload_offset=offset))
+        if i == 3:  # written as they come: the first ones are on disk already
+            path = tmp_path / 'blocks' / spill.payload_name(payload)
+            assert path.stat().st_size == sum(map(len, large[:4]))
+    payloads.close()
+    assert list(store.read_payloads(metas[::-1], None)) == large[::-1]

@@ -112,7 +112,7 @@ def _records(shard):
 def test_a_valid_image_with_a_latin1_name_is_built_with_its_names_bytes(latin1_builds, capsys):
     out, root = latin1_builds[features.EXAMPLES], os.fsencode(latin1_builds['input'])
     assert (out / 'rejected.jsonl').read_text() == ''
-    (shard,) = (out / 'train').iterdir()
+    (shard,) = (out / 'train').glob('*.tfrecord')  # and its index file beside it
     names = {
         bytes(records.feature_values(example.features.feature[features.FILENAME])[1][0])
         for example in map(records.parse_example, _records(shard))

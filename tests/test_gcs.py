@@ -165,7 +165,12 @@ def test_a_gs_tree_builds_the_records_of_the_same_local_tree(gcs, data, gcs_data
 
 def test_a_gs_output_holds_the_build_and_no_temporary_files(gcs, tree_builds):
     remote_out, dataset = tree_builds[1]
-    shards = [s['path'] for info in dataset['splits'].values() for s in info['shards']]
+    shards = [
+        s[key]
+        for info in dataset['splits'].values()
+        for s in info['shards']
+        for key in ('path', 'index_file')
+    ]
     prefix = gcs.name(remote_out)
     assert gcs.names(prefix) == sorted(
         f'{prefix}/{name}'
@@ -232,7 +237,9 @@ def test_overwrite_and_refusal_of_a_non_empty_gs_output(gcs, tmp_path):
             'reused/keep.txt',
             'reused/rejected.jsonl',
             'reused/train/train-00000-of-00002.tfrecord',
+            'reused/train/train-00000-of-00002.tfrecord.idx',
             'reused/train/train-00001-of-00002.tfrecord',
+            'reused/train/train-00001-of-00002.tfrecord.idx',
             *(f'reused/{name}' for name in TFDS_FILES + TRANSFORM_FILES),
         ]
     )

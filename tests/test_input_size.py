@@ -136,7 +136,7 @@ def test_validation_keeps_no_bytes_of_a_large_image_for_later(tmp_path):
     large.write_bytes(imgs.encode(imgs.pixels(2, size=(400, 400)), 'PNG', compress_level=0))
     assert len(small.read_bytes()) <= SMALL_INPUT_BYTES < len(large.read_bytes())
     work_item = validate._ValidateWorkItem(  # pylint: disable=protected-access
-        '', {'x': 0}, None, 10**8, 1 << 30, 1, None, (), False, None
+        '', {'x': 0}, None, 10**8, 1 << 30, 1, None, (), False, None, None
     )
     outcomes = [
         work_item._validate(InputEntry(i, str(path), path.name, 'x'))  # pylint: disable=protected-access

@@ -55,7 +55,7 @@ def test_overwrite_removes_every_file_of_the_earlier_build_and_its_tools(tmp_pat
     dataset = build.run([*again, '--splits', 'train=1', '--num-shards', '1'])
     shard = dataset['splits']['train']['shards'][0]['path']
     tfds_files = ['dataset_info.json', 'features.json', 'image.class.label.labels.txt']
-    build_files = ['_SUCCESS', 'dataset.json', 'rejected.jsonl', shard, *tfds_files]
+    build_files = ['_SUCCESS', 'dataset.json', 'rejected.jsonl', shard, shard + '.idx', *tfds_files]
     assert _files(out) == sorted([*build_files, *USER_FILES])
     assert _folders(out) == ['report', 'train']  # no empty test/, val/, reencoded/ ...
     status, output = _verify(out, capsys)

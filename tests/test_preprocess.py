@@ -167,3 +167,17 @@ def test_scaling_is_left_out_where_no_crop_can_be_twice_the_output():
     assert preprocess.dct_scaling_applies(None, None, (224, 224)) is True  # no analysis
     assert preprocess.dct_scaling_applies(False, (2000, 3000), (224, 224)) is False
     assert preprocess.dct_scaling_applies(True, (375, 500), (224, 224)) is True
+
+
+def test_resize_gives_the_uint8_kernels_values_eagerly_and_inside_dataset_map(tf):
+    """The pixels go into the bilinear kernel as float32 (faster); the values are those of the
+    kernel on the uint8 pixels, rounded, for crops smaller and larger than the output."""
+    rng = np.random.default_rng(4)
+    crops = [rng.integers(0, 256, (h, w, 3), dtype=np.uint8) for h, w in ((90, 130), (300, 260))]
+    for crop in crops:
+        before = tf.cast(tf.image.resize(crop, (64, 48)) + 0.5, tf.uint8).numpy()
+        eager = preprocess.resize(tf.constant(crop), (64, 48)).numpy()
+        mapped = tf.data.Dataset.from_tensors(crop).map(lambda c: preprocess.resize(c, (64, 48)))
+        assert eager.dtype == np.uint8 and eager.shape == (64, 48, 3)
+        np.testing.assert_array_equal(eager, before)
+        np.testing.assert_array_equal(mapped.get_single_element().numpy(), before)

@@ -41,11 +41,13 @@ def test_refuses_a_non_empty_output_and_overwrite_removes_only_its_own_files(tmp
     with pytest.raises(FileExistsError, match='--overwrite'):
         _run('--input', str(root), '--output', str(out))
     _run('--input', str(root), '--output', str(out), '--overwrite', '--num-shards', '3')
-    assert len(list((out / 'train').iterdir())) == 3
+    assert len(list((out / 'train').iterdir())) == 6  # shards and their index files
     _run('--input', str(root), '--output', str(out), '--overwrite', '--num-shards', '2')
     assert sorted(p.name for p in (out / 'train').iterdir()) == [
         'train-00000-of-00002.tfrecord',
+        'train-00000-of-00002.tfrecord.idx',
         'train-00001-of-00002.tfrecord',
+        'train-00001-of-00002.tfrecord.idx',
     ]
     assert (out / 'keep.txt').read_text() == 'mine'
     assert (out / '_SUCCESS').exists()

@@ -71,15 +71,18 @@ def _shard(out, split='train', index=0):
 
 
 def _rewrite(out, relative, edit):
-    """Re-frames a shard's records after `edit(examples)`; dataset.json gets its size and sha256.
+    """Re-frames a shard's records after `edit(examples)`; dataset.json gets its size and sha256,
+    the index file the new offsets.
 
     So that only what is inside the records is wrong, not the framing or the shard's totals.
     """
     with open(out / relative, 'rb') as f:
         examples = [records.parse_example(r) for r in tfrecord.read_records(f, relative)]
     edit(examples)
-    data = b''.join(tfrecord.frame(e.SerializeToString(deterministic=True)) for e in examples)
+    framed = [tfrecord.frame(e.SerializeToString(deterministic=True)) for e in examples]
+    data = b''.join(framed)
     (out / relative).write_bytes(data)
+    (out / (relative + '.idx')).write_bytes(tfrecord.index_text(map(len, framed)))
     dataset = _dataset(out)
     for info in dataset['splits'].values():
         for shard in info['shards']:

@@ -1,10 +1,11 @@
 """`imageshards verify`: read a build completely and check it against its dataset.json.
 
 For every shard that dataset.json lists: the TFRecord framing and CRCs, the record count, size
-and sha256. For every record: the contract's keys and kinds, `image/key/sha256` against the
-image bytes (for a `paths` build, the bytes of the file at `image/path`), that the image decodes
-with `tf.io.decode_image(channels=3, expand_animations=False)` to the stored height and width,
-the label id against its text and dataset.json's `labels` (and each label level's id against its
+and sha256, and that its index file gives every record's offset and length. For every record:
+the contract's keys and kinds, `image/key/sha256` against the image bytes (for a `paths` build,
+the bytes of the file at `image/path`), that the image decodes with
+`tf.io.decode_image(channels=3, expand_animations=False)` to the stored height and width, the
+label id against its text and dataset.json's `labels` (and each label level's id against its
 text and `label_levels`; -1 with empty text where a value is missing), and that no id occurs
 twice in the build. Then each shard's class and level counts and the accounting of dataset.json,
 that the TensorFlow Datasets metadata (dataset_info.json, features.json) describes the same
@@ -75,6 +76,7 @@ class _ShardTally:
         self.classes = collections.Counter()
         self.levels = collections.defaultdict(collections.Counter)  # level -> name -> records
         self.unlabeled = 0  # multi-label records with no label
+        self.framed = []  # (offset, framed length) of each record, for the index file
         self.intact = True
 
     def count(self, label, levels):
@@ -121,12 +123,34 @@ class _ShardReader:
             return
         self.totals[split].update(shards=1, records=tally.records, bytes=reader.num_bytes)
         self._check_totals(path, entry, reader, tally)
+        if dataset_json.INDEX_KEY in entry and tally.intact:
+            self._check_index(storage.join(self._output_dir, entry[dataset_json.INDEX_KEY]), tally)
+
+    def _check_index(self, path, tally):
+        """The index file against the offsets and lengths of the records as read."""
+        try:
+            found = tfrecord.parse_index(storage.read(path))
+        except (OSError, ValueError) as e:
+            self._problems.add(path, f'cannot read the index file: {e}')
+            return
+        if len(found) != len(tally.framed):
+            self._problems.add(
+                path, f'{len(found)} lines, but the shard has {tally.records} records'
+            )
+        for number, (line, record) in enumerate(zip(found, tally.framed), 1):
+            if line != record:
+                self._problems.add(
+                    path,
+                    f'line {number} says offset {line[0]} length {line[1]}, but record {number} '
+                    f'is at {record[0]}, {record[1]} bytes',
+                )
 
     def _records(self, path, reader, tally):
         batch, batch_bytes = [], 0
         try:
             for offset, record in records.framed_records(reader, path):
                 tally.records += 1
+                tally.framed.append((offset, tfrecord.FRAMING_BYTES + len(record)))
                 label, job, levels = self._checker.check(path, offset, record)
                 tally.count(label, levels)
                 if job is None:
@@ -193,7 +217,10 @@ def unknown_files(output_dir, dataset):
     its dataset.json, nor its own top-level files, TFDS metadata, re-encoded copies (paths
     builds) or tf.Transform output (analysed builds), nor what `imageshards preview` and
     `report` write. An earlier or unfinished build left them, or someone else did."""
-    listed = {shard['path'] for info in dataset['splits'].values() for shard in info['shards']}
+    shards = [shard for info in dataset['splits'].values() for shard in info['shards']]
+    listed = {
+        shard[key] for shard in shards for key in ('path', dataset_json.INDEX_KEY) if key in shard
+    }
     listed.update(layout.OWN_FILES, tfds_metadata.files(dataset))
     folders = list(layout.TRANSFORM_DIRS) if 'analysis' in dataset else []
     if dataset['format'] == features.PATHS:

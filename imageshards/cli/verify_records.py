@@ -10,6 +10,7 @@ from imageshards import features
 from imageshards import file_names
 from imageshards import records
 from imageshards import storage
+from pipelines.validation.resize import target_size
 
 
 class ImageJob(typing.NamedTuple):
@@ -28,7 +29,10 @@ class RecordChecker:
     def __init__(self, dataset, problems):
         self._levels = dataset.get('label_levels') or {}
         self._multi = bool(dataset.get('multi_label'))
-        self._schema = features.record_schema(dataset['format'], self._levels, self._multi)
+        self._resize = dataset.get('resize')
+        self._schema = features.record_schema(
+            dataset['format'], self._levels, self._multi, bool(self._resize)
+        )
         self._payload_key = features.ENCODED if features.ENCODED in self._schema else features.PATH
         self._labels = dataset['labels']
         self._problems = problems
@@ -47,6 +51,8 @@ class RecordChecker:
         values = self._scalars(where, offset, records.example_values(example))
         if features.ID in values:
             self._check_id(where, offset, values[features.ID])
+        if self._resize:
+            self._check_resized(where, offset, values)
         needed = (features.HEIGHT, features.WIDTH, features.SHA256, self._payload_key)
         job = None
         if all(key in values for key in needed):
@@ -145,6 +151,31 @@ class RecordChecker:
                 offset,
             )
         return self._labels[label]
+
+    def _check_resized(self, where, offset, values):
+        """A resizing build's record: stored at the size --resize-shorter-side makes of its
+        original (or as the original, where that is not larger); a resize is a new file."""
+        keys = (features.HEIGHT, features.WIDTH, features.ORIGINAL_HEIGHT, features.ORIGINAL_WIDTH)
+        if not all(key in values for key in keys):
+            return
+        height, width, original_height, original_width = (values[key] for key in keys)
+        side = self._resize['shorter_side']
+        wanted = target_size(original_width, original_height, side)
+        resized = wanted is not None
+        wanted = wanted or (original_width, original_height)
+        if (width, height) != wanted:
+            self._problems.add(
+                where,
+                f'image is {height}x{width} (height x width), but --resize-shorter-side {side} '
+                f'makes {wanted[1]}x{wanted[0]} of its original {original_height}x{original_width}',
+                offset,
+            )
+        elif resized and values.get(features.ORIGINAL_SHA256) == values.get(features.SHA256):
+            self._problems.add(
+                where,
+                'image/original_sha256 is image/key/sha256, but the image was resized',
+                offset,
+            )
 
     def _check_id(self, where, offset, record_id):
         if not 0 <= record_id < self._num_ids:

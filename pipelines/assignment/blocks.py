@@ -30,15 +30,22 @@ class ImageMeta(typing.NamedTuple):
     height: int
     width: int
     channels: int
-    sha256: bytes  # digest of the stored bytes (the original, or the lossless re-encode)
+    sha256: bytes  # digest of the stored bytes (the original, a lossless re-encode, a resize)
     num_bytes: int  # of the stored bytes
-    source_sha256: bytes  # digest of the source file when re-encoded, else b''
+    source_sha256: bytes  # digest of the source file when re-encoded or resized, else b''
     source_crc32c: int  # lets the writer check cheaply that the file has not changed since
     reencoded: bool
     levels: tuple = ()  # label level ids, in the build's level order (-1: missing); a tuple
     # of ids per level in a multi-label build
+    original_height: int = 0  # the source's size (as shown) where the record stores a resize
+    original_width: int = 0  # of it (--resize-shorter-side); 0 where it stores the source
     payload: int = 0  # the number of the payload file holding the stored bytes; 0: none
     payload_offset: int = 0  # where in it (`num_bytes` long)
+
+    @property
+    def resized(self):
+        """Whether the record stores a resize of the source (pipelines/validation/resize.py)."""
+        return self.original_height > 0
 
     @property
     def content_digest(self):
@@ -57,15 +64,17 @@ _new_meta = tuple.__new__
 
 # id, label, height, width, channels, num_bytes, source_crc32c, reencoded, payload,
 # payload_offset, then the byte lengths of key, split, format, sha256 and source_sha256, the
-# number of level int32s and whether the image is a multi-label one; then key, split, format,
-# sha256 and source_sha256 and the level ids as int32, in that order. A multi-label image's
-# `label` field is its number of label ids, which follow the strings as int32s, and its levels
-# are each a count and that many ids.
+# number of level int32s and flags (bit 0: a multi-label image; bit 1: a resized one); then key,
+# split, format, sha256 and source_sha256 and the level ids as int32, in that order, and for a
+# resized image its original height and width as uint32. A multi-label image's `label` field is
+# its number of label ids, which follow the strings as int32s, and its levels are each a count
+# and that many ids.
 _FIXED = struct.Struct('<qIIIHQI?QQIHBBBHB')
 # A key is the bytes of its file name (imageshards/file_names.py): UTF-8, as always, for a name
 # that is UTF-8; its own bytes for one that is not.
 to_bytes, from_bytes = file_names.to_bytes, file_names.from_bytes
 _LEVEL_ID = struct.Struct('<i')
+_ORIGINAL_SIZE = struct.Struct('<II')
 
 
 def pack(metas):
@@ -93,7 +102,7 @@ def pack(metas):
                 len(meta.sha256),
                 len(meta.source_sha256),
                 len(levels),
-                multi,
+                multi | meta.resized << 1,
             )
         )
         parts += (key, split, fmt, meta.sha256, meta.source_sha256)
@@ -101,17 +110,33 @@ def pack(metas):
             parts.append(struct.pack(f'<{len(meta.label)}i', *meta.label))
         if levels:
             parts.append(struct.pack(f'<{len(levels)}i', *levels))
+        if meta.resized:
+            parts.append(_ORIGINAL_SIZE.pack(meta.original_height, meta.original_width))
     return b''.join(parts)
 
 
-def _labels(block, position, label, num_levels, multi):
-    """(label, levels, position after them) of an image whose strings end at `position`."""
+def _labels(block, position, label, num_levels, flags):
+    """(label, levels, original size, position after them) of an image whose strings end at
+    `position`."""
+    multi = flags & 1
     if multi:
         label = struct.unpack_from(f'<{label}i', block, position) if label else ()
         position += _LEVEL_ID.size * len(label)
     levels = struct.unpack_from(f'<{num_levels}i', block, position) if num_levels else ()
     position += _LEVEL_ID.size * num_levels
-    return label, _nested_levels(levels) if multi else levels, position
+    original, position = _original_size(block, position, flags)
+    return label, _nested_levels(levels) if multi else levels, original, position
+
+
+def _original_size(block, position, flags):
+    """((original height, original width), position after them) of a resized image (flags bit
+    1), else ((0, 0), position)."""
+    if not flags & 2:
+        return _NOT_RESIZED, position
+    return _ORIGINAL_SIZE.unpack_from(block, position), position + _ORIGINAL_SIZE.size
+
+
+_NOT_RESIZED = (0, 0)
 
 
 def _flat_levels(levels):
@@ -149,7 +174,7 @@ def unpack(block):
             sha_len,
             source_len,
             num_levels,
-            multi,
+            flags,
         ) = _FIXED.unpack_from(block, position)
         position += _FIXED.size
         key = from_bytes(block[position : position + key_len])
@@ -162,7 +187,7 @@ def unpack(block):
         position += sha_len
         source_sha256 = block[position : position + source_len]
         position += source_len
-        label, levels, position = _labels(block, position, label, num_levels, multi)
+        label, levels, original, position = _labels(block, position, label, num_levels, flags)
         metas.append(
             _new_meta(
                 ImageMeta,
@@ -181,6 +206,7 @@ def unpack(block):
                     crc,
                     reencoded,
                     levels,
+                    *original,
                     payload,
                     payload_offset,
                 ),

@@ -49,6 +49,7 @@ _TRANSPOSE = {
     8: Image.Transpose.ROTATE_90,
 }
 # Modes TensorFlow decodes to Pillow's RGB pixels, by stored format.
+_TURNS = frozenset(_TRANSPOSE[o] for o in (5, 6, 7, 8))  # those that swap width and height
 _JPEG_KEEP_MODES = frozenset(['L', 'RGB'])
 _PNG_KEEP_MODES = frozenset(['1', 'L', 'LA', 'P', 'RGB', 'RGBA'])
 _CHANNELS = {'1': 1, 'L': 1, 'LA': 2, 'P': 3, 'RGB': 3, 'RGBA': 4}
@@ -71,13 +72,17 @@ class ImageInfo(typing.NamedTuple):
     reencoded: bool
 
 
-def inspect_image(data, max_pixels):
+def inspect_image(data, max_pixels, reencode=True):
     """Validates encoded image bytes.
 
     A plainly valid JPEG or PNG that TensorFlow decodes to Pillow's pixels is checked by its
     structure alone (pipelines/validation/image_structure.py); everything else is decoded with
     Pillow.
 
+    Args:
+        reencode: make the lossless PNG a record stores of an image that TensorFlow would not
+            decode as Pillow does; False leaves that to the caller (who may store a resize
+            instead): `stored` is then None and the ImageInfo's sha256 and num_bytes empty.
     Returns:
         (ImageInfo, stored): `stored` is None when the original bytes are kept, else the PNG bytes
         to store instead.
@@ -102,7 +107,7 @@ def inspect_image(data, max_pixels):
             fault = e
         else:  # no eXIf or EXIF text chunk: orientation 1 without decoding (see _orientation)
             return _png_info(image, data), None
-    info, stored = _inspect_decoded(image, data)
+    info, stored = _inspect_decoded(image, data, reencode)
     if fault:  # Pillow read it; TensorFlow would not
         raise Rejected('decode_error', f'{fault}; TensorFlow refuses such a file')
     return info, stored
@@ -120,7 +125,7 @@ def _plain_jpeg(data, max_pixels):
     )
 
 
-def _inspect_decoded(image, data):
+def _inspect_decoded(image, data, reencode=True):
     """inspect_image's result for an image Pillow opened, from a decode of it."""
     width, height = image.size
     if _is_jpeg(image):
@@ -136,6 +141,11 @@ def _inspect_decoded(image, data):
     _decode(image, data, reduced=False)
     if _png_keeps_original(image, data):
         return _png_info(image, data), None
+    if not reencode:  # the size as shown, without making the PNG
+        width, height = image.size
+        if _TRANSPOSE.get(_orientation(image)) in _TURNS:
+            width, height = height, width
+        return ImageInfo('png', height, width, 3, '', 0, True), None
     rgb = pillow_call(data, to_rgb, image)
     stored = encode_png(rgb)
     width, height = rgb.size
@@ -172,13 +182,24 @@ def sha256_hex(data):
 
 def to_rgb(image):
     """The pixels a viewer shows: EXIF orientation applied, 16-bit samples scaled, as RGB."""
-    method = _TRANSPOSE.get(_orientation(image))
+    method = transposition(image)
     if method is not None:
         image = image.transpose(method)
-    if image.mode in _SIXTEEN_BIT_MODES:
-        samples = np.clip(np.asarray(image, dtype=np.int64), 0, 65535) >> 8
-        image = Image.fromarray(samples.astype(np.uint8), mode='L')
-    return image.convert('RGB')
+    return eight_bit(image).convert('RGB')
+
+
+def transposition(image):
+    """The Image.Transpose that shows a loaded `image` as a viewer does (its EXIF orientation),
+    or None."""
+    return _TRANSPOSE.get(_orientation(image))
+
+
+def eight_bit(image):
+    """`image` with 16-bit (or 32-bit integer) samples scaled to 8-bit grey; others as they are."""
+    if image.mode not in _SIXTEEN_BIT_MODES:
+        return image
+    samples = np.clip(np.asarray(image, dtype=np.int64), 0, 65535) >> 8
+    return Image.fromarray(samples.astype(np.uint8), mode='L')
 
 
 def encode_png(image):

@@ -5,7 +5,8 @@ here, so that the runner moves two numbers per chunk rather than the line. A chu
 are read and checked one after the other: the check is mostly Python holding the GIL, and the
 local runner has a worker process per core. On `gs://`, a thread pool reads concurrently to
 hide per-object latency. The metadata of a chunk's valid images leaves as one block
-(pipelines/assignment/blocks.py).
+(pipelines/assignment/blocks.py). With --resize-shorter-side, a valid image larger than that is
+resized here, from the bytes just checked (pipelines/validation/resize.py).
 """
 
 import concurrent.futures
@@ -30,6 +31,8 @@ from pipelines.inputs.entries import SMALL_INPUT_BYTES
 from pipelines.inputs.listing import read_work_item
 from pipelines.options import BuildConfig
 from pipelines.validation import images
+from pipelines.validation import resize
+from pipelines.validation.image_errors import pillow_call
 
 REJECTED = 'rejected'
 MISSING_LEVEL_REASON = 'missing_label_level'
@@ -94,6 +97,7 @@ class _ValidateWorkItem(beam.DoFn):
         levels,
         allow_missing_levels,
         rank_groups,
+        resize_spec,
     ):
         self._listing_path = listing_path
         self._label_ids = label_ids
@@ -105,10 +109,12 @@ class _ValidateWorkItem(beam.DoFn):
         self._levels = levels  # [(level, {name: id})]
         self._allow_missing_levels = allow_missing_levels
         self._rank_groups = rank_groups
+        self._resize = resize_spec
         self._pool = None
         self._listed = counters.counter('listed')
         self._valid = counters.counter('validated')
         self._reencoded = counters.counter('reencoded')
+        self._resized = counters.counter('resized')
 
     def setup(self):
         # Pillow refuses at open beyond twice this; our own check rejects beyond it.
@@ -136,7 +142,11 @@ class _ValidateWorkItem(beam.DoFn):
                     yield beam.pvalue.TaggedOutput(REJECTED, outcome)
                     continue
                 meta, stored = outcome
-                kept = payloads.add(stored) if payloads and stored is not None else None
+                # A resize is kept whatever its size: making it again would decode the input
+                # again.
+                kept = None
+                if payloads and stored is not None:
+                    kept = payloads.add(stored, always=meta.resized)
                 if kept:
                     meta = meta.with_payload(*kept)
                 valid.append(meta)
@@ -169,21 +179,22 @@ class _ValidateWorkItem(beam.DoFn):
             levels = level_ids(entry, self._levels, self._allow_missing_levels)
         except MissingLevel as e:
             return rejection(entry, MISSING_LEVEL_REASON, str(e))
-        if entry.size > self._max_image_bytes:  # its size as listed
-            too_large = storage.TooLarge(entry.path, entry.size, self._max_image_bytes)
-            return rejection(entry, TOO_LARGE_REASON, str(too_large))
+        data = self._read(entry)
+        if isinstance(data, dict):
+            return data
         try:
-            data = read_input(entry.path, self._max_image_bytes)
-        except storage.TooLarge as e:  # its size as read: unknown to listing, or it grew
-            return rejection(entry, TOO_LARGE_REASON, str(e))
-        except Exception as e:  # every failure to read becomes a rejection with its cause
-            reason = 'missing_file' if not storage.input_exists(entry.path) else 'read_error'
-            return rejection(entry, reason, f'{type(e).__name__}: {e}')
-        try:
-            info, stored = images.inspect_image(data, self._max_pixels)
+            info, stored = images.inspect_image(data, self._max_pixels, not self._resize)
+            original, resized = info, False
+            if self._resize:
+                info, stored, resized = pillow_call(
+                    data, resize.stored_image, data, info, stored, self._resize
+                )
         except images.Rejected as e:
             return rejection(entry, e.reason, e.detail)
         source_sha256 = b''
+        if resized:  # the record stores the resize instead
+            self._resized.inc()
+            source_sha256 = hashlib.sha256(data).digest()
         if info.reencoded:
             self._reencoded.inc()
             source_sha256 = hashlib.sha256(data).digest()
@@ -206,11 +217,27 @@ class _ValidateWorkItem(beam.DoFn):
             source_crc32c=google_crc32c.value(data),
             reencoded=info.reencoded,
             levels=levels,
+            original_height=original.height if resized else 0,
+            original_width=original.width if resized else 0,
         )
         stored = data if stored is None else stored
-        # Only a small image's bytes are kept (pipelines/local/spill.py): a larger one's go
-        # now, not when the thread pool's results are taken in order.
-        return meta, stored if len(stored) <= SMALL_INPUT_BYTES else None
+        # Only a small image's bytes, or a resize, are kept (pipelines/local/spill.py): a
+        # larger one's go now, not when the thread pool's results are taken in order.
+        return meta, stored if len(stored) <= SMALL_INPUT_BYTES or resized else None
+
+    def _read(self, entry):
+        """The input's bytes, or its rejection: too large by its size as listed or as read,
+        missing or unreadable."""
+        if entry.size > self._max_image_bytes:  # its size as listed
+            too_large = storage.TooLarge(entry.path, entry.size, self._max_image_bytes)
+            return rejection(entry, TOO_LARGE_REASON, str(too_large))
+        try:
+            return read_input(entry.path, self._max_image_bytes)
+        except storage.TooLarge as e:  # its size as read: unknown to listing, or it grew
+            return rejection(entry, TOO_LARGE_REASON, str(e))
+        except Exception as e:  # every failure to read becomes a rejection with its cause
+            reason = 'missing_file' if not storage.input_exists(entry.path) else 'read_error'
+            return rejection(entry, reason, f'{type(e).__name__}: {e}')
 
 
 def _path_to_read(entry, max_bytes):
@@ -240,6 +267,7 @@ class ValidateImages(beam.PTransform):
             rejected as `missing_label_level`.
         rank_groups: an assign.RankGroups: the blocks keyed as AssignShards(keyed=True)
             takes them, with no step between (no --dedup); None: block refs.
+        resize_spec: a resize.ResizeSpec: images larger than it are stored resized.
     """
 
     def __init__(
@@ -255,6 +283,7 @@ class ValidateImages(beam.PTransform):
         levels=(),
         allow_missing_levels=False,
         rank_groups=None,
+        resize_spec=None,
     ):
         super().__init__()
         self._fn = _ValidateWorkItem(
@@ -268,6 +297,7 @@ class ValidateImages(beam.PTransform):
             levels,
             allow_missing_levels,
             rank_groups,
+            resize_spec,
         )
 
     def expand(self, items):

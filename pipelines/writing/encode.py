@@ -13,6 +13,7 @@ from imageshards import storage
 from imageshards.storage import read_input
 from pipelines.inputs.entries import source_path
 from pipelines.validation import images
+from pipelines.validation import resize
 
 
 class InputChangedError(RuntimeError):
@@ -31,10 +32,19 @@ class RecordEncoder:
         label_names: every label name, by id.
         label_levels: {level: names} of a build with label levels.
         multi_label: a multi-label build (a meta's label and level values are tuples of ids).
+        resize_spec: the build's resize.ResizeSpec, if any: records keep their original's size
+            and digest too.
     """
 
     def __init__(
-        self, input_base, output_dir, fmt, label_names, label_levels=None, multi_label=False
+        self,
+        input_base,
+        output_dir,
+        fmt,
+        label_names,
+        label_levels=None,
+        multi_label=False,
+        resize_spec=None,
     ):
         self.input_base = input_base
         self.output_dir = output_dir
@@ -42,6 +52,7 @@ class RecordEncoder:
         self.label_names = label_names
         self.label_levels = list((label_levels or {}).items())  # [(level, [names])]
         self.multi_label = multi_label
+        self.resize = resize_spec
         self._level_names = tuple(level for level, _ in self.label_levels)
 
     def encode(self, meta, stored=None, source=None):
@@ -59,6 +70,10 @@ class RecordEncoder:
             features.SHA256: meta.sha256.hex(),
             features.ID: meta.id,
         }
+        if self.resize:
+            values[features.ORIGINAL_HEIGHT] = meta.original_height or meta.height
+            values[features.ORIGINAL_WIDTH] = meta.original_width or meta.width
+            values[features.ORIGINAL_SHA256] = meta.content_digest.hex()
         for (level, names), level_id in zip(self.label_levels, meta.levels):
             values[features.level_label(level)] = level_id
             values[features.level_text(level)] = _names(names, level_id)
@@ -68,7 +83,9 @@ class RecordEncoder:
             if meta.reencoded:
                 source = storage.join(self.output_dir, layout.reencoded_file(meta.sha256.hex()))
             values[features.PATH] = file_names.to_bytes(source)
-        return features.encode_example(self.format, values, self._level_names, self.multi_label)
+        return features.encode_example(
+            self.format, values, self._level_names, self.multi_label, bool(self.resize)
+        )
 
 
 def _names(names, ids):
@@ -89,13 +106,18 @@ def read_checked(source, meta):
     return data
 
 
-def stored_bytes(data, meta, source):
-    """The bytes a record stores of source bytes `data`: as they are, or re-encoded."""
-    if meta.reencoded:
-        data = images.reencode(data)
+def stored_bytes(data, meta, source, resize_spec=None):
+    """The bytes a record stores of source bytes `data`: as they are, re-encoded, or resized
+    (by `resize_spec`, the build's)."""
+    if meta.reencoded or meta.resized:
+        made = 'resizing' if meta.resized else 're-encoding'
+        if meta.resized:
+            data = resize.resized_bytes(data, resize_spec)
+        else:
+            data = images.reencode(data)
         if hashlib.sha256(data).digest() != meta.sha256:
             raise InputChangedError(
-                f're-encoding {source} gave other bytes than during '
+                f'{made} {source} gave other bytes than during '
                 f'validation: workers must share one Pillow version'
             )
     return data

@@ -26,15 +26,16 @@ def _jsonl(rows):
 
 
 def _publish_shards(output_dir, shards):
-    """Moves staged shards to their contract names; ones already moved (a rerun) stay."""
+    """Moves staged shards and their index files to their contract names; ones already moved
+    (a rerun) stay."""
     moves = []
-    for shard in shards:
-        staged = storage.join(output_dir, layout.staged_shard(shard['path']))
-        final = storage.join(output_dir, shard['path'])
+    for relative in (path for shard in shards for path in (shard['path'], shard['index_file'])):
+        staged = storage.join(output_dir, layout.staged_shard(relative))
+        final = storage.join(output_dir, relative)
         if storage.exists(staged):
             moves.append((staged, final))
         elif not storage.exists(final):
-            raise FileNotFoundError(f'shard {shard["path"]} is neither staged nor in place')
+            raise FileNotFoundError(f'{relative} is neither staged nor in place')
     for _, final in moves:
         storage.make_parent(final)
     if moves:

@@ -4,8 +4,10 @@ the analysis's measure of each shard of the analysed split (pipelines/analysis/a
 Image bytes are read here, a second time, so that the shuffle before this step carries only
 metadata. Each shard is written under the build's temporary folder and stays there, complete,
 until Finalize moves every shard into place at once: a build killed while writing leaves no
-file that looks like a finished shard. The records themselves are made by
-pipelines/writing/encode.py.
+file that looks like a finished shard. Beside each shard goes its index file, the offset and
+length of every record as DALI's tfrecord2idx writes them (imageshards/tfrecord.py), so that
+DALI and the PyTorch `tfrecord` package read a build as it is; it is staged and moved with its
+shard. The records themselves are made by pipelines/writing/encode.py.
 """
 
 import collections
@@ -95,7 +97,7 @@ class _WriteShard(beam.DoFn):
         metas = sorted(self._store.metas(refs), key=lambda meta: order_key(self._seed, meta))
         relative = layout_lib.shard_path(split, index, layout.num_shards[split])
         temporary = storage.join(self._temp_dir, f'{uuid.uuid4().hex}.tfrecord')
-        digest, num_bytes = hashlib.sha256(), 0
+        digest, num_bytes, lengths = hashlib.sha256(), 0, []
         class_counts = collections.Counter()
         level_counts = collections.Counter()  # (level index, id) -> records
         measured = self._measured(split, index, layout)
@@ -105,12 +107,16 @@ class _WriteShard(beam.DoFn):
                 f.write(framed)
                 digest.update(framed)
                 num_bytes += len(framed)
+                lengths.append(len(framed))
                 count_labels(meta, class_counts, level_counts)
                 if len(pixel_sums) < measured:
                     pixel_sums.append(self._pixel_sums(meta, stored))
+        temporary_index = temporary + layout_lib.INDEX_SUFFIX
+        with storage.create(temporary_index) as f:
+            f.write(tfrecord.index_text(lengths))
         staged = storage.join(self._output_dir, layout_lib.staged_shard(relative))
         storage.make_parent(staged)
-        storage.rename([temporary], [staged])
+        storage.rename([temporary, temporary_index], [staged, staged + layout_lib.INDEX_SUFFIX])
         self._records.inc(len(metas))
         self._bytes.inc(num_bytes)
         self._shards.inc()
@@ -119,6 +125,7 @@ class _WriteShard(beam.DoFn):
             'split': split,
             'index': index,
             'path': relative,
+            'index_file': layout_lib.index_path(relative),
             'num_records': len(metas),
             'num_bytes': num_bytes,
             'sha256': digest.hexdigest(),
@@ -126,6 +133,7 @@ class _WriteShard(beam.DoFn):
                 self._label_names[label]: class_counts[label] for label in sorted(class_counts)
             },
             'reencoded': sum(meta.reencoded for meta in metas),
+            'resized': sum(meta.resized for meta in metas),
         }
         if self._encoder.multi_label:
             entry['unlabeled'] = sum(not meta.label for meta in metas)
@@ -145,8 +153,9 @@ class _WriteShard(beam.DoFn):
         )
 
     def _pixel_sums(self, meta, stored):
-        """images.pixel_sums of an image, from the bytes its record stores where they are its
-        source's (as written, not read again), else from its file."""
+        """images.pixel_sums of an image, from the bytes its record stores (as written, not read
+        again; a resize is measured as training sees it), but from its file where the record
+        holds a lossless re-encode of it (the same pixels, faster to decode from the source)."""
         if stored is None or meta.reencoded:
             stored = read_checked(self._source(meta), meta)
         return images.pixel_sums(stored, self._sample.image_size)
@@ -181,13 +190,13 @@ class _WriteShard(beam.DoFn):
 
     def _stored_bytes(self, meta):
         source = self._source(meta)
-        return stored_bytes(read_checked(source, meta), meta, source)
+        return stored_bytes(read_checked(source, meta), meta, source, self._encoder.resize)
 
     def _framed_record(self, meta):
         source = self._source(meta)
         stored = None
         if self._format == features.EXAMPLES:
-            stored = stored_bytes(read_checked(source, meta), meta, source)
+            stored = stored_bytes(read_checked(source, meta), meta, source, self._encoder.resize)
         return tfrecord.frame(self._encoder.encode(meta, stored, source)), stored
 
 
