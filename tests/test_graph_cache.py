@@ -219,3 +219,20 @@ def test_an_unwritable_cache_only_costs_the_reuse(tmp_path, monkeypatch, caplog)
         graph_cache.keep(str(staged), _settings(['a']))
     assert 'could not keep the tf.Transform graph' in caplog.text
     assert graph_cache.find(_settings(['a'])) is None
+
+
+def test_a_graph_is_described_by_where_it_is_whether_its_path_is_relative_or_not(
+    tmp_path, monkeypatch
+):
+    shipped = os.path.join(
+        graph_cache.PACKAGED_DIR, os.listdir(graph_cache.PACKAGED_DIR)[0], 'graph'
+    )
+    kept = tmp_path / 'cache' / 'some-kind' / 'graph'
+    kept.mkdir(parents=True)
+    shutil.copy(os.path.join(shipped, graph_cache.KEY_JSON), kept)
+    monkeypatch.chdir(tmp_path)  # IMAGESHARDS_CACHE_DIR=cache, as a user may set it
+    relative = os.path.join('cache', 'some-kind', 'graph')
+    for path in (kept, relative):
+        assert graph_cache.describe(str(path)).startswith('kept from an earlier build')
+    assert graph_cache.describe(shipped).startswith('the one imageshards ships')
+    assert graph_cache.describe(os.path.relpath(shipped)).startswith('the one imageshards ships')

@@ -135,7 +135,7 @@ def describe(path):
         what += f', label levels {",".join(parts["label_levels"])}'
     if parts.get('multi_label'):
         what += ', multi-label'
-    if os.path.commonpath([path, PACKAGED_DIR]) == PACKAGED_DIR:
+    if os.path.commonpath([os.path.abspath(path), PACKAGED_DIR]) == PACKAGED_DIR:
         return f'the one imageshards ships for this kind ({what}); no TensorFlow needed'
     return (
         f'kept from an earlier build of this kind ({what}) in {os.path.dirname(path)}; '
