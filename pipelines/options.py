@@ -356,9 +356,10 @@ def parse_build_args(argv):
 
 def peek_build_config(argv):
     """The BuildConfig of a command line, without importing Beam and without a word on
-    stderr; None where the command line is wrong (the build will say how)."""
+    stdout or stderr; None where the command line is wrong or asks for --help (the build will
+    say how, or print it: once)."""
     try:
-        with contextlib.redirect_stderr(io.StringIO()):
+        with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
             return _parse(argv)[1]
     except (SystemExit, ValueError, OSError):
         return None

@@ -65,6 +65,17 @@ def test_help_comes_before_tensorflow_is_imported(command):
     assert done.stdout.strip().splitlines()[-1] == '[]'
 
 
+def test_build_help_is_printed_once(tmp_path):
+    """The build's child prints its help; what it starts early parses the same flags silently."""
+    env, _ = _environment(tmp_path)
+    done = subprocess.run(
+        [COMMAND, 'build', '--help'], capture_output=True, text=True, env=env, check=True
+    )
+    assert done.stdout.count('usage: imageshards build') == 1
+    assert '--resize-shorter-side' in done.stdout
+    assert done.stderr == ''
+
+
 def test_a_build_prints_its_own_lines_its_progress_and_a_summary(tree, tmp_path):
     env, temporary = _environment(tmp_path)
     done = subprocess.run(
