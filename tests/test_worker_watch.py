@@ -68,3 +68,26 @@ def test_the_processes_ended_are_those_below_in_the_same_process_group():
         timeout=60,
     )
     assert done.stdout.split() == ['-9', 'None']
+
+
+def test_a_shell_between_the_build_and_a_worker_says_nothing_as_they_end():
+    """Beam starts each worker as `sh -c COMMAND`; a shell that saw its child killed before it
+    was would print "Killed" on the build's stderr. Thirty of them: each pair is ended in an
+    order of their pids, which puts the child first for some."""
+    code = (
+        'import subprocess, time\n'
+        'from pipelines.local import worker_watch\n'
+        "shells = [subprocess.Popen(['sh', '-c', 'sleep 60; true']) for _ in range(30)]\n"
+        'time.sleep(1)\n'
+        'worker_watch.end_processes_below()\n'
+        'print(sorted({shell.wait() for shell in shells}))\n'
+    )
+    done = subprocess.run(
+        [sys.executable, '-c', code],
+        capture_output=True,
+        text=True,
+        start_new_session=True,
+        timeout=60,
+    )
+    assert done.stdout.split() == ['[-9]']
+    assert done.stderr == ''

@@ -89,11 +89,15 @@ def end_processes_below():
         found = {pid for pid, (parent, pgrp) in table.items() if parent in below and pgrp == group}
         grew = not found <= below
         below |= found
-    for pid in below - {os.getpid()}:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+    # Stopped first, all of them: a shell between the runner and a worker (Beam starts the
+    # worker command with `sh -c`) that saw its child die before its own end came would print
+    # "Killed" on the build's stderr.
+    for sig in (signal.SIGSTOP, signal.SIGKILL):
+        for pid in below - {os.getpid()}:
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
 
 
 def _process_table():
