@@ -42,7 +42,7 @@ EXTRAS = {
     'samples': ['scikit-learn>=1.4'],
     'bench': BENCH,
     # NVIDIA DALI (its CPU pipeline runs without a GPU), a reader bench/peer_reads.py measures
-    # make_dataset against on the same shards. About 1 GB installed, so in no other extra.
+    # make_dataset against on the same shards. About 1 GB installed: only here and in `test`.
     'dali': ['nvidia-dali-cuda120>=1.40'],
     # The PyTorch `tfrecord` package: its readers take a build's index files (random access,
     # a part of each shard per DataLoader worker, shuffling). Its torch.utils.data datasets
@@ -50,6 +50,9 @@ EXTRAS = {
     'pytorch': ['tfrecord>=1.14'],
     'test': [
         *BENCH,  # tests/test_peer_builds.py runs the peers' builds that the benchmarks compare
+        # tests/test_index_files.py reads a build with each through its index files.
+        'nvidia-dali-cuda120>=1.40',
+        'tfrecord>=1.14',
         'pytest>=8',
         'gcp-storage-emulator>=2024.8',
         'ruff>=0.6',

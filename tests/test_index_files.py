@@ -5,7 +5,6 @@ what DALI's and the PyTorch `tfrecord` package's own tools make of the same shar
 The readers' tests need the `dali` and `pytorch` extras and are skipped without them.
 """
 
-import importlib.util
 import json
 import os
 import runpy
@@ -93,8 +92,7 @@ def _dali_tool():
 
 def test_the_index_files_are_what_dali_tfrecord2idx_writes(built, tmp_path, monkeypatch):
     tool = _dali_tool()
-    if tool is None:
-        pytest.skip("DALI's tfrecord2idx is not installed (pip install -e .[dali])")
+    assert tool, "DALI's tfrecord2idx is not installed (pip install -e '.[test]' brings it)"
     out, dataset = built
     for shard in _shards(dataset):
         theirs = tmp_path / 'theirs.idx'
@@ -106,8 +104,6 @@ def test_the_index_files_are_what_dali_tfrecord2idx_writes(built, tmp_path, monk
 def _tfrecord_package(code, *args):
     """Runs `code` in a fresh Python with the PyTorch `tfrecord` package (its example_pb2 and
     TensorFlow's cannot share one process's protobuf pool); returns what it prints, as JSON."""
-    if importlib.util.find_spec('tfrecord') is None:
-        pytest.skip('the tfrecord package is not installed (pip install -e .[pytorch])')
     done = subprocess.run(
         [sys.executable, '-c', code, *map(str, args)], capture_output=True, text=True, check=True
     )
@@ -172,8 +168,6 @@ def _train(out, dataset):
 
 
 def test_dali_reads_a_build_through_its_index_files(built):
-    if importlib.util.find_spec('nvidia.dali') is None:
-        pytest.skip('NVIDIA DALI is not installed (pip install -e .[dali])')
     import nvidia.dali.fn as fn  # pylint: disable=import-outside-toplevel
     import nvidia.dali.tfrecord as tfrec  # pylint: disable=import-outside-toplevel
     from nvidia.dali import pipeline_def  # pylint: disable=import-outside-toplevel
