@@ -21,6 +21,7 @@ On Dataflow, the same command with gs:// paths and `--config configs/dataflow.ya
 `--project`, `--region`, `--temp_location`); see docs/dataflow.md.
 """
 
+import gc
 import logging
 import os
 import shutil
@@ -338,7 +339,11 @@ def main(argv=None):
 
 def command(argv):
     """The build as a command: in a child process that Ctrl-C ends cleanly, with its workers."""
-    if os.environ.get(supervise.ENV):
+    if os.environ.get(supervise.ENV):  # the child: a process for this build alone
+        # What the imports made (Beam's, protobuf's, the runner's) lives as long as the
+        # process: out of the collector's sight, a collection walks only what the build makes.
+        # A multi-label build of 20,000 images: 4% less CPU, 7% less time (bench/RESULTS.md).
+        gc.freeze()
         return main(argv)
     return supervise.run_supervised('pipelines.build', argv, lambda: interrupted_message(argv))
 

@@ -66,14 +66,17 @@ class InputEntry(typing.NamedTuple):
         for index in _PATH_FIELDS:
             if isinstance(fields[index], dict):
                 fields[index] = file_names.from_json(fields[index])
-        entry = cls(*fields)
-        if isinstance(entry.label, list):
-            levels = {level: tuple(values) for level, values in entry.levels.items()}
-            entry = entry._replace(label=tuple(entry.label), levels=levels)
-        return entry
+        if isinstance(fields[_LABEL_FIELD], list):  # in place: a namedtuple's _replace costs
+            fields[_LABEL_FIELD] = tuple(fields[_LABEL_FIELD])  # more than the rest together
+            if len(fields) > _LEVELS_FIELD:
+                levels = fields[_LEVELS_FIELD]
+                fields[_LEVELS_FIELD] = {level: tuple(values) for level, values in levels.items()}
+        return cls(*fields)
 
 
 _PATH_FIELDS = (1, 2)  # InputEntry.path, InputEntry.key
+_LABEL_FIELD = InputEntry._fields.index('label')  # pylint: disable=protected-access
+_LEVELS_FIELD = InputEntry._fields.index('levels')  # pylint: disable=protected-access
 
 
 def names_of(value):

@@ -22,6 +22,7 @@ then gets the claim's `environment.json`, the forked worker's `pid` and the `exi
 leaves. No Beam at module level: the build command imports this before Beam.
 """
 
+import gc
 import json
 import logging
 import os
@@ -126,6 +127,10 @@ def serve(folder):
 
     from pipelines import steps  # noqa: F401  (the build's DoFns, unpickled by the worker)
 
+    # Out of the collector's sight, as in the build's own process (pipelines/build.py): the
+    # objects of these imports, which every forked worker shares and would otherwise walk at
+    # each full collection (and copy, page by page, as the walk touches them).
+    gc.freeze()
     slots = os.path.join(folder, 'slots')
     waiting, children = set(os.listdir(slots)), []
     while waiting:
