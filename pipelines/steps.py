@@ -71,6 +71,7 @@ def build_pipeline(pipeline, context, store=None):
         store=store,
         io_threads=config.threads,
         sample=sample,
+        max_image_bytes=config.max_image_bytes,
     )
     analysis, analyzed = _analysis(pipeline, context, written.summaries)
     return pipeline | 'Finalize' >> Finalize(

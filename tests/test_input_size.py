@@ -143,3 +143,48 @@ def test_validation_keeps_no_bytes_of_a_large_image_for_later(tmp_path):
         for i, path in enumerate((small, large))
     ]
     assert [stored for _, stored in outcomes] == [small.read_bytes(), None]
+
+
+def _meta_of(data, resized=False):
+    import google_crc32c  # pylint: disable=import-outside-toplevel
+
+    from pipelines.assignment.blocks import ImageMeta  # pylint: disable=import-outside-toplevel
+
+    return ImageMeta(
+        id=0,
+        key='x.jpg',
+        label=0,
+        split='',
+        format='JPEG',
+        height=8,
+        width=8,
+        channels=3,
+        sha256=b'',
+        num_bytes=100 if resized else len(data),  # a resize stores fewer bytes than its source
+        source_sha256=b'',
+        source_crc32c=google_crc32c.value(data),
+        reencoded=False,
+        original_height=16 if resized else 0,
+        original_width=16 if resized else 0,
+    )
+
+
+@pytest.mark.parametrize('resized', [False, True])
+def test_the_writer_reads_no_more_of_an_input_than_validation_could(tmp_path, resized):
+    """An input replaced by a huge file between validation and writing is found from its
+    size: the writer neither reads it nor holds it (a record stored as it is knows its
+    source's size; a resize's source is read up to --max-image-bytes)."""
+    from pipelines.writing import encode  # pylint: disable=import-outside-toplevel
+
+    path = tmp_path / 'x.jpg'
+    data = imgs.jpeg(0)
+    path.write_bytes(data)
+    meta = _meta_of(data, resized)
+    assert encode.read_checked(str(path), meta, 1 << 20) == data
+    sparse_jpeg(path, HUGE)  # a hole: reading it would take 3 GB of memory
+    with pytest.raises(encode.InputChangedError, match='changed while the build was running') as e:
+        encode.read_checked(str(path), meta, 1 << 20)
+    assert f'now {HUGE:,} bytes' in str(e.value) and 'not read' in str(e.value)
+    path.write_bytes(data[:-1] + b'\x00')  # the same size, other bytes
+    with pytest.raises(encode.InputChangedError, match='its bytes differ'):
+        encode.read_checked(str(path), meta, 1 << 20)

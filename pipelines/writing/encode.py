@@ -95,9 +95,24 @@ def _names(names, ids):
     return names[ids] if ids >= 0 else ''
 
 
-def read_checked(source, meta):
-    """The source file's bytes, checked against the CRC validation took of them."""
-    data = read_input(source)
+def read_checked(source, meta, max_bytes):
+    """The source file's bytes, checked against the CRC validation took of them.
+
+    No more is read than validation could have read: a record that stores its source as it is
+    knows the source's size (`meta.num_bytes`), and one that stores a resize or re-encoding of
+    it reads at most `max_bytes` (--max-image-bytes). A file that has grown past that since
+    (replaced by a video, a disk image) is found from its size, read no further."""
+    stored_as_is = not (meta.reencoded or meta.resized)
+    try:
+        data = read_input(source, meta.num_bytes if stored_as_is else max_bytes)
+    except storage.TooLarge as too_large:
+        size = too_large.size
+        now = f'{size:,} bytes' if size is not None else f'over {too_large.limit:,} bytes'
+        was = f'{meta.num_bytes:,} bytes' if stored_as_is else 'under --max-image-bytes'
+        raise InputChangedError(
+            f'{source} changed while the build was running: now {now}, {was} when validated; '
+            'not read; rerun the build on inputs that are not being modified'
+        ) from None
     if google_crc32c.value(data) != meta.source_crc32c:
         raise InputChangedError(
             f'{source} changed while the build was running (its bytes differ from those '

@@ -29,6 +29,7 @@ from pipelines.analysis import analyze
 from pipelines.assignment import blocks
 from pipelines.assignment.assign import order_key
 from pipelines.inputs.entries import source_path
+from pipelines.options import BuildConfig
 from pipelines.validation import images
 from pipelines.writing.encode import read_checked
 from pipelines.writing.encode import stored_bytes
@@ -60,8 +61,9 @@ class _WriteShard(beam.DoFn):
     """((split, shard), [block ref]) -> the shard's entry for dataset.json, and to SUMMARIES,
     for a shard of the analysed split, its analyze.shard_summary (see WriteShards)."""
 
-    def __init__(self, encoder, seed, temp_dir, store, io_threads, sample):
+    def __init__(self, encoder, seed, temp_dir, store, io_threads, sample, max_image_bytes):
         self._encoder = encoder
+        self._max_image_bytes = max_image_bytes  # what read_checked reads at most of a source
         self._input_base = encoder.input_base
         self._output_dir = encoder.output_dir
         self._format = encoder.format
@@ -157,7 +159,7 @@ class _WriteShard(beam.DoFn):
         again; a resize is measured as training sees it), but from its file where the record
         holds a lossless re-encode of it (the same pixels, faster to decode from the source)."""
         if stored is None or meta.reencoded:
-            stored = read_checked(self._source(meta), meta)
+            stored = read_checked(self._source(meta), meta, self._max_image_bytes)
         return images.pixel_sums(stored, self._sample.image_size)
 
     def _level_counts(self, counts):
@@ -190,13 +192,15 @@ class _WriteShard(beam.DoFn):
 
     def _stored_bytes(self, meta):
         source = self._source(meta)
-        return stored_bytes(read_checked(source, meta), meta, source, self._encoder.resize)
+        data = read_checked(source, meta, self._max_image_bytes)
+        return stored_bytes(data, meta, source, self._encoder.resize)
 
     def _framed_record(self, meta):
         source = self._source(meta)
         stored = None
         if self._format == features.EXAMPLES:
-            stored = stored_bytes(read_checked(source, meta), meta, source, self._encoder.resize)
+            data = read_checked(source, meta, self._max_image_bytes)
+            stored = stored_bytes(data, meta, source, self._encoder.resize)
         return tfrecord.frame(self._encoder.encode(meta, stored, source)), stored
 
 
@@ -220,14 +224,26 @@ class WriteShards(beam.PTransform):
         store: the BlockStore of the blocks (default: inline).
         io_threads: inputs read at once (> 1 for remote inputs).
         sample: the Sample to measure for the analysis, or None (no summaries).
+        max_image_bytes: the most read of an input whose record stores a resize or re-encoding
+            of it (--max-image-bytes; the others are read up to their validated size).
     """
 
-    def __init__(self, layout, encoder, *, seed, temp_dir, store=None, io_threads=1, sample=None):
+    def __init__(
+        self,
+        layout,
+        encoder,
+        *,
+        seed,
+        temp_dir,
+        store=None,
+        io_threads=1,
+        sample=None,
+        max_image_bytes=BuildConfig.max_image_bytes,
+    ):
         super().__init__()
         self._layout = layout
-        self._fn = _WriteShard(
-            encoder, seed, temp_dir, store or blocks.BlockStore(), io_threads, sample
-        )
+        store = store or blocks.BlockStore()
+        self._fn = _WriteShard(encoder, seed, temp_dir, store, io_threads, sample, max_image_bytes)
 
     def expand(self, placed):
         # An empty inline block per shard: a shard nobody placed an image in is written too.
