@@ -158,3 +158,35 @@ def test_a_class_folder_that_is_not_utf8_is_the_label_its_name_shows(tmp_path):
     assert verify.main([str(out)]) == 0
     with pytest.raises(ValueError, match=r'--output .*/out_\\xe9 is not a UTF-8 name'):
         build.run(['--input', str(root), '--output', os.fsdecode(cafe + b'/../out_\xe9')])
+
+
+def test_a_jsonl_manifest_names_a_latin1_file_by_path_b64(latin1_builds, tmp_path):
+    """The form rejected.jsonl and duplicates.jsonl give such a name is one a JSONL manifest
+    takes back: `path_b64` in place of `path`'s bytes; a bad one rejects its row alone."""
+    from pipelines import build  # pylint: disable=import-outside-toplevel
+
+    root = latin1_builds['input']
+    rows = [
+        {
+            **file_names.to_json(os.fsdecode(os.fsencode(root / 'cat') + b'/' + LATIN1)),
+            'label': 'x',
+        },
+        {'path': str(root / 'cat' / 'img_0000.jpg'), 'label': 'y'},
+        {'path': 'whatever', 'path_b64': 'not base64!', 'label': 'y'},
+    ]
+    assert 'path_b64' in rows[0]
+    manifest = tmp_path / 'images.jsonl'
+    manifest.write_text(''.join(json.dumps(row) + '\n' for row in rows))
+    out = tmp_path / 'out'
+    build.run(
+        ['--input', str(manifest), '--output', str(out), '--allow-root', str(root)]
+        + ['--no-analyze', '--direct_running_mode=in_memory']
+    )
+    (rejected,) = map(json.loads, (out / 'rejected.jsonl').read_text().splitlines())
+    assert rejected['reason'] == 'malformed_row' and 'path_b64 is not base64' in rejected['detail']
+    (shard,) = (out / 'train').glob('*.tfrecord')
+    names = {
+        bytes(records.feature_values(example.features.feature[features.FILENAME])[1][0])
+        for example in map(records.parse_example, _records(shard))
+    }
+    assert os.fsencode(root / 'cat') + b'/' + LATIN1 in names and len(names) == 2

@@ -36,6 +36,7 @@ from pipelines.inputs.entries import InputEntry
 from pipelines.inputs.entries import InputScan
 
 LEVEL_COLUMN = 'label/'  # prefix of a label level's column: label/<level>
+PATH_B64 = 'path' + file_names.B64_SUFFIX  # a JSONL row's path as its bytes (file_names.py)
 CSV, JSONL = 'csv', 'jsonl'
 
 
@@ -223,9 +224,19 @@ def _jsonl_row(raw, columns):
     if row is None:
         return None, problem
     known = (*MANIFEST_COLUMNS, MULTI_LABEL_COLUMN)
-    unknown = sorted(key for key in row if key not in known and not columns.is_level(key))
+    unknown = sorted(
+        key for key in row if key not in (*known, PATH_B64) and not columns.is_level(key)
+    )
     if unknown:
         return None, f'unknown keys {unknown}; expected {list(known)}, label/<level>'
+    if PATH_B64 in row:  # a name that is not UTF-8, as rejected.jsonl and the others give it
+        if not isinstance(row[PATH_B64], str):
+            return None, f'{PATH_B64} must be a string of base64'
+        try:
+            row['path'] = file_names.from_json(row)
+        except ValueError as e:
+            return None, str(e)
+        del row[PATH_B64]
     lists = MULTI_LABEL_COLUMN in row  # a multi-label row's labels and levels are lists
     nested = sorted(
         key
