@@ -46,6 +46,17 @@ def test_a_worker_that_ends_while_the_pipeline_runs_stops_it_and_the_others(watc
     assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [WARNED]
 
 
+def _in_a_process_group_of_its_own(code):
+    """Runs Python `code` as the build's launcher runs: leading a process group."""
+    return subprocess.run(
+        [sys.executable, '-c', code],
+        capture_output=True,
+        text=True,
+        start_new_session=True,
+        timeout=60,
+    )
+
+
 def test_the_processes_ended_are_those_below_in_the_same_process_group():
     """In a process of its own (the build's launcher leads its group): its child and
     grandchild go, a child in a group of its own (the watchdog) stays."""
@@ -60,13 +71,7 @@ def test_the_processes_ended_are_those_below_in_the_same_process_group():
         'print(child.returncode, apart.poll())\n'
         'apart.kill()\n'
     )
-    done = subprocess.run(
-        [sys.executable, '-c', code],
-        capture_output=True,
-        text=True,
-        start_new_session=True,
-        timeout=60,
-    )
+    done = _in_a_process_group_of_its_own(code)
     assert done.stdout.split() == ['-9', 'None']
 
 
@@ -82,12 +87,6 @@ def test_a_shell_between_the_build_and_a_worker_says_nothing_as_they_end():
         'worker_watch.end_processes_below()\n'
         'print(sorted({shell.wait() for shell in shells}))\n'
     )
-    done = subprocess.run(
-        [sys.executable, '-c', code],
-        capture_output=True,
-        text=True,
-        start_new_session=True,
-        timeout=60,
-    )
+    done = _in_a_process_group_of_its_own(code)
     assert done.stdout.split() == ['[-9]']
     assert done.stderr == ''
