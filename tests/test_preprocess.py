@@ -181,3 +181,32 @@ def test_resize_gives_the_uint8_kernels_values_eagerly_and_inside_dataset_map(tf
         assert eager.dtype == np.uint8 and eager.shape == (64, 48, 3)
         np.testing.assert_array_equal(eager, before)
         np.testing.assert_array_equal(mapped.get_single_element().numpy(), before)
+
+
+@pytest.mark.parametrize('subsampling', [0, 1, 2])  # 4:4:4, 4:2:2, 4:2:0
+def test_decode_and_crop_gives_tensorflows_pixels_of_every_window(tf, photo, subsampling):
+    """The window widened to the iMCU grid and sliced is the window TensorFlow decodes, pixel
+    for pixel, at every scale and with either IDCT; grayscale and off-grid edges included."""
+    image = Image.open(io.BytesIO(photo)).crop((3, 5, 3 + 457, 5 + 301))
+    buffers = {}
+    for mode in ('RGB', 'L'):
+        buffer = io.BytesIO()
+        image.convert(mode).save(buffer, format='JPEG', quality=85, subsampling=subsampling)
+        buffers[mode] = buffer.getvalue()
+    windows = _windows(tf, (301, 457), 40, salt=subsampling)
+    windows += [tf.constant(w) for w in ([0, 0, 301, 457], [7, 449, 9, 8], [0, 15, 3, 442])]
+    off_grid = 0
+    for mode, encoded in buffers.items():
+        for window in windows:
+            off_grid += int(window[1]) % preprocess.IMCU_WIDTH != 0
+            for ratio, dct_method in ((1, 'INTEGER_FAST'), (1, 'INTEGER_ACCURATE'), (2, '')):
+                scaled = preprocess.scaled_window(window, ratio) if ratio > 1 else window
+                expected = tf.image.decode_and_crop_jpeg(
+                    encoded, scaled, channels=3, ratio=ratio, dct_method=dct_method
+                )
+                got = preprocess.decode_and_crop(
+                    encoded, scaled, ratio=ratio, dct_method=dct_method
+                )
+                assert got.shape == expected.shape, (mode, window, ratio)
+                assert np.array_equal(got, expected), (mode, window, ratio)
+    assert off_grid > 40  # most left edges are off the grid: the widened path is what ran

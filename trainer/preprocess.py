@@ -22,6 +22,8 @@ from trainer.config import IMAGENET_CROP_AREA
 TRAINING_DCT_METHOD = 'INTEGER_FAST'  # training crops: a few levels off, 6% faster to decode
 EVAL_CROP_FRACTION = CENTRAL_CROP  # the central crop of the Inception/ResNet evaluation recipe
 DCT_RATIOS = (1, 2, 4, 8)  # the scales libjpeg decodes at in the DCT domain: 1/1 ... 1/8
+# libjpeg decodes whole iMCU columns: 16 pixels wide with 4:2:0 or 4:2:2 colour, 8 with 4:4:4.
+IMCU_WIDTH = 16
 
 
 def decode_window(encoded, choose_window, dct_method=DCT_METHOD, output_size=None):
@@ -36,7 +38,7 @@ def decode_window(encoded, choose_window, dct_method=DCT_METHOD, output_size=Non
     def jpeg():
         window = choose_window(tf.image.extract_jpeg_shape(encoded)[:2])
         if output_size is None:
-            return tf.image.decode_and_crop_jpeg(encoded, window, channels=3, dct_method=dct_method)
+            return decode_and_crop(encoded, window, dct_method=dct_method)
         return decode_scaled_window(encoded, window, output_size, dct_method)
 
     def general():
@@ -45,6 +47,21 @@ def decode_window(encoded, choose_window, dct_method=DCT_METHOD, output_size=Non
         return tf.image.crop_to_bounding_box(image, window[0], window[1], window[2], window[3])
 
     return tf.cond(tf.io.is_jpeg(encoded), jpeg, general)
+
+
+def decode_and_crop(encoded, window, **options):
+    """`tf.image.decode_and_crop_jpeg(encoded, window, channels=3, **options)`'s pixels, for less.
+
+    libjpeg decodes whole iMCU columns from the one that holds the window's left edge; unless
+    that edge is on the iMCU grid, TensorFlow decodes each row into a buffer and copies the
+    window's part out of it. Asking for the window widened left to the grid writes the rows
+    in place; slicing the extra columns off costs less than those copies (a 224 crop of a
+    341x256 JPEG: 526 -> 502 us of CPU with its resize, bench/RESULTS.md). The pixels are the
+    same: libjpeg decoded those columns either way.
+    """
+    extra = window[1] % IMCU_WIDTH
+    widened = tf.stack([window[0], window[1] - extra, window[2], window[3] + extra])
+    return tf.image.decode_and_crop_jpeg(encoded, widened, channels=3, **options)[:, extra:]
 
 
 def dct_ratio(window, output_size):
@@ -80,13 +97,9 @@ def decode_scaled_window(encoded, window, output_size, dct_method=DCT_METHOD):
     `ratio` is an attribute of the op, not an input: one decode op per ratio, one of them run.
     """
 
-    def decode_at(ratio):
-        return lambda: tf.image.decode_and_crop_jpeg(
-            encoded,
-            scaled_window(window, ratio),
-            channels=3,
-            ratio=ratio,
-            dct_method=dct_method,
+    def decode_at(ratio):  # the iMCU grid of a 1/ratio decode is in scaled pixels too
+        return lambda: decode_and_crop(
+            encoded, scaled_window(window, ratio), ratio=ratio, dct_method=dct_method
         )
 
     branches = [decode_at(ratio) for ratio in DCT_RATIOS]
