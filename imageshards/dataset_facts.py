@@ -10,6 +10,7 @@ import datetime
 import imageshards
 from imageshards import features
 from imageshards import stratification
+from imageshards.dataset_json import FORMATS_KEY
 from imageshards.dataset_json import INDEX_KEY
 from imageshards.dataset_json import LEVEL_KEYS
 from imageshards.dataset_json import REQUIRED_KEYS
@@ -68,6 +69,7 @@ def make(facts, shards, rejections, duplicates, split_names):
             'class_counts': {
                 label: class_counts[label] for label in facts.labels if class_counts[label]
             },
+            FORMATS_KEY: _summed_formats(entries),
             **(_summed_level_counts(entries, levels) if levels else {}),
             'shards': [{key: shard[key] for key in shard_keys} for shard in entries],
         }
@@ -112,7 +114,7 @@ MULTI_KEYS = ('unlabeled',)  # of every shard of a multi-label build: records wi
 
 def _shard_keys(levels, multi_label):
     """The keys of a shard's entry in dataset.json, in order."""
-    keys = (SHARD_KEYS[0], INDEX_KEY, *SHARD_KEYS[1:])
+    keys = (SHARD_KEYS[0], INDEX_KEY, *SHARD_KEYS[1:], FORMATS_KEY)
     return keys + (LEVEL_KEYS if levels else ()) + (MULTI_KEYS if multi_label else ())
 
 
@@ -178,6 +180,13 @@ def accounting_gap(counts):
         'counts do not add up: inputs {inputs} != written {written} + rejected {rejected} + '
         'duplicates {duplicates}'.format(**counts)
     )
+
+
+def _summed_formats(shards):
+    summed = collections.Counter()
+    for shard in shards:
+        summed.update(shard.get(FORMATS_KEY, {}))
+    return dict(sorted(summed.items()))
 
 
 def _summed_level_counts(shards, levels):
@@ -267,11 +276,14 @@ def _split_problems(split, info, labels):
     for shard in shards:
         summed.update(shard['class_counts'])
     found = []
-    for key, value in (
+    checked = [
         ('num_records', sum(shard['num_records'] for shard in shards)),
         ('num_shards', len(shards)),
         ('class_counts', dict(summed)),
-    ):
+    ]
+    if FORMATS_KEY in info:  # (builds made before imageshards counted formats have none)
+        checked.append((FORMATS_KEY, _summed_formats(shards)))
+    for key, value in checked:
         if info[key] != value:
             found.append(f'splits.{split}.{key} is {info[key]}, but its shards add up to {value}')
     unknown = sorted(set(summed) - labels)

@@ -31,9 +31,11 @@ trainer/dataset_info.py). How dataset.json is made from a build's facts and chec
 imageshards/dataset_facts.py.
 """
 
+import collections
 import dataclasses
 import json
 
+from imageshards import features
 from imageshards import layout
 from imageshards import storage
 
@@ -48,6 +50,9 @@ SHARD_KEYS = REQUIRED_KEYS[3][1]
 # (DALI's tfrecord2idx format, imageshards/tfrecord.py).
 INDEX_KEY = 'index_file'
 LEVEL_KEYS = ('level_counts', 'level_missing')  # of every split and shard, with label levels
+# Of every split and shard since imageshards counted them: {stored format: records}. A reader
+# whose split holds JPEGs alone decodes them without asking each record's format.
+FORMATS_KEY = 'formats'
 
 
 class NotABuildError(FileNotFoundError):
@@ -91,6 +96,11 @@ def load(output_dir, *, complete, files=storage):
             f'running); rerun `imageshards build` with --overwrite'
         )
     return json.loads(files.read(path).decode('utf-8'))
+
+
+def format_counts(formats):
+    """{format: records} of an iterable of stored formats, in name order (`formats`)."""
+    return dict(sorted(collections.Counter(formats).items()))
 
 
 def encode(dataset):
@@ -191,6 +201,13 @@ class Build:
                 f'--label-levels {",".join(unknown)}: not label levels of {self.data_dir} '
                 f'(it has: {have}); build with label/<level> manifest columns or --label-levels'
             )
+
+    def jpeg_only(self, split):
+        """Whether the split's records store JPEGs and nothing else; False where the build did
+        not count its formats (before `formats`) or stores paths, whose files may change."""
+        if self.format != features.EXAMPLES:
+            return False
+        return set(self.split(split).get(FORMATS_KEY, ())) == {'jpeg'}
 
     def largest_sides(self):
         """(largest height, largest width) of the analysis split's images; None without an

@@ -338,3 +338,41 @@ def test_few_shards_are_read_from_a_start_that_changes_each_epoch(tf, color_buil
         color_builds['examples'], epochs=2, seed=7, shuffle_buffer=1, rotate_shards=False
     )
     assert [_starts(stored, ids) for ids in unrotated] == [[0] * len(stored)] * 2
+
+
+@pytest.fixture(scope='module')
+def jpeg_build(tmp_path_factory):
+    """A build of JPEGs alone (its dataset.json counts no other format)."""
+    from pipelines import build  # pylint: disable=import-outside-toplevel
+
+    import images_for_tests  # pylint: disable=import-outside-toplevel
+
+    root = images_for_tests.write_noise_tree(tmp_path_factory.mktemp('jpegs') / 'in', 16)
+    out = root.parent / 'out'
+    build.run(
+        ['--input', str(root), '--output', str(out), '--splits', 'train=0.75,val=0.25']
+        + ['--num-shards', '2', '--seed', '3', '--direct_running_mode=in_memory']
+    )
+    return out
+
+
+def test_a_split_of_jpegs_alone_skips_the_format_check_for_the_same_images(
+    jpeg_build, color_builds
+):
+    build = dataset_info.load(str(jpeg_build))
+    assert build.split('train')['formats'] == {'jpeg': build.num_records('train')}
+    assert build.jpeg_only('train') and build.jpeg_only('val')
+    assert not dataset_info.load(str(color_builds['examples'])).jpeg_only('train')  # PNGs too
+    assert not dataset_info.load(str(color_builds['paths'])).jpeg_only('train')  # files may change
+    for training in (True, False):
+        options = {'training': training, 'epochs': 1} if training else {'training': False}
+        chosen = _batches(jpeg_build, **options)  # jpeg_only from dataset.json
+        checked = _batches(jpeg_build, jpeg_only=False, **options)
+        assert len(chosen) == len(checked) > 0
+        for (x, y, i), (cx, cy, ci) in zip(chosen, checked):
+            assert np.array_equal(x, cx) and np.array_equal(y, cy) and np.array_equal(i, ci)
+
+
+def test_a_png_where_the_split_counts_jpegs_alone_fails_loudly(tf, color_builds):
+    with pytest.raises(tf.errors.InvalidArgumentError, match='a record that is not a JPEG'):
+        _batches(color_builds['examples'], epochs=1, jpeg_only=True)

@@ -284,12 +284,12 @@ def test_verify_finds_a_label_list_that_does_not_name_its_texts(planet_build):
         record = features.encode_example(
             features.EXAMPLES, _values(label, text), ('sky',), multi_label=True
         )
-        found, _, _ = checker.check('x', 0, record)
+        found = checker.check('x', 0, record).label
         assert found is None and expected in problems.found[-1]
     record = features.encode_example(
         features.EXAMPLES, _values((0, 1), ('agriculture', 'clear')), ('sky',), True
     )
-    assert checker.check('x', 0, record)[0] == ('agriculture', 'clear')
+    assert checker.check('x', 0, record).label == ('agriculture', 'clear')
 
 
 class _Problems:

@@ -248,3 +248,28 @@ def test_the_lock_a_killed_build_left_is_no_unknown_file(builds, capsys, tmp_pat
     out = shutil.copytree(builds[features.EXAMPLES], tmp_path / 'copy')
     (out / layout.LOCK_FILE).write_text('{}')  # locked by no one: its build was killed
     assert _verify(out, capsys)[0] == 0
+
+
+def test_formats_are_counted_per_shard_and_split_and_checked(copy, capsys):
+    dataset = _dataset(copy)
+    tree = {'jpeg': 2 * PER_CLASS * len(CLASSES) // 3, 'png': PER_CLASS * len(CLASSES) // 3}
+    summed = {'jpeg': 0, 'png': 0}
+    for info in dataset['splits'].values():
+        assert sum(info['formats'].values()) == info['num_records']
+        for fmt, count in info['formats'].items():
+            summed[fmt] += count
+        assert info['formats'] == {
+            fmt: sum(shard['formats'].get(fmt, 0) for shard in info['shards'])
+            for fmt in info['formats']
+        }
+    assert summed == tree  # write_tree: every third image a PNG
+    shard = dataset['splits']['train']['shards'][0]
+    stated = dict(shard['formats'])
+    shard['formats'] = {'jpeg': shard['num_records']}  # a shard that says it holds JPEGs alone
+    dataset['splits']['val']['formats']['png'] += 1  # a split whose shards do not add up
+    (copy / 'dataset.json').write_text(json.dumps(dataset), encoding='utf-8')
+    status, out = _verify(copy, capsys)
+    assert status == 1
+    assert f'{copy / shard["path"]}: formats is {stated}, but dataset.json says' in out
+    assert f'{copy / "dataset.json"}: splits.train.formats is ' in out  # its shard changed
+    assert f'{copy / "dataset.json"}: splits.val.formats is ' in out

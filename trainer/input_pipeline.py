@@ -64,6 +64,7 @@ class InputOptions:
     area_range: tuple = IMAGENET_CROP_AREA  # random-resized crop area
     eval_crop: float = preprocess.EVAL_CROP_FRACTION  # evaluation's central crop, of each side
     dct_scaling: bool | None = None  # None: if the build's images allow (preprocess.py)
+    jpeg_only: bool | None = None  # None: if the split's dataset.json `formats` are all JPEG
     # Start each shard at a record fixed by (seed, epoch, shard) and wrap around, so that the
     # epochs' orders differ even when every shard is read at once. It costs reading that part
     # of each shard twice (half a shard on average). None: only when a split has fewer than
@@ -135,12 +136,11 @@ def make_dataset(
         batch_size = input_context.get_per_replica_batch_size(batch_size)
     image_size = tuple(image_size)
     parse = _parser(info, opts.parse_batch, levels, with_source=opts.decode_images)
+    opts = dataclasses.replace(opts, **preprocess.decoding(info, split, image_size, opts))
     if not training:
         batches = _evaluation(files, sum(counts), batch_size, image_size, parse, opts, skipped)
         return _finish(batches, opts)
     config = augment_lib.parse_augment(augment)
-    scaling = preprocess.dct_scaling_applies(opts.dct_scaling, info.largest_sides(), image_size)
-    opts = dataclasses.replace(opts, dct_scaling=scaling)
     epochs = tf.data.Dataset.range(opts.start_epoch, opts.epochs or 2**62)
     shards = _shard_list(files, counts, opts)
     per_epoch = lambda epoch: _training_epoch(
@@ -162,7 +162,7 @@ def _evaluation(files, num_records, batch_size, image_size, parse, opts, skipped
     records = _read(tf.data.Dataset.from_tensor_slices(files), opts, deterministic=True)
     images = _decode(
         parse(records),
-        lambda encoded, _: preprocess.for_eval(encoded, image_size, opts.eval_crop),
+        lambda encoded, _: preprocess.for_eval(encoded, image_size, opts.eval_crop, opts.jpeg_only),
         opts,
         skipped,
     )
@@ -257,8 +257,9 @@ def _training_epoch(files, epoch, batch_size, seed, image_size, config, parse, o
         images = _patches(parsed, opts, crop_seed, skipped, epoch, seed)
         batches = images.batch(batch_size, drop_remainder=True).skip(resumed)
     else:
+        decoding = {'dct_scaling': opts.dct_scaling, 'jpeg_only': opts.jpeg_only}
         crop = lambda encoded, position: preprocess.for_training(
-            encoded, image_size, crop_seed(position), opts.area_range, config, opts.dct_scaling
+            encoded, image_size, crop_seed(position), opts.area_range, config, **decoding
         )
         batches = _decode(parsed, crop, opts, skipped).batch(batch_size, drop_remainder=True)
     if opts.batches_per_epoch:
@@ -384,11 +385,8 @@ def _finish(dataset, opts):
 
 def records_per_worker(info, split, workers):
     """[records of the split that each of `workers` input pipelines reads]."""
-    shards = info.split(split)['shards']
-    return [
-        sum(shard['num_records'] for shard in worker_shards(shards, i, workers))
-        for i in range(workers)
-    ]
+    counts = [shard['num_records'] for shard in info.split(split)['shards']]
+    return [sum(worker_shards(counts, i, workers)) for i in range(workers)]
 
 
 def steps_per_epoch(info, split, batch_size, num_pipelines=1, patches_per_image=0):

@@ -22,17 +22,26 @@ from trainer.config import IMAGENET_CROP_AREA
 TRAINING_DCT_METHOD = 'INTEGER_FAST'  # training crops: a few levels off, 6% faster to decode
 EVAL_CROP_FRACTION = CENTRAL_CROP  # the central crop of the Inception/ResNet evaluation recipe
 DCT_RATIOS = (1, 2, 4, 8)  # the scales libjpeg decodes at in the DCT domain: 1/1 ... 1/8
+NOT_JPEG = (
+    'a record that is not a JPEG, in a split whose dataset.json counts JPEGs alone: '
+    '`imageshards verify` the build, or read it with jpeg_only=False'
+)
 # libjpeg decodes whole iMCU columns: 16 pixels wide with 4:2:0 or 4:2:2 colour, 8 with 4:4:4.
 IMCU_WIDTH = 16
 
 
-def decode_window(encoded, choose_window, dct_method=DCT_METHOD, output_size=None):
+def decode_window(encoded, choose_window, dct_method=DCT_METHOD, output_size=None, jpeg_only=False):
     """The pixels of the window [top, left, height, width] that `choose_window(shape)` picks.
 
     JPEGs are measured from their header and only the window is decoded; other formats are
     decoded whole, once, then cropped. With `output_size` (training crops), a JPEG window at
     least twice (4, 8 times) that size is decoded at 1/2 (1/4, 1/8) scale in the DCT domain
     (`dct_ratio`): fewer pixels to transform and resize, never fewer than `output_size`.
+
+    With `jpeg_only` (a split whose dataset.json counts JPEGs alone), the JPEG path runs
+    without the `tf.cond` on the format, whose branch functions cost about 20 us an image in
+    tf.data (4% of a 341x256 crop in make_dataset, bench/RESULTS.md); anything else stops the
+    pipeline with NOT_JPEG.
     """
 
     def jpeg():
@@ -46,6 +55,10 @@ def decode_window(encoded, choose_window, dct_method=DCT_METHOD, output_size=Non
         window = choose_window(tf.shape(image)[:2])
         return tf.image.crop_to_bounding_box(image, window[0], window[1], window[2], window[3])
 
+    if jpeg_only:
+        checked = tf.debugging.Assert(tf.io.is_jpeg(encoded), [NOT_JPEG])
+        with tf.control_dependencies([checked]):
+            return jpeg()
     return tf.cond(tf.io.is_jpeg(encoded), jpeg, general)
 
 
@@ -133,9 +146,11 @@ def central_window(shape, fraction=EVAL_CROP_FRACTION):
     return tf.stack([(height - crop_h) // 2, (width - crop_w) // 2, crop_h, crop_w])
 
 
-def for_eval(encoded, image_size, crop_fraction=EVAL_CROP_FRACTION):
+def for_eval(encoded, image_size, crop_fraction=EVAL_CROP_FRACTION, jpeg_only=False):
     """Evaluation and serving: a central crop resized to image_size (deterministic)."""
-    window = decode_window(encoded, lambda shape: central_window(shape, crop_fraction))
+    window = decode_window(
+        encoded, lambda shape: central_window(shape, crop_fraction), jpeg_only=jpeg_only
+    )
     return resize(window, image_size)
 
 
@@ -169,13 +184,29 @@ def dct_scaling_applies(setting, largest_sides, image_size):
     return all(side >= 2 * size for side, size in zip(largest_sides, image_size))
 
 
+def decoding(build, split, image_size, options):
+    """{'dct_scaling', 'jpeg_only'} of a build's split: each as `options` (InputOptions) set
+    it, or where None, as the build allows (dct_scaling_applies, Build.jpeg_only)."""
+    return {
+        'dct_scaling': dct_scaling_applies(options.dct_scaling, build.largest_sides(), image_size),
+        'jpeg_only': build.jpeg_only(split) if options.jpeg_only is None else options.jpeg_only,
+    }
+
+
 def for_training(
-    encoded, image_size, seed, area_range=IMAGENET_CROP_AREA, augment=None, dct_scaling=True
+    encoded,
+    image_size,
+    seed,
+    area_range=IMAGENET_CROP_AREA,
+    augment=None,
+    dct_scaling=True,
+    jpeg_only=False,
 ):
     """Training: a random-resized crop, decoded from the JPEG's crop window only (with
     `dct_scaling`, at the smallest DCT scale that covers `image_size`), then augmented by
     `augment` (a trainer/augment.py AugmentConfig), if any: its scale narrows the window
-    before the one resize, the rest follows it (`augment_image`)."""
+    before the one resize, the rest follows it (`augment_image`). `jpeg_only`: see
+    decode_window."""
     augment = augment or augment_lib.AugmentConfig()
     # Streams of their own (salts 1, 2): the crop's seed would draw the crop's numbers again.
     fold = tf.random.experimental.stateless_fold_in
@@ -187,7 +218,7 @@ def for_training(
         return augment_lib.scale_window(window, augment.scale_range, fold(seed, 2))
 
     output_size = image_size if dct_scaling else None
-    pixels = decode_window(encoded, choose, TRAINING_DCT_METHOD, output_size)
+    pixels = decode_window(encoded, choose, TRAINING_DCT_METHOD, output_size, jpeg_only)
     image = resize(pixels, image_size)
     if not dataclasses.replace(augment, scale_range=(1.0, 1.0)).active:
         return image

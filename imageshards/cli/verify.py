@@ -76,12 +76,15 @@ class _ShardTally:
         self.classes = collections.Counter()
         self.levels = collections.defaultdict(collections.Counter)  # level -> name -> records
         self.unlabeled = 0  # multi-label records with no label
+        self.formats = collections.Counter()  # image/format -> records
         self.framed = []  # (offset, framed length) of each record, for the index file
         self.intact = True
 
-    def count(self, label, levels):
+    def count(self, label, levels, stored_format):
         """Counts a record's label and level names (tuples of names in a multi-label build; ''
-        or () where a level has no value)."""
+        or () where a level has no value) and its image/format (None: missing, not counted)."""
+        if stored_format is not None:
+            self.formats[stored_format] += 1
         if isinstance(label, tuple):
             self.classes.update(label)
             self.unlabeled += not label
@@ -151,12 +154,12 @@ class _ShardReader:
             for offset, record in records.framed_records(reader, path):
                 tally.records += 1
                 tally.framed.append((offset, tfrecord.FRAMING_BYTES + len(record)))
-                label, job, levels = self._checker.check(path, offset, record)
-                tally.count(label, levels)
-                if job is None:
+                checked = self._checker.check(path, offset, record)
+                tally.count(checked.label, checked.levels, checked.format)
+                if checked.job is None:
                     continue
-                batch.append(job)
-                batch_bytes += len(job.payload)
+                batch.append(checked.job)
+                batch_bytes += len(checked.job.payload)
                 if len(batch) >= self._batch_size or batch_bytes >= _BATCH_BYTES:
                     yield path, batch
                     batch, batch_bytes = [], 0
@@ -182,6 +185,10 @@ class _ShardReader:
                 }
             if 'unlabeled' in entry:
                 found['unlabeled'] = tally.unlabeled
+            if dataset_json.FORMATS_KEY in entry:
+                found[dataset_json.FORMATS_KEY] = dataset_json.format_counts(
+                    tally.formats.elements()
+                )
         for key, value in found.items():
             if entry[key] != value:
                 self._problems.add(path, f'{key} is {value}, but dataset.json says {entry[key]}')

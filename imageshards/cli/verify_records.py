@@ -23,6 +23,15 @@ class ImageJob(typing.NamedTuple):
     sha256: str
 
 
+class Checked(typing.NamedTuple):
+    """What RecordChecker.check found of one record."""
+
+    label: object  # its label's name (a tuple of names in a multi-label build), None if unclear
+    job: object  # the ImageJob of its image, None where the record lacks what it needs
+    levels: dict  # {level: name, '' if missing} (tuples of names in a multi-label build)
+    format: object  # its image/format (str), None where missing
+
+
 class RecordChecker:
     """Checks each record's keys, label and id; keeps what the image and count checks need."""
 
@@ -41,13 +50,12 @@ class RecordChecker:
         self._seen = bytearray((self._num_ids + 7) // 8)
 
     def check(self, where, offset, record):
-        """Returns (label name or None, ImageJob or None, {level: name, '' if missing}) for one
-        record; in a multi-label build, tuples of names for the label and each level."""
+        """The Checked of one record."""
         try:
             example = records.parse_example(record)
         except records.NotAnExampleError as e:
             self._problems.add(where, str(e), offset)
-            return None, None, {}
+            return Checked(None, None, {}, None)
         values = self._scalars(where, offset, records.example_values(example))
         if features.ID in values:
             self._check_id(where, offset, values[features.ID])
@@ -70,7 +78,9 @@ class RecordChecker:
             level: self._level_name(where, offset, values, level, names)
             for level, names in self._levels.items()
         }
-        return self._label_name(where, offset, values), job, levels
+        stored = values.get(features.FORMAT)
+        stored = stored.decode('utf-8', 'replace') if stored is not None else None
+        return Checked(self._label_name(where, offset, values), job, levels, stored)
 
     def _level_name(self, where, offset, values, level, names):
         """The record's name in `level` ('' where missing), or None if it cannot be told."""

@@ -23,6 +23,8 @@ from imageshards import features
 from imageshards import layout as layout_lib
 from imageshards import storage
 from imageshards import tfrecord
+from imageshards.dataset_json import FORMATS_KEY
+from imageshards.dataset_json import format_counts
 from imageshards.pool import bounded_map
 from pipelines import counters
 from pipelines.analysis import analyze
@@ -134,6 +136,7 @@ class _WriteShard(beam.DoFn):
             'class_counts': {
                 self._label_names[label]: class_counts[label] for label in sorted(class_counts)
             },
+            FORMATS_KEY: format_counts(meta.format for meta in metas),
             'reencoded': sum(meta.reencoded for meta in metas),
             'resized': sum(meta.resized for meta in metas),
         }
