@@ -11,10 +11,11 @@ built with --no-analyze):
     counts                                 inputs == written + rejected + duplicates, skipped,
                                            reencoded, rejected_by_reason, skipped_by_reason
     splits                                 {split: num_records, num_shards, class_counts,
-                                           [level_counts, level_missing,] shards: [{path,
-                                           index_file, num_records, num_bytes, sha256,
-                                           class_counts, ...}]}; `index_file` is the shard's index
-                                           file (builds before it have none)
+                                           formats, [level_counts, level_missing,] shards:
+                                           [{path, index_file, num_records, num_bytes, sha256,
+                                           class_counts, formats, ...}]}; `index_file` is the
+                                           shard's index file, `formats` {stored format:
+                                           records} (builds before them have none)
     features                               the records' schema (imageshards/features.py)
     analysis                               the analysis split's statistics
     imageshards_version, created
