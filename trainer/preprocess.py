@@ -69,8 +69,8 @@ def decode_and_crop(encoded, window, **options):
     that edge is on the iMCU grid, TensorFlow decodes each row into a buffer and copies the
     window's part out of it. Asking for the window widened left to the grid writes the rows
     in place; slicing the extra columns off costs less than those copies (a 224 crop of a
-    341x256 JPEG: 526 -> 502 us of CPU with its resize, bench/RESULTS.md). The pixels are the
-    same: libjpeg decoded those columns either way.
+    341x256 JPEG: 541 -> 520 us of CPU with its resize, bench/crop_decode.py). The pixels are
+    the same: libjpeg decoded those columns either way.
     """
     extra = window[1] % IMCU_WIDTH
     widened = tf.stack([window[0], window[1] - extra, window[2], window[3] + extra])
