@@ -376,3 +376,22 @@ def test_a_split_of_jpegs_alone_skips_the_format_check_for_the_same_images(
 def test_a_png_where_the_split_counts_jpegs_alone_fails_loudly(tf, color_builds):
     with pytest.raises(tf.errors.InvalidArgumentError, match='a record that is not a JPEG'):
         _batches(color_builds['examples'], epochs=1, jpeg_only=True)
+
+
+@pytest.mark.parametrize('augment', [None, 'standard'])
+def test_batches_decoded_in_one_call_are_those_decoded_image_by_image(color_builds, augment):
+    """The default path decodes each batch in one function call; skip_bad_images keeps the
+    per-image map (an undecodable image must drop alone). On a clean build they agree."""
+    whole = _batches(color_builds['examples'], epochs=2, augment=augment)
+    per_image = _batches(color_builds['examples'], epochs=2, augment=augment, skip_bad_images=True)
+    specs = [
+        input_pipeline.make_dataset(
+            str(color_builds['examples']), 'train', 8, training=True, skip_bad_images=skip
+        ).element_spec
+        for skip in (False, True)
+    ]
+    assert specs[0] == specs[1]  # static shapes too: Keras' metrics rely on the batch size
+    assert len(whole) == len(per_image) > 0
+    for (x, y, i), (px, py, pi) in zip(whole, per_image):
+        assert x.dtype == px.dtype and x.shape == px.shape
+        assert np.array_equal(x, px) and np.array_equal(y, py) and np.array_equal(i, pi)

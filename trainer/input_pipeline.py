@@ -5,12 +5,14 @@ Training, per epoch:
     -> interleave TFRecordDatasets over several shards at once; with few shards, each shard
        starts at a record fixed by (seed, epoch, shard) and wraps around (see `rotate_shards`)
     -> record shuffle buffer, seeded by (seed, epoch)
-    -> batch -> vectorized tf.io.parse_example -> unbatch
-    -> [paths builds: tf.io.read_file of image/path, in parallel, after the shuffle]
-    -> parallel decode: a random-resized crop cut while decoding the JPEG (general path for
-       PNG), resized, augmented (trainer/augment.py); or K random patches per image,
-       reshuffled across many images
-    -> batch (drop_remainder) -> [patches: vectorized augmentation] -> prefetch
+    -> batch (drop_remainder) -> vectorized tf.io.parse_example (trainer/record_parser.py)
+    -> batches decoded in parallel, each in one call: a random-resized crop of each image,
+       cut while decoding the JPEG (general path for PNG), resized, augmented
+       (trainer/augment.py)
+       [skip_bad_images, paths builds (tf.io.read_file of image/path after the shuffle) and
+       patches: unbatch, decode each record in parallel (or cut K random patches per image,
+       reshuffled across many images), batch again]
+    -> [patches: vectorized augmentation] -> prefetch
 
 Everything random is a function of (seed, epoch, position), so an epoch's batches can be
 rebuilt exactly, also from the middle (`start_epoch`, `skip_batches`) after a preemption;
@@ -28,13 +30,12 @@ import logging
 
 import tensorflow as tf
 
-from imageshards import features
 from trainer import augment as augment_lib
 from trainer import dataset_info
-from trainer import labels as labels_lib
 from trainer import preprocess
 from trainer.config import IMAGENET_CROP_AREA
 from trainer.config import TrainConfig
+from trainer.record_parser import RecordParser
 
 _LOG = logging.getLogger(__name__)
 AUTOTUNE = tf.data.AUTOTUNE
@@ -135,7 +136,7 @@ def make_dataset(
     if input_context:
         batch_size = input_context.get_per_replica_batch_size(batch_size)
     image_size = tuple(image_size)
-    parse = _parser(info, opts.parse_batch, levels, with_source=opts.decode_images)
+    parse = RecordParser(info, opts.parse_batch, levels, with_source=opts.decode_images)
     opts = dataclasses.replace(opts, **preprocess.decoding(info, split, image_size, opts))
     if not training:
         batches = _evaluation(files, sum(counts), batch_size, image_size, parse, opts, skipped)
@@ -251,17 +252,24 @@ def _training_epoch(files, epoch, batch_size, seed, image_size, config, parse, o
     resumed = tf.cast(epoch == opts.start_epoch, tf.int64) * opts.skip_batches
     if not opts.patches_per_image:
         records = records.skip(resumed * batch_size)
-    parsed = parse(records)
     crop_seed = lambda position: tf.stack([tf.cast(seed, tf.int64) * 7919 + epoch, position])
+    decoding = {'dct_scaling': opts.dct_scaling, 'jpeg_only': opts.jpeg_only}
+    crop = lambda encoded, position: preprocess.for_training(
+        encoded, image_size, crop_seed(position), opts.area_range, config, **decoding
+    )
     if opts.patches_per_image:
-        images = _patches(parsed, opts, crop_seed, skipped, epoch, seed)
+        images = _patches(parse(records), opts, crop_seed, skipped, epoch, seed)
         batches = images.batch(batch_size, drop_remainder=True).skip(resumed)
-    else:
-        decoding = {'dct_scaling': opts.dct_scaling, 'jpeg_only': opts.jpeg_only}
-        crop = lambda encoded, position: preprocess.for_training(
-            encoded, image_size, crop_seed(position), opts.area_range, config, **decoding
+    elif opts.decode_images and not opts.skip_bad_images and not parse.reads_files:
+        batches = parse.batches(records, batch_size).map(
+            lambda batch: _decode_batch(batch, crop, image_size, opts),
+            num_parallel_calls=AUTOTUNE,
+            deterministic=opts.deterministic,
         )
-        batches = _decode(parsed, crop, opts, skipped).batch(batch_size, drop_remainder=True)
+    else:
+        batches = _decode(parse(records), crop, opts, skipped).batch(
+            batch_size, drop_remainder=True
+        )
     if opts.batches_per_epoch:
         # Workers holding more records than others stop where the others must: their epochs
         # then line up with the trainer's, and a resume finds every epoch where it began.
@@ -283,50 +291,6 @@ def _augment(batch, config, seed):
     return (augment_lib.augment_batch(images, config, seed), *rest)
 
 
-def _parser(info, parse_batch, levels, with_source=True):
-    """Records (or (record, position) pairs) -> dicts of encoded image, label, id, position.
-
-    Without `with_source`, the image (or its path) is neither parsed nor read. The label is
-    the primary label's or a dict of `levels`' (trainer/labels.py).
-    """
-    fmt, reader = info.format, labels_lib.LabelReader(info, levels)
-    spec = features.feature_spec(fmt)
-    source = features.PATH if fmt == features.PATHS else features.ENCODED
-    keys = [features.ID, source] if with_source else [features.ID]
-    wanted = {**reader.spec(), **{key: spec[key] for key in keys}}
-
-    def parse_some(serialized, positions=None):
-        parsed = tf.io.parse_example(serialized, wanted)
-        out = {'label': reader.labels(parsed), 'id': parsed[features.ID]}
-        if with_source:
-            out['source'] = parsed[source]
-        if positions is not None:
-            out['position'] = positions
-        return out
-
-    def parse(records):
-        with_positions = isinstance(records.element_spec, tuple)
-        parsed = (
-            records.batch(parse_batch)
-            .map(
-                (lambda s, p: parse_some(s, p)) if with_positions else parse_some,
-                num_parallel_calls=AUTOTUNE,
-                deterministic=True,
-            )
-            .unbatch()
-        )
-        if fmt == features.PATHS and with_source:
-            # The two-stage design: only paths were shuffled; images are read now, in parallel.
-            parsed = parsed.map(
-                lambda r: {**r, 'source': tf.io.read_file(r['source'])},
-                num_parallel_calls=AUTOTUNE,
-                deterministic=True,
-            )
-        return parsed
-
-    return parse
-
-
 def _decode(parsed, to_image, opts, skipped):
     """Per-record decode in parallel; undecodable images fail the run unless skipped."""
     if not opts.decode_images:  # (label, id) where the image would be: the same order
@@ -345,6 +309,20 @@ def _decode(parsed, to_image, opts, skipped):
         if skipped is not None:
             images = images.map(lambda *x: _count(skipped.decoded, x))
     return images
+
+
+def _decode_batch(batch, to_image, image_size, opts):
+    """A parsed batch -> (images, labels[, ids]): the same images as _decode's, decoded in one
+    function call by a loop. tf.data's map schedules each call on its thread pool and is woken
+    when it completes: per image, that cost 8% of the CPU on 2 cores (bench/RESULTS.md). An
+    undecodable image fails the batch, so skip_bad_images keeps the per-image map."""
+    images = tf.map_fn(
+        lambda record: to_image(*record),
+        (batch['source'], batch['position']),
+        fn_output_signature=tf.TensorSpec([*image_size, 3], tf.uint8),
+    )
+    ids = (batch['id'],) if opts.with_ids else ()
+    return (images, batch['label'], *ids)
 
 
 def _count(variable, value):
