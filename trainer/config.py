@@ -255,7 +255,8 @@ def build_arg_parser():
     add(
         '--skip-bad-images',
         action='store_true',
-        help='skip (count and log) undecodable images instead of failing',
+        help='skip (count and log) undecodable images instead of failing; images are then '
+        'decoded one call each, not a batch per call (about 15%% fewer images/s on 2 cores)',
     )
     add(
         '--no-deterministic',
