@@ -15,6 +15,7 @@ from imageshards.dataset_json import INDEX_KEY
 from imageshards.dataset_json import LEVEL_KEYS
 from imageshards.dataset_json import REQUIRED_KEYS
 from imageshards.dataset_json import SHARD_KEYS
+from imageshards.dataset_json import format_counts
 
 
 class AccountingError(RuntimeError):
@@ -186,7 +187,7 @@ def _summed_formats(shards):
     summed = collections.Counter()
     for shard in shards:
         summed.update(shard.get(FORMATS_KEY, {}))
-    return dict(sorted(summed.items()))
+    return format_counts(summed)
 
 
 def _summed_level_counts(shards, levels):

@@ -100,7 +100,8 @@ def load(output_dir, *, complete, files=storage):
 
 
 def format_counts(formats):
-    """{format: records} of an iterable of stored formats, in name order (`formats`)."""
+    """{format: records}, in name order (`formats`), of an iterable of stored formats or of a
+    {format: records} mapping (a Counter summed over shards)."""
     return dict(sorted(collections.Counter(formats).items()))
 
 

@@ -186,9 +186,7 @@ class _ShardReader:
             if 'unlabeled' in entry:
                 found['unlabeled'] = tally.unlabeled
             if dataset_json.FORMATS_KEY in entry:
-                found[dataset_json.FORMATS_KEY] = dataset_json.format_counts(
-                    tally.formats.elements()
-                )
+                found[dataset_json.FORMATS_KEY] = dataset_json.format_counts(tally.formats)
         for key, value in found.items():
             if entry[key] != value:
                 self._problems.add(path, f'{key} is {value}, but dataset.json says {entry[key]}')
