@@ -10,8 +10,8 @@ import typing
 import apache_beam as beam
 
 from imageshards import file_names
-from pipelines import counters
 from pipelines.assignment import blocks
+from pipelines.core import counters
 from pipelines.inputs.entries import source_path
 
 DUPLICATES = 'duplicates'

@@ -24,9 +24,9 @@ from imageshards import layout
 from imageshards import storage
 from imageshards.pool import bounded_map
 from imageshards.storage import read_input
-from pipelines import counters
 from pipelines.assignment import blocks
 from pipelines.assignment.blocks import ImageMeta
+from pipelines.core import counters
 from pipelines.inputs.entries import SMALL_INPUT_BYTES
 from pipelines.inputs.listing import read_work_item
 from pipelines.options import BuildConfig
