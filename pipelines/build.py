@@ -9,7 +9,7 @@
                after the pipeline, before _SUCCESS (pipelines/analysis/transform_output.py)]
 
 Between validation and writing, image metadata moves in packed blocks
-(pipelines/assignment/blocks.py), inline on Dataflow and spilled to OUT/.imageshards-tmp/blocks/
+(pipelines/core/blocks.py), inline on Dataflow and spilled to OUT/.imageshards-tmp/blocks/
 on the local runner (pipelines/local/spill.py), so that the launching process's memory does not
 grow with the number of images.
 
@@ -47,8 +47,8 @@ from pipelines import options
 from pipelines import runner
 from pipelines import summary as summary_lines
 from pipelines.analysis import transform_output
-from pipelines.assignment import blocks
 from pipelines.context import BuildContext
+from pipelines.core import blocks
 from pipelines.core import counters
 from pipelines.inputs import entries
 from pipelines.inputs import listing as listing_lib

@@ -6,7 +6,7 @@
          writes it after the pipeline: pipelines/local/transform_writer.py)]
 
 Between validation and writing, image metadata moves in packed blocks
-(pipelines/assignment/blocks.py), passed as block refs: the blocks themselves on Dataflow, byte
+(pipelines/core/blocks.py), passed as block refs: the blocks themselves on Dataflow, byte
 ranges of files under OUT/.imageshards-tmp/blocks/ on the local runner.
 """
 
@@ -15,10 +15,10 @@ import apache_beam as beam
 from imageshards import features
 from pipelines.analysis.analyze import AnalyzeShards
 from pipelines.analysis.transform_output import WriteTransformOutput
-from pipelines.assignment import blocks
 from pipelines.assignment.assign import AssignShards
 from pipelines.assignment.assign import RankGroups
 from pipelines.assignment.assign import bucket_bits_for
+from pipelines.core import blocks
 from pipelines.inputs.listing import work_items
 from pipelines.validation.dedup import DropDuplicates
 from pipelines.validation.validate import ValidateImages

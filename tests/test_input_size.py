@@ -148,7 +148,7 @@ def test_validation_keeps_no_bytes_of_a_large_image_for_later(tmp_path):
 def _meta_of(data, resized=False):
     import google_crc32c  # pylint: disable=import-outside-toplevel
 
-    from pipelines.assignment.blocks import ImageMeta  # pylint: disable=import-outside-toplevel
+    from pipelines.core.blocks import ImageMeta  # pylint: disable=import-outside-toplevel
 
     return ImageMeta(
         id=0,

@@ -170,7 +170,7 @@ def test_resizing_is_deterministic_and_the_writer_makes_the_same_bytes():
 
 
 def _meta(info, data):
-    from pipelines.assignment.blocks import ImageMeta  # pylint: disable=import-outside-toplevel
+    from pipelines.core.blocks import ImageMeta  # pylint: disable=import-outside-toplevel
 
     return ImageMeta(
         id=0,

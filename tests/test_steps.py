@@ -14,9 +14,9 @@ from imageshards import layout
 from imageshards import storage
 from imageshards import tfrecord
 from pipelines.assignment import assign
-from pipelines.assignment import blocks
 from pipelines.assignment import plan as plan_lib
-from pipelines.assignment.blocks import ImageMeta
+from pipelines.core import blocks
+from pipelines.core.blocks import ImageMeta
 from pipelines.inputs import listing
 from pipelines.inputs.entries import InputEntry
 from pipelines.local import spill

@@ -13,7 +13,7 @@ images of each class, so retries, runners and worker counts cannot change the re
   images of a class go to which shard follows their rank, so it is uniformly random.
 * Order within a shard: a second salted hash, so it is a uniformly random permutation.
 
-Only metadata moves, in blocks (pipelines/assignment/blocks.py): `(group, label, bucket)` groups of
+Only metadata moves, in blocks (pipelines/core/blocks.py): `(group, label, bucket)` groups of
 them, where the bucket (top bits of the rank hash) bounds the size of one group on a large class,
 then one block per (group, shard) for the writer.
 """
@@ -27,8 +27,8 @@ import typing
 import apache_beam as beam
 
 from imageshards import file_names
-from pipelines.assignment import blocks
 from pipelines.assignment import plan as plan_lib
+from pipelines.core import blocks
 
 _RANK = 'rank'
 _ORDER = 'order'

@@ -1,5 +1,6 @@
 """What every stage of the build shares: the base below the stages, importing only the
 foundation (imageshards/).
 
+    blocks.py    image metadata (ImageMeta) packed in blocks, and the BlockStore that keeps them
     counters.py  what the steps count: Beam counters, and live counts for the local display
 """

@@ -2,7 +2,7 @@
 for the writer.
 
 The local FnApiRunner holds every element of its shuffles in the launching process, so its
-builds pass blocks (pipelines/assignment/blocks.py) as byte ranges `(name, offset, length)` of
+builds pass blocks (pipelines/core/blocks.py) as byte ranges `(name, offset, length)` of
 files under the build's temporary folder (OUT/.imageshards-tmp/blocks/). The files go through
 `FileSystems`, so an output on gs:// works too, and Finalize deletes them with the rest of
 `OUT/.imageshards-tmp/`.
@@ -28,7 +28,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from imageshards import storage
-from pipelines.assignment import blocks
+from pipelines.core import blocks
 from pipelines.inputs.entries import SMALL_INPUT_BYTES
 
 PAYLOAD_MAX_BYTES = SMALL_INPUT_BYTES

@@ -10,7 +10,7 @@ import typing
 import apache_beam as beam
 
 from imageshards import file_names
-from pipelines.assignment import blocks
+from pipelines.core import blocks
 from pipelines.core import counters
 from pipelines.inputs.entries import source_path
 

@@ -5,7 +5,7 @@ here, so that the runner moves two numbers per chunk rather than the line. A chu
 are read and checked one after the other: the check is mostly Python holding the GIL, and the
 local runner has a worker process per core. On `gs://`, a thread pool reads concurrently to
 hide per-object latency. The metadata of a chunk's valid images leaves as one block
-(pipelines/assignment/blocks.py). With --resize-shorter-side, a valid image larger than that is
+(pipelines/core/blocks.py). With --resize-shorter-side, a valid image larger than that is
 resized here, from the bytes just checked (pipelines/validation/resize.py).
 """
 
@@ -24,9 +24,9 @@ from imageshards import layout
 from imageshards import storage
 from imageshards.pool import bounded_map
 from imageshards.storage import read_input
-from pipelines.assignment import blocks
-from pipelines.assignment.blocks import ImageMeta
+from pipelines.core import blocks
 from pipelines.core import counters
+from pipelines.core.blocks import ImageMeta
 from pipelines.inputs.entries import SMALL_INPUT_BYTES
 from pipelines.inputs.listing import read_work_item
 from pipelines.options import BuildConfig

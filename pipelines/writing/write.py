@@ -27,8 +27,8 @@ from imageshards.dataset_json import FORMATS_KEY
 from imageshards.dataset_json import format_counts
 from imageshards.pool import bounded_map
 from pipelines.analysis import analyze
-from pipelines.assignment import blocks
 from pipelines.assignment.assign import order_key
+from pipelines.core import blocks
 from pipelines.core import counters
 from pipelines.inputs.entries import source_path
 from pipelines.options import BuildConfig
