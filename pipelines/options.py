@@ -15,7 +15,7 @@ from imageshards import features
 from imageshards import flags
 from imageshards import layout
 from imageshards import storage
-from pipelines.validation import resize
+from pipelines.core import settings
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,14 +48,14 @@ class BuildConfig:
     transform_image_size: int = 224  # the side of the tf.Transform graph's `image` output
     analysis_in_pipeline: bool = False  # write the TFT output in pipeline steps on the local runner
     resize_shorter_side: int = 0  # images with a longer shorter side are stored resized; 0: none
-    resize_quality: int = resize.DEFAULT_QUALITY  # the JPEG quality of the resized images
+    resize_quality: int = settings.DEFAULT_QUALITY  # the JPEG quality of the resized images
 
     @property
     def resize(self):
-        """The resize.ResizeSpec of --resize-shorter-side, or None."""
+        """The settings.ResizeSpec of --resize-shorter-side, or None."""
         if not self.resize_shorter_side:
             return None
-        return resize.ResizeSpec(self.resize_shorter_side, self.resize_quality)
+        return settings.ResizeSpec(self.resize_shorter_side, self.resize_quality)
 
     @property
     def split_names(self):
@@ -275,7 +275,7 @@ def build_arg_parser():
         type=flags.integer(minimum=1, maximum=100),
         default=None,
         metavar='Q',
-        help=f'JPEG quality of the resized images (default {resize.DEFAULT_QUALITY}; '
+        help=f'JPEG quality of the resized images (default {settings.DEFAULT_QUALITY}; '
         'bench/RESULTS.md measures PSNR and size per quality)',
     )
     parser.add_argument(

@@ -13,11 +13,11 @@ How an image is resized (`resize`):
   2. resampled to the target size with Pillow's Lanczos filter (a=3, antialiased), in Pillow's
      fixed-point arithmetic: the same bytes on every worker with the same Pillow;
   3. turned by its EXIF orientation (after resampling: fewer pixels to move);
-  4. encoded as JPEG at --resize-quality (DEFAULT_QUALITY: bench/RESULTS.md measures PSNR and
-     size per quality), baseline, 4:2:0 chroma, optimized Huffman tables, grey kept as one
-     channel, no EXIF or ICC profile; or, where the image has alpha or few colours (a palette
-     or 1-bit image: drawings, masks, icons, where JPEG's artefacts show), as a lossless PNG
-     (RGBA or LA with alpha; else RGB, or L for 1-bit).
+  4. encoded as JPEG at --resize-quality (pipelines/core/settings.py's DEFAULT_QUALITY:
+     bench/RESULTS.md measures PSNR and size per quality), baseline, 4:2:0 chroma, optimized
+     Huffman tables, grey kept as one channel, no EXIF or ICC profile; or, where the image has
+     alpha or few colours (a palette or 1-bit image: drawings, masks, icons, where JPEG's
+     artefacts show), as a lossless PNG (RGBA or LA with alpha; else RGB, or L for 1-bit).
 
 Validation judges the original bytes first; a valid image is resized where validation holds its
 bytes (pipelines/validation/validate.py), once. The local runner keeps the result for the writer
@@ -26,34 +26,15 @@ resizes it again, checking the digest (pipelines/writing/encode.py).
 """
 
 import io
-import typing
 
 from PIL import Image
 from PIL import ImageFile
 
 from pipelines.validation import images
 
-DEFAULT_QUALITY = 90
 FILTER = Image.Resampling.LANCZOS
 _ALPHA_MODES = frozenset(['LA', 'La', 'PA', 'RGBA', 'RGBa'])
 _CHANNELS = {'L': 1, 'LA': 2, 'RGB': 3, 'RGBA': 4}
-
-
-class ResizeSpec(typing.NamedTuple):
-    """A build's --resize-shorter-side and --resize-quality."""
-
-    shorter_side: int
-    quality: int = DEFAULT_QUALITY
-
-    def describe(self):
-        """dataset.json's `resize`: the setting, and how it is applied."""
-        return {
-            'shorter_side': self.shorter_side,
-            'quality': self.quality,
-            'filter': 'lanczos',
-            'jpeg': 'baseline, 4:2:0, optimized Huffman tables',
-            'png': 'images with alpha, a palette or 1-bit pixels',
-        }
 
 
 def target_size(width, height, shorter_side):
@@ -73,7 +54,7 @@ def resize(data, info, spec):
     Args:
         data: the input's bytes.
         info: their ImageInfo from images.inspect_image (sizes as a viewer shows the image).
-        spec: the ResizeSpec.
+        spec: the build's ResizeSpec (pipelines/core/settings.py).
     """
     if target_size(info.width, info.height, spec.shorter_side) is None:
         return None

@@ -267,7 +267,7 @@ class ValidateImages(beam.PTransform):
             rejected as `missing_label_level`.
         rank_groups: an assign.RankGroups: the blocks keyed as AssignShards(keyed=True)
             takes them, with no step between (no --dedup); None: block refs.
-        resize_spec: a resize.ResizeSpec: images larger than it are stored resized.
+        resize_spec: a settings.ResizeSpec: images larger than it are stored resized.
     """
 
     def __init__(

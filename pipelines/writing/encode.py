@@ -32,7 +32,7 @@ class RecordEncoder:
         label_names: every label name, by id.
         label_levels: {level: names} of a build with label levels.
         multi_label: a multi-label build (a meta's label and level values are tuples of ids).
-        resize_spec: the build's resize.ResizeSpec, if any: records keep their original's size
+        resize_spec: the build's settings.ResizeSpec, if any: records keep their original's size
             and digest too.
     """
 
