@@ -11,8 +11,8 @@ from imageshards import dataset_facts
 from imageshards import file_names
 from imageshards import layout
 from imageshards import storage
+from pipelines.core.settings import BuildConfig
 from pipelines.inputs.entries import ListingSummary
-from pipelines.options import BuildConfig
 
 
 @dataclasses.dataclass(frozen=True)

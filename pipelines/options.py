@@ -7,72 +7,14 @@ file given with `--config` supplies defaults for both: its top-level keys are th
 """
 
 import contextlib
-import dataclasses
 import io
 
 from imageshards import configfile
 from imageshards import features
 from imageshards import flags
 from imageshards import layout
-from imageshards import storage
 from pipelines.core import settings
-
-
-@dataclasses.dataclass(frozen=True)
-class BuildConfig:
-    """What to build; pipeline (runner) options live apart, in Beam's PipelineOptions."""
-
-    input: str
-    output: str
-    format: str = features.EXAMPLES
-    seed: int = 0
-    splits: tuple = (('train', 1.0),)
-    num_shards: int = 0  # per split; 0 means derive from shard_size_mb
-    shard_size_mb: float = 128.0  # target image bytes per shard, when num_shards is 0
-    dedup: bool = False
-    overwrite: bool = False
-    max_pixels: int = 89_478_485  # Pillow's own decompression-bomb threshold
-    max_image_bytes: int = 256 << 20  # larger inputs are `too_large`, rejected before a read
-    space_check: bool = True  # refuse a local build whose inputs cannot fit on the output's disk
-    io_threads: int = 0  # 0: 1 for local inputs, 32 for remote ones (see `threads`)
-    chunk_size: int = 256
-    allow_roots: tuple = ()  # folders manifest rows may name besides the manifest's own
-    follow_symlinks: bool = False
-    label_levels: tuple = ()  # a tree's levels, one per nested folder; a manifest's, to check
-    allow_missing_levels: bool = False  # a missing level value gets id -1 instead of a rejection
-    label_separator: str = None  # between a multi-label CSV cell's labels; None: whitespace
-    analyze: bool = True  # the analysis of the train split and its tf.Transform output
-    analysis_size: int = 32  # images are measured resized to this square size
-    analysis_split: str = 'train'
-    analysis_sample: int = 1000  # images measured for the pixel statistics (analysis/analyze.py)
-    transform_image_size: int = 224  # the side of the tf.Transform graph's `image` output
-    analysis_in_pipeline: bool = False  # write the TFT output in pipeline steps on the local runner
-    resize_shorter_side: int = 0  # images with a longer shorter side are stored resized; 0: none
-    resize_quality: int = settings.DEFAULT_QUALITY  # the JPEG quality of the resized images
-
-    @property
-    def resize(self):
-        """The settings.ResizeSpec of --resize-shorter-side, or None."""
-        if not self.resize_shorter_side:
-            return None
-        return settings.ResizeSpec(self.resize_shorter_side, self.resize_quality)
-
-    @property
-    def split_names(self):
-        return tuple(name for name, _ in self.splits)
-
-    @property
-    def threads(self):
-        """Concurrent reads and checks per worker.
-
-        Locally, checking is CPU-bound Python (the local runner has a worker process per core),
-        and handing files to a thread pool costs more than it saves (~100 us per image in GIL
-        hand-offs); on gs:// every read waits tens of milliseconds for the network, which
-        concurrent reads hide.
-        """
-        if self.io_threads:
-            return self.io_threads
-        return 32 if storage.is_uri(self.input) else 1
+from pipelines.core.settings import BuildConfig
 
 
 def parse_splits(text):

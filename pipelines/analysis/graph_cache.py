@@ -46,7 +46,7 @@ from imageshards import features
 from imageshards import layout
 from imageshards import storage
 from imageshards import transform_assets
-from pipelines import options
+from pipelines.core.settings import BuildConfig
 
 _LOG = logging.getLogger(__name__)
 ENV = 'IMAGESHARDS_CACHE_DIR'
@@ -56,8 +56,8 @@ PACKAGED_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'transfo
 SHIPPED_KINDS = tuple(
     {
         'fmt': fmt,
-        'levels': options.BuildConfig.label_levels,
-        'image_size': options.BuildConfig.transform_image_size,
+        'levels': BuildConfig.label_levels,
+        'image_size': BuildConfig.transform_image_size,
     }
     for fmt in (features.EXAMPLES, features.PATHS)
 )

@@ -27,9 +27,9 @@ from imageshards.storage import read_input
 from pipelines.core import blocks
 from pipelines.core import counters
 from pipelines.core.blocks import ImageMeta
+from pipelines.core.settings import BuildConfig
 from pipelines.inputs.entries import SMALL_INPUT_BYTES
 from pipelines.inputs.listing import read_work_item
-from pipelines.options import BuildConfig
 from pipelines.validation import images
 from pipelines.validation import resize
 from pipelines.validation.image_errors import pillow_call

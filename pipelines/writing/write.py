@@ -30,8 +30,8 @@ from pipelines.analysis import analyze
 from pipelines.assignment.assign import order_key
 from pipelines.core import blocks
 from pipelines.core import counters
+from pipelines.core.settings import BuildConfig
 from pipelines.inputs.entries import source_path
-from pipelines.options import BuildConfig
 from pipelines.validation import images
 from pipelines.writing.encode import read_checked
 from pipelines.writing.encode import stored_bytes
