@@ -6,7 +6,6 @@
     summary.py  what a finished build prints
     steps.py    the pipeline: its steps in order, each handed what it needs of the context
     context.py  BuildContext: what every step knows once the inputs are listed
-    options.py  the flags, parsed into the typed BuildConfig (pipelines/core/settings.py)
     runner.py   the runner: the local one (local/) or a remote one, Dataflow's needs met
     counters.py what the steps count: Beam counters, and live counts for the local display
 

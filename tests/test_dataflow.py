@@ -21,8 +21,8 @@ from imageshards import distribution
 from imageshards import layout
 from imageshards import output_lock
 from pipelines import build
-from pipelines import options
 from pipelines import runner
+from pipelines.core import options
 
 import images_for_tests as imgs
 

@@ -11,8 +11,8 @@ import pytest
 from imageshards import layout
 from imageshards import tfrecord
 from pipelines import build
-from pipelines import options
 from pipelines.analysis import graph_cache
+from pipelines.core import options
 from pipelines.local import transform_writer
 
 import images_for_tests as imgs

@@ -17,7 +17,7 @@ from imageshards import records
 from imageshards import tfrecord
 from imageshards.cli import verify
 from pipelines import build
-from pipelines import options
+from pipelines.core import options
 from pipelines.core.settings import DEFAULT_QUALITY
 from pipelines.core.settings import ResizeSpec
 from pipelines.local import spill

@@ -3,4 +3,6 @@ foundation (imageshards/).
 
     blocks.py    image metadata (ImageMeta) packed in blocks, and the BlockStore that keeps them
     counters.py  what the steps count: Beam counters, and live counts for the local display
+    options.py   the flags of `imageshards build` (and a --config file), parsed into a BuildConfig
+    settings.py  the build's settings as frozen records: BuildConfig, ResizeSpec
 """

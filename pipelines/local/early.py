@@ -8,7 +8,7 @@ Each is a guess from the command line alone; a build that turns out not to want 
 and `stop_untaken` stops whatever no build took. No Beam here: imported before Beam is.
 """
 
-from pipelines import options
+from pipelines.core import options
 from pipelines.local import early_listing
 from pipelines.local import transform_writer
 from pipelines.local import warm_workers
