@@ -12,8 +12,8 @@ import pytest
 
 from imageshards import storage
 from pipelines import build
+from pipelines.core.sources import SMALL_INPUT_BYTES
 from pipelines.inputs import listing
-from pipelines.inputs.entries import SMALL_INPUT_BYTES
 from pipelines.inputs.entries import InputEntry
 from pipelines.validation import validate
 

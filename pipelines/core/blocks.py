@@ -23,7 +23,7 @@ class ImageMeta(typing.NamedTuple):
     """What the shuffle moves for one valid image: compact metadata, never pixels or bytes."""
 
     id: int
-    key: str  # the source is `entries.source_path(base, key)`; packed as the name's bytes
+    key: str  # the source is `sources.source_path(base, key)`; packed as the name's bytes
     label: int  # the label's id; in a multi-label build, the sorted tuple of the image's ids
     split: str  # a manifest's split, or '' to be assigned
     format: str

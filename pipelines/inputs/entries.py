@@ -1,4 +1,4 @@
-"""What listing produces: the inputs of a build, and the path helpers every step shares.
+"""What listing produces: the inputs of a build, and the rules of their paths.
 
 Paths are local (absolute) or URIs that Beam's FileSystems read. A URL carrying credentials is
 never used, and `redact` removes them from anything shown.
@@ -7,23 +7,18 @@ never used, and `redact` removes them from anything shown.
 import collections
 import dataclasses
 import logging
-import posixpath
 import re
 import typing
 
 from imageshards import console
 from imageshards import file_names
-from imageshards import storage
-from imageshards.storage import is_uri
+from pipelines.core.sources import SMALL_INPUT_BYTES
 
 _LOG = logging.getLogger(__name__)
 MANY_LABEL_SETS = 2_000_000  # a multi-label plan this large is worth a word (docs/scaling.md)
 IMAGE_EXTENSIONS = frozenset(
     ['.jpg', '.jpeg', '.jpe', '.jfif', '.png', '.gif', '.bmp', '.webp', '.tif', '.tiff']
 )
-# Inputs of at most this many bytes are small: the local runner keeps their bytes beside the
-# build until the end (pipelines/local/spill.py), which the free-space check counts.
-SMALL_INPUT_BYTES = 16 << 10
 MANIFEST_COLUMNS = ('path', 'label', 'split')
 MULTI_LABEL_COLUMN = 'labels'  # in place of `label`: several labels per image
 # URL user info (user:password@), which must never be used or shown.
@@ -273,13 +268,6 @@ class ListingSummary(typing.NamedTuple):
                 'the trainer refuses such a build; give images of two or more labels',
                 self.labels[0],
             )
-
-
-def source_path(base, key):
-    """The path or URI of the input with this stable key (see `InputEntry.key`)."""
-    if is_uri(key) or posixpath.isabs(key):
-        return key
-    return storage.join(base, key)
 
 
 def is_manifest(spec):

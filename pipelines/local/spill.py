@@ -29,7 +29,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from imageshards import storage
 from pipelines.core import blocks
-from pipelines.inputs.entries import SMALL_INPUT_BYTES
+from pipelines.core.sources import SMALL_INPUT_BYTES
 
 PAYLOAD_MAX_BYTES = SMALL_INPUT_BYTES
 

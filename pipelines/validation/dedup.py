@@ -12,7 +12,7 @@ import apache_beam as beam
 from imageshards import file_names
 from pipelines.core import blocks
 from pipelines.core import counters
-from pipelines.inputs.entries import source_path
+from pipelines.core.sources import source_path
 
 DUPLICATES = 'duplicates'
 

@@ -28,7 +28,7 @@ from pipelines.core import blocks
 from pipelines.core import counters
 from pipelines.core.blocks import ImageMeta
 from pipelines.core.settings import BuildConfig
-from pipelines.inputs.entries import SMALL_INPUT_BYTES
+from pipelines.core.sources import SMALL_INPUT_BYTES
 from pipelines.inputs.listing import read_work_item
 from pipelines.validation import images
 from pipelines.validation import resize

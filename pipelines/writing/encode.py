@@ -11,7 +11,7 @@ from imageshards import file_names
 from imageshards import layout
 from imageshards import storage
 from imageshards.storage import read_input
-from pipelines.inputs.entries import source_path
+from pipelines.core.sources import source_path
 from pipelines.validation import images
 from pipelines.validation import resize
 

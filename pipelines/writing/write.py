@@ -31,7 +31,7 @@ from pipelines.assignment.assign import order_key
 from pipelines.core import blocks
 from pipelines.core import counters
 from pipelines.core.settings import BuildConfig
-from pipelines.inputs.entries import source_path
+from pipelines.core.sources import source_path
 from pipelines.validation import images
 from pipelines.writing.encode import read_checked
 from pipelines.writing.encode import stored_bytes
