@@ -5,9 +5,7 @@
                 stops the build (and what is removed then)
     summary.py  what a finished build prints
     steps.py    the pipeline: its steps in order, each handed what it needs of the context
-    context.py  BuildContext: what every step knows once the inputs are listed
     runner.py   the runner: the local one (local/) or a remote one, Dataflow's needs met
-    counters.py what the steps count: Beam counters, and live counts for the local display
 
 The build's stages, in the order data flows, each a subpackage that runs on every runner:
 inputs/ (listing), validation/ (every image checked, duplicates dropped), assignment/ (splits

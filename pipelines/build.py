@@ -46,10 +46,10 @@ from imageshards.output_errors import OutputError
 from pipelines import runner
 from pipelines import summary as summary_lines
 from pipelines.analysis import transform_output
-from pipelines.context import BuildContext
 from pipelines.core import blocks
 from pipelines.core import counters
 from pipelines.core import options
+from pipelines.core.context import BuildContext
 from pipelines.inputs import entries
 from pipelines.inputs import listing as listing_lib
 from pipelines.local import direct

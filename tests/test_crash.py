@@ -18,9 +18,9 @@ import pytest
 from imageshards import layout
 from pipelines import build
 from pipelines.assignment import plan as plan_lib
-from pipelines.context import BuildContext
+from pipelines.core.context import BuildContext
+from pipelines.core.context import ListingSummary
 from pipelines.core.settings import BuildConfig
-from pipelines.inputs.entries import ListingSummary
 from pipelines.writing import finalize
 
 import images_for_tests as imgs

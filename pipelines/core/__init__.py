@@ -2,6 +2,7 @@
 foundation (imageshards/).
 
     blocks.py    image metadata (ImageMeta) packed in blocks, and the BlockStore that keeps them
+    context.py   what every step knows once the inputs are listed: ListingSummary, BuildContext
     counters.py  what the steps count: Beam counters, and live counts for the local display
     options.py   the flags of `imageshards build` (and a --config file), parsed into a BuildConfig
     sources.py   where an input's bytes are: its path from its stable key; small inputs

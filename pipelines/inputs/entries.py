@@ -6,16 +6,13 @@ never used, and `redact` removes them from anything shown.
 
 import collections
 import dataclasses
-import logging
 import re
 import typing
 
-from imageshards import console
 from imageshards import file_names
+from pipelines.core.context import ListingSummary
 from pipelines.core.sources import SMALL_INPUT_BYTES
 
-_LOG = logging.getLogger(__name__)
-MANY_LABEL_SETS = 2_000_000  # a multi-label plan this large is worth a word (docs/scaling.md)
 IMAGE_EXTENSIONS = frozenset(
     ['.jpg', '.jpeg', '.jpe', '.jfif', '.png', '.gif', '.bmp', '.webp', '.tif', '.tiff']
 )
@@ -215,59 +212,6 @@ class ListingCounts:
             if split:
                 placed[split] += images
         return dict(sorted(placed.items()))
-
-
-class ListingSummary(typing.NamedTuple):
-    labels: list
-    num_inputs: int
-    skipped: dict
-    base: str
-    largest_group: int  # images of the most common (manifest split, label), in a multi-label
-    # build (split, first label of the set): the groups the shuffle ranks
-    label_levels: dict = {}  # level -> sorted names (ids are positions), in level order
-    manifest_splits: dict = {}  # split -> images a manifest's split column places
-    multi_label: bool = False  # several labels per image
-    multi_label_levels: tuple = ()  # the levels where some image has several values
-    num_groups: int = 0  # distinct (manifest split, label or label set)
-    input_bytes: int = 0  # of the inputs whose size listing knows (ListingCounts)
-    small_input_bytes: int = 0  # of those of at most SMALL_INPUT_BYTES
-
-    @property
-    def num_skipped(self):
-        return sum(self.skipped.values())
-
-    def log(self):
-        """Logs what was listed: inputs, labels, levels, what a manifest placed, and what is
-        worth a warning (one label; a multi-label plan of very many label sets)."""
-        _LOG.info(
-            'listed %s with %s (skipped %s%s)',
-            console.plural(self.num_inputs, 'input'),
-            console.plural(len(self.labels), 'label'),
-            console.plural(self.num_skipped, 'file'),
-            f': {self.skipped}' if self.num_skipped else '',
-        )
-        for level, names in self.label_levels.items():
-            _LOG.info('label level %s: %s', level, console.plural(len(names), 'name'))
-        if self.manifest_splits:
-            _LOG.info(
-                "the manifest's split column places %s itself (%s), whatever --splits says; "
-                '--splits divides the rest',
-                console.plural(sum(self.manifest_splits.values()), 'input'),
-                ', '.join(f'{split} {n:,}' for split, n in self.manifest_splits.items()),
-            )
-        if self.multi_label and self.num_groups > MANY_LABEL_SETS:
-            _LOG.warning(
-                'the inputs hold %s distinct label sets: the split plan holds each (~100 bytes '
-                'and ~40 us of one core apiece, docs/scaling.md), so planning takes ~%s',
-                f'{self.num_groups:,}',
-                console.duration(self.num_groups * 40e-6),
-            )
-        if len(self.labels) == 1:
-            _LOG.warning(
-                'every input has the label %r: a classifier cannot learn from one class, and '
-                'the trainer refuses such a build; give images of two or more labels',
-                self.labels[0],
-            )
 
 
 def is_manifest(spec):
