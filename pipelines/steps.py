@@ -24,7 +24,7 @@ from pipelines.validation.dedup import DropDuplicates
 from pipelines.validation.validate import ValidateImages
 from pipelines.writing.encode import RecordEncoder
 from pipelines.writing.finalize import Finalize
-from pipelines.writing.write import Sample
+from pipelines.writing.sample import Sample
 from pipelines.writing.write import WriteShards
 
 
