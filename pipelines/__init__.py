@@ -1,9 +1,6 @@
 """The Beam build of imageshards (DirectRunner locally, Dataflow at scale).
 
     build.py    the `imageshards build` command: list, prepare the output, run, report
-    output_guard.py  the output a build owns: its lock, room on its disk, one line for what
-                stops the build (and what is removed then)
-    summary.py  what a finished build prints
     steps.py    the pipeline: its steps in order, each handed what it needs of the context
     runner.py   the runner: the local one (local/) or a remote one, Dataflow's needs met
 

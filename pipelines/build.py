@@ -44,7 +44,6 @@ from imageshards import supervise
 from imageshards.lock_holder import OutputBusy
 from imageshards.output_errors import OutputError
 from pipelines import runner
-from pipelines import summary as summary_lines
 from pipelines.analysis import transform_output
 from pipelines.core import blocks
 from pipelines.core import counters
@@ -59,11 +58,12 @@ from pipelines.local import progress
 from pipelines.local import spill
 from pipelines.local import transform_writer
 from pipelines.local import worker_watch
-from pipelines.output_guard import BuildFailed
-from pipelines.output_guard import OutputGuard
 from pipelines.steps import build_pipeline
 from pipelines.writing import finalize
 from pipelines.writing import overwrite
+from pipelines.writing import summary as summary_lines
+from pipelines.writing.output_guard import BuildFailed
+from pipelines.writing.output_guard import OutputGuard
 
 _LOG = logging.getLogger(__name__)
 
