@@ -23,6 +23,7 @@ leaves. No Beam at module level: the build command imports this before Beam.
 """
 
 import gc
+import importlib
 import json
 import logging
 import os
@@ -40,6 +41,22 @@ CLAIMED = 'claimed-'  # FOLDER/free/N, once taken
 SERVER = 'server.pid'  # the serving process's
 BEAM_WORKER = 'apache_beam.runners.worker.sdk_worker_main'
 _POLL_SECONDS = 0.01
+# What a worker unpickles the build's steps from: the modules of their DoFns and functions
+# (pipelines/steps.py composes them; a test checks that this names every stage module it
+# imports), and the local runner's block store, pickled into them.
+WORKER_MODULES = (
+    'pipelines.inputs.listing',
+    'pipelines.validation.validate',
+    'pipelines.validation.dedup',
+    'pipelines.assignment.assign',
+    'pipelines.writing.encode',
+    'pipelines.writing.sample',
+    'pipelines.writing.write',
+    'pipelines.writing.finalize',
+    'pipelines.analysis.analyze',
+    'pipelines.analysis.transform_output',
+    'pipelines.local.spill',
+)
 _early = None  # the WarmWorkers `start_early` started, until the build ends
 
 
@@ -122,11 +139,11 @@ def stop_untaken():
 def serve(folder):
     """The waiting workers: imports what a worker needs once; then, as claims hand the slots
     their environments, forks a worker for each, and waits for them to end."""
-    # pylint: disable=import-outside-toplevel,unused-import
+    # pylint: disable=import-outside-toplevel
     from apache_beam.runners.worker import sdk_worker_main
 
-    from pipelines import steps  # noqa: F401  (the build's DoFns, unpickled by the worker)
-
+    for module in WORKER_MODULES:
+        importlib.import_module(module)
     # Out of the collector's sight, as in the build's own process (pipelines/build.py): the
     # objects of these imports, which every forked worker shares and would otherwise walk at
     # each full collection (and copy, page by page, as the walk touches them).
