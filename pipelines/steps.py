@@ -19,6 +19,7 @@ from pipelines.assignment.assign import AssignShards
 from pipelines.assignment.assign import RankGroups
 from pipelines.assignment.assign import bucket_bits_for
 from pipelines.core import blocks
+from pipelines.core.settings import TransformBy
 from pipelines.inputs.listing import work_items
 from pipelines.validation.dedup import DropDuplicates
 from pipelines.validation.validate import ValidateImages
@@ -128,7 +129,7 @@ def _analysis(pipeline, context, summaries):
     if not config.analyze:
         return (pipeline | 'NoAnalysis' >> beam.Create([]),) * 2
     analysis = summaries | 'AnalyzeShards' >> AnalyzeShards(config, context.listing.labels)
-    if context.transform_by_launcher:
+    if context.transform_by is TransformBy.LAUNCHER:
         return analysis, pipeline | 'TransformOutsidePipeline' >> beam.Create([])
     transformed = pipeline | 'WriteTransformOutput' >> WriteTransformOutput(
         analysis,

@@ -16,6 +16,7 @@ from imageshards import file_names
 from imageshards import layout
 from imageshards import storage
 from pipelines.core.settings import BuildConfig
+from pipelines.core.settings import TransformBy
 
 _LOG = logging.getLogger(__name__)
 MANY_LABEL_SETS = 2_000_000  # a multi-label plan this large is worth a word (docs/scaling.md)
@@ -87,9 +88,8 @@ class BuildContext:
         output_dir: OUT, absolute, without a trailing '/'.
         transform_dir: where the tf.Transform output is staged and TFT keeps its temporary files
             (the build's temporary folder, but for a local run with an object-store output).
-        transform_by_launcher: whether the launcher writes the tf.Transform output after the
-            pipeline (the local runner: pipelines/local/transform_writer.py), from a graph kept
-            or written beside the build; else the pipeline's steps write it.
+        transform_by: who writes the tf.Transform output (TransformBy): nobody (--no-analyze),
+            the pipeline's steps, or the launcher after the pipeline.
         lock_build: the token of the build's output lock (imageshards/output_lock.py), which
             Finalize checks is still this build's before it writes `_SUCCESS`; None: no lock.
     """
@@ -99,20 +99,37 @@ class BuildContext:
     listing_path: str
     output_dir: str
     transform_dir: str
-    transform_by_launcher: bool = False
+    transform_by: TransformBy
     lock_build: str = None
 
-    @classmethod
-    def create(cls, config, listing, listing_path, output_dir, transform_dir=None, lock_build=None):
-        """A context whose tf.Transform work goes to `transform_dir`, by default the build's
-        temporary folder."""
-        transform_dir = transform_dir or storage.join(output_dir, layout.TEMP_DIR)
-        return cls(config, listing, listing_path, output_dir, transform_dir, False, lock_build)
+    def __post_init__(self):
+        if (self.transform_by is TransformBy.NOBODY) == self.config.analyze:
+            raise ValueError(
+                f'a build {"with" if self.config.analyze else "without"} the analysis cannot '
+                f'have its tf.Transform output written by {self.transform_by.value}'
+            )
 
-    def written_after(self):
-        """This context, but with the tf.Transform output written by the launcher after the
-        pipeline."""
-        return dataclasses.replace(self, transform_by_launcher=True)
+    @classmethod
+    def create(
+        cls,
+        config,
+        listing,
+        listing_path,
+        output_dir,
+        *,
+        transform_dir=None,
+        lock_build=None,
+        transform_by=None,
+    ) -> 'BuildContext':
+        """A context whose tf.Transform work goes to `transform_dir`, by default the build's
+        temporary folder, and is written by `transform_by`, by default the pipeline's steps
+        (nobody without the analysis)."""
+        if transform_by is None:
+            transform_by = TransformBy.PIPELINE if config.analyze else TransformBy.NOBODY
+        transform_dir = transform_dir or storage.join(output_dir, layout.TEMP_DIR)
+        return cls(
+            config, listing, listing_path, output_dir, transform_dir, transform_by, lock_build
+        )
 
     @property
     def temp_dir(self):
@@ -130,14 +147,14 @@ class BuildContext:
 
     @property
     def analysis_in_pipeline(self):
-        """Whether steps of the pipeline write the tf.Transform output (else the launcher)."""
-        return self.config.analyze and not self.transform_by_launcher
+        """Whether steps of the pipeline write the tf.Transform output."""
+        return self.transform_by is TransformBy.PIPELINE
 
     @property
     def completes_in_pipeline(self):
         """Whether Finalize writes `_SUCCESS`; else the launcher does, after the tf.Transform
         output."""
-        return not self.config.analyze or self.analysis_in_pipeline
+        return self.transform_by is not TransformBy.LAUNCHER
 
     @property
     def label_ids(self):

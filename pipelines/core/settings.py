@@ -5,14 +5,25 @@ build's flags, so that a setting travels as one value instead of an argument lis
                  parses them); pipeline (runner) options live apart, in Beam's PipelineOptions
     ResizeSpec   --resize-shorter-side and --resize-quality (pipelines/validation/resize.py
                  applies it)
+    TransformBy  who writes the tf.Transform output, as pipelines/runner.py decides it
 """
 
 import dataclasses
+import enum
 
 from imageshards import features
 from imageshards import storage
 
 DEFAULT_QUALITY = 90  # --resize-quality's default (bench/RESULTS.md measures PSNR and size)
+
+
+class TransformBy(enum.Enum):
+    """Who writes a build's tf.Transform output: one choice, made once (pipelines/runner.py)."""
+
+    NOBODY = 'nobody'  # --no-analyze
+    PIPELINE = 'pipeline'  # steps of the build's pipeline: on Dataflow, --analysis-in-pipeline
+    LAUNCHER = 'launcher'  # the launcher, after the pipeline (the local runner): from a graph
+    # kept or shipped, or written beside the build (pipelines/local/transform_writer.py)
 
 
 @dataclasses.dataclass(frozen=True)
