@@ -12,7 +12,6 @@ ranges of files under OUT/.imageshards-tmp/blocks/ on the local runner.
 
 import apache_beam as beam
 
-from imageshards import features
 from pipelines.analysis.analyze import AnalyzeShards
 from pipelines.analysis.transform_output import WriteTransformOutput
 from pipelines.assignment.assign import AssignShards
@@ -89,7 +88,6 @@ def build_pipeline(pipeline, context, store=None):
 def _validated(pipeline, context, store, rank_groups):
     """The Validated outputs of every listed input, their blocks keyed by `rank_groups` if
     given."""
-    config = context.config
     items = (
         pipeline
         | 'ReadListing' >> ReadListing(context.listing_path)
@@ -98,17 +96,7 @@ def _validated(pipeline, context, store, rank_groups):
     )
     # (start, end) of a line of the listing file: one work item
     return items | 'ValidateImages' >> ValidateImages(
-        context.listing_path,
-        context.label_ids,
-        store,
-        max_pixels=config.max_pixels,
-        max_image_bytes=config.max_image_bytes,
-        io_threads=config.threads,
-        reencode_dir=context.output_dir if config.format == features.PATHS else None,
-        levels=context.level_ids,
-        allow_missing_levels=config.allow_missing_levels,
-        rank_groups=rank_groups,
-        resize_spec=config.resize,
+        context.listing_path, context.validation, store, rank_groups
     )
 
 

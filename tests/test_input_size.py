@@ -12,6 +12,7 @@ import pytest
 
 from imageshards import storage
 from pipelines import build
+from pipelines.core.settings import ValidationSettings
 from pipelines.core.sources import SMALL_INPUT_BYTES
 from pipelines.inputs import listing
 from pipelines.inputs.entries import InputEntry
@@ -135,9 +136,8 @@ def test_validation_keeps_no_bytes_of_a_large_image_for_later(tmp_path):
     small.write_bytes(imgs.png(1))
     large.write_bytes(imgs.encode(imgs.pixels(2, size=(400, 400)), 'PNG', compress_level=0))
     assert len(small.read_bytes()) <= SMALL_INPUT_BYTES < len(large.read_bytes())
-    work_item = validate._ValidateWorkItem(  # pylint: disable=protected-access
-        '', {'x': 0}, None, 10**8, 1 << 30, 1, None, (), False, None, None
-    )
+    settings = ValidationSettings({'x': 0}, max_pixels=10**8, max_image_bytes=1 << 30)
+    work_item = validate._ValidateWorkItem('', settings, None, None)  # pylint: disable=protected-access
     outcomes = [
         work_item._validate(InputEntry(i, str(path), path.name, 'x'))  # pylint: disable=protected-access
         for i, path in enumerate((small, large))

@@ -12,11 +12,14 @@ import typing
 
 from imageshards import console
 from imageshards import dataset_facts
+from imageshards import features
 from imageshards import file_names
 from imageshards import layout
 from imageshards import storage
 from pipelines.core.settings import BuildConfig
 from pipelines.core.settings import TransformBy
+from pipelines.core.settings import TransformSettings
+from pipelines.core.settings import ValidationSettings
 
 _LOG = logging.getLogger(__name__)
 MANY_LABEL_SETS = 2_000_000  # a multi-label plan this large is worth a word (docs/scaling.md)
@@ -155,6 +158,34 @@ class BuildContext:
         """Whether Finalize writes `_SUCCESS`; else the launcher does, after the tf.Transform
         output."""
         return self.transform_by is not TransformBy.LAUNCHER
+
+    @property
+    def validation(self) -> ValidationSettings:
+        """What validation checks of every input and keeps of a valid one."""
+        config = self.config
+        return ValidationSettings(
+            label_ids=self.label_ids,
+            levels=tuple(self.level_ids),
+            allow_missing_levels=config.allow_missing_levels,
+            max_pixels=config.max_pixels,
+            max_image_bytes=config.max_image_bytes,
+            io_threads=config.threads,
+            reencode_dir=self.output_dir if config.format == features.PATHS else None,
+            resize=config.resize,
+        )
+
+    @property
+    def transform_settings(self) -> TransformSettings:
+        """What the build's tf.Transform graph is made of, and where it is staged."""
+        return TransformSettings(
+            labels=tuple(self.listing.labels),
+            format=self.config.format,
+            levels=tuple(self.listing.label_levels),
+            image_size=self.config.transform_image_size,
+            staging_dir=self.transform_staging,
+            temp_dir=self.tft_temp_dir,
+            multi_label=self.listing.multi_label,
+        )
 
     @property
     def label_ids(self):

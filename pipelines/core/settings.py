@@ -6,6 +6,8 @@ build's flags, so that a setting travels as one value instead of an argument lis
     ResizeSpec   --resize-shorter-side and --resize-quality (pipelines/validation/resize.py
                  applies it)
     TransformBy  who writes the tf.Transform output, as pipelines/runner.py decides it
+    ValidationSettings  what validation checks of every input and keeps of a valid one
+    TransformSettings   what the tf.Transform graph of a build is made of, and where it goes
 """
 
 import dataclasses
@@ -99,3 +101,71 @@ class BuildConfig:
         if self.io_threads:
             return self.io_threads
         return 32 if storage.is_uri(self.input) else 1
+
+
+@dataclasses.dataclass(frozen=True)
+class ValidationSettings:
+    """What validation checks of every input and keeps of a valid one (pipelines/validation/).
+
+    Attributes:
+        label_ids: {label name: id}.
+        levels: ((level, {name: id}), ...) of a build with label levels, in level order.
+        allow_missing_levels: an input missing a level value gets id -1 instead of being
+            rejected as `missing_label_level`.
+        max_pixels: images declaring more pixels are rejected (decompression bombs).
+        max_image_bytes: inputs larger than this are rejected as too_large, unread.
+        io_threads: inputs read and checked at once per worker (1: one after the other).
+        reencode_dir: a `paths` build's output folder, where lossless copies go; else None.
+        resize: the ResizeSpec of a build that stores images larger than it resized, or None.
+    """
+
+    label_ids: dict
+    levels: tuple = ()
+    allow_missing_levels: bool = False
+    max_pixels: int = BuildConfig.max_pixels
+    max_image_bytes: int = BuildConfig.max_image_bytes
+    io_threads: int = 1
+    reencode_dir: str = None
+    resize: ResizeSpec = None
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformSettings:
+    """What a build's tf.Transform graph is made of, and where it is written
+    (pipelines/analysis/transform_output.py); its kind (`kind`) keys the graphs kept and shipped
+    (pipelines/analysis/graph_cache.py). Known once the inputs are listed.
+
+    Attributes:
+        labels: the build's label names, by id.
+        format: the build's format (`examples` or `paths`).
+        levels: the build's label level names.
+        image_size: the side of the transform's `image` output.
+        staging_dir: where transform_fn/, transformed_metadata/ and metadata/ are written.
+        temp_dir: TFT's own temporary folder.
+        multi_label: a multi-label build (its labels and levels are lists).
+    """
+
+    labels: tuple
+    format: str
+    levels: tuple = ()
+    image_size: int = BuildConfig.transform_image_size
+    staging_dir: str = None
+    temp_dir: str = None
+    multi_label: bool = False
+
+    @property
+    def kind(self) -> tuple:
+        """(format, levels, image size, multi_label): what the graph depends on of the build."""
+        return self.format, self.levels, self.image_size, self.multi_label
+
+    def to_json(self) -> dict:
+        """The settings as JSON-ready data, for the graph process (`from_json` reads them)."""
+        return {
+            **dataclasses.asdict(self),
+            'labels': list(self.labels),
+            'levels': list(self.levels),
+        }
+
+    @classmethod
+    def from_json(cls, data) -> 'TransformSettings':
+        return cls(**{**data, 'labels': tuple(data['labels']), 'levels': tuple(data['levels'])})
