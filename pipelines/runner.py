@@ -26,7 +26,6 @@ from apache_beam.options.pipeline_options import TestOptions
 from imageshards import distribution
 from imageshards import layout
 from imageshards import storage
-from pipelines.analysis import transform_output
 from pipelines.core import blocks
 from pipelines.core.settings import TransformBy
 from pipelines.inputs import listing as listing_lib
@@ -111,17 +110,7 @@ class Launch:
         settings (it takes a graph kept or shipped, else its graph process writes one); on a
         machine of two cores or fewer, the pipeline shares them with that process."""
         if self._transform:
-            self._transform.prepare(
-                transform_output.settings(
-                    context.listing.labels,
-                    context.config.format,
-                    list(context.listing.label_levels),
-                    context.config.transform_image_size,
-                    context.transform_staging,
-                    context.tft_temp_dir,
-                    context.listing.multi_label,
-                )
-            )
+            self._transform.prepare(context.transform_settings)
             if self._transform.process:
                 self.pipeline = direct.share_cores(
                     self.pipeline,

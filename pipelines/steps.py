@@ -120,14 +120,7 @@ def _analysis(pipeline, context, summaries):
     if context.transform_by is TransformBy.LAUNCHER:
         return analysis, pipeline | 'TransformOutsidePipeline' >> beam.Create([])
     transformed = pipeline | 'WriteTransformOutput' >> WriteTransformOutput(
-        analysis,
-        labels=context.listing.labels,
-        fmt=config.format,
-        levels=list(context.listing.label_levels),
-        image_size=config.transform_image_size,
-        staging_dir=context.transform_staging,
-        temp_dir=context.tft_temp_dir,
-        multi_label=context.listing.multi_label,
+        analysis, context.transform_settings
     )
     return analysis, transformed
 

@@ -47,6 +47,7 @@ from imageshards import layout
 from imageshards import storage
 from imageshards import transform_assets
 from pipelines.core.settings import BuildConfig
+from pipelines.core.settings import TransformSettings
 
 _LOG = logging.getLogger(__name__)
 ENV = 'IMAGESHARDS_CACHE_DIR'
@@ -100,8 +101,8 @@ def kind(fmt, levels, image_size, multi_label=False):
 
 
 def find(settings):
-    """The cached (or shipped) output for `settings` (transform_output.settings()), or None."""
-    for path in _paths(*_kind_of(settings)):
+    """The cached (or shipped) output for `settings` (a TransformSettings), or None."""
+    for path in _paths(*settings.kind):
         whole = os.path.isfile(os.path.join(path, layout.TRANSFORM_SAVED_MODEL)) and all(
             os.path.isdir(os.path.join(path, name)) for name in layout.TRANSFORM_DIRS
         )
@@ -114,16 +115,6 @@ def has_kind(fmt, levels, image_size, multi_label=False):
     """Whether an output of this kind is cached (or shipped): what the build will find, known
     before the inputs are listed (but for a cache changed meanwhile)."""
     return any(os.path.isdir(path) for path in _paths(fmt, levels, image_size, multi_label))
-
-
-def _kind_of(settings):
-    """(format, levels, image size, multi_label) of transform_output.settings()."""
-    return (
-        settings['format'],
-        settings['levels'],
-        settings['image_size'],
-        settings.get('multi_label', False),
-    )
 
 
 def describe(path):
@@ -156,7 +147,7 @@ def keep(staging_dir, settings, root=None):
     """Copies the tf.Transform output staged in `staging_dir` (by TFT, for `settings`) into the
     cache (or the folder `root`), unless it is there already; a failure to do so is only
     logged."""
-    digest = kind(*_kind_of(settings))[0]
+    digest = kind(*settings.kind)[0]
     path = os.path.join(root or cache_dir(), digest, _GRAPH)
     if os.path.exists(path) or storage.is_uri(staging_dir):
         return
@@ -167,7 +158,7 @@ def keep(staging_dir, settings, root=None):
             shutil.copytree(os.path.join(staging_dir, name), os.path.join(scratch, name))
         for name in transform_assets.NAMES:  # this build's: written anew by each build
             os.remove(os.path.join(scratch, layout.TRANSFORM_ASSETS, name))
-        parts = dict(kind(*_kind_of(settings))[1])
+        parts = dict(kind(*settings.kind)[1])
         with open(os.path.join(scratch, KEY_JSON), 'w', encoding='utf-8') as f:
             json.dump(parts, f, indent=2, sort_keys=True)
         try:
@@ -232,16 +223,16 @@ def package():
     shutil.rmtree(PACKAGED_DIR, ignore_errors=True)
     for shipped in SHIPPED_KINDS:
         with tempfile.TemporaryDirectory(prefix='imageshards-package-') as work:
-            settings = transform_output.settings(
-                ['label'],
-                shipped['fmt'],
-                shipped['levels'],
-                shipped['image_size'],
-                os.path.join(work, 'staging'),
-                os.path.join(work, 'tmp'),
+            settings = TransformSettings(
+                labels=('label',),
+                format=shipped['fmt'],
+                levels=shipped['levels'],
+                image_size=shipped['image_size'],
+                staging_dir=os.path.join(work, 'staging'),
+                temp_dir=os.path.join(work, 'tmp'),
             )
             transform_output.write(settings)
-            keep(settings['staging_dir'], settings, root=PACKAGED_DIR)
+            keep(settings.staging_dir, settings, root=PACKAGED_DIR)
         print(f'wrote {os.path.join(PACKAGED_DIR, kind(**shipped)[0], _GRAPH)}')
 
 

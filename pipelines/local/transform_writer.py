@@ -17,6 +17,7 @@ statistics (pipelines/analysis/transform_output.py `write`), waiting for nothing
 No Beam and no TensorFlow at module level: the build command imports this before Beam.
 """
 
+import dataclasses
 import json
 import logging
 import os
@@ -46,10 +47,10 @@ class GraphProcess:
             )
 
     def prepare(self, settings):
-        """Hands the process what it builds its pipeline from: labels, format, levels, image
-        size, and where it stages its output."""
+        """Hands the process what it builds its pipeline from (a TransformSettings): labels,
+        format, levels, image size, and where it stages its output."""
         storage.write_atomically(
-            os.path.join(self.work_dir, SETTINGS), json.dumps(settings).encode('utf-8')
+            os.path.join(self.work_dir, SETTINGS), json.dumps(settings.to_json()).encode('utf-8')
         )
 
     def lower_priority(self):
@@ -110,10 +111,10 @@ class LocalTransform:
         return self._process
 
     def prepare(self, settings):
-        """Chooses, from `settings` (transform_output.settings()), between the cache and the
+        """Chooses, from `settings` (the build's TransformSettings), between the cache and the
         graph process, and hands the process its settings."""
         self._settings = settings
-        if not storage.is_uri(settings['staging_dir']):
+        if not storage.is_uri(settings.staging_dir):
             self.cached = graph_cache.find(settings)
         if self.cached:
             _LOG.info('the tf.Transform graph: %s', graph_cache.describe(self.cached))
@@ -121,7 +122,7 @@ class LocalTransform:
             return
         if self._process is None:  # the cached graph went, or is not whole
             self._process = GraphProcess()
-        self._process.prepare({**settings, 'staging_dir': self._process_output})
+        self._process.prepare(dataclasses.replace(settings, staging_dir=self._process_output))
 
     @property
     def _process_output(self):
@@ -135,7 +136,7 @@ class LocalTransform:
             self._process.finish()
             graph = self._process_output
             graph_cache.keep(graph, self._settings)
-        graph_cache.write(graph, self._settings['staging_dir'], labels, analysis)
+        graph_cache.write(graph, self._settings.staging_dir, labels, analysis)
 
     def close(self):
         """Stops the graph process, if it still runs, and removes its folder."""
@@ -196,8 +197,10 @@ def main(argv=None):
 
     from imageshards import transform  # noqa: F401
     from pipelines.analysis import transform_output
+    from pipelines.core.settings import TransformSettings
 
-    transform_output.write(_wait_for(os.path.join(work_dir, SETTINGS)))
+    settings = _wait_for(os.path.join(work_dir, SETTINGS))
+    transform_output.write(TransformSettings.from_json(settings))
     return 0
 
 
