@@ -51,7 +51,7 @@ _LOG = logging.getLogger(__name__)
 _UNITS = {counters.VALIDATE: 'images', counters.WRITE: 'records'}
 
 
-def run(argv=None, test_pipeline=None):
+def run(argv=None, test_pipeline=None) -> dict | None:
     """Runs a build; returns the dataset.json it wrote, as a dict.
 
     With `--dry_run` (DataflowRunner), builds the job without submitting it, leaves the output
@@ -186,7 +186,7 @@ def _write_listing(launch, scan, config, guard, listing_path):
     return summary
 
 
-def main(argv=None):
+def main(argv=None) -> int:
     """`imageshards build` in this process (see `command` for the one a person runs)."""
     argv = sys.argv[1:] if argv is None else argv
     verbose = '--verbose' in argv
@@ -210,7 +210,7 @@ def main(argv=None):
     return 0
 
 
-def command(argv):
+def command(argv) -> int:
     """The build as a command: in a child process that Ctrl-C ends cleanly, with its workers."""
     if os.environ.get(supervise.ENV):  # the child: a process for this build alone
         # What the imports made (Beam's, protobuf's, the runner's) lives as long as the
@@ -221,7 +221,7 @@ def command(argv):
     return supervise.run_supervised('pipelines.build', argv, lambda: interrupted_message(argv))
 
 
-def interrupted_message(argv):
+def interrupted_message(argv) -> str:
     """The line Ctrl-C leaves: what is left where, and how to go on."""
     try:
         output = storage.absolute(options.build_arg_parser().parse_known_args(argv)[0].output or '')

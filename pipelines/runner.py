@@ -22,6 +22,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.options.pipeline_options import SetupOptions
 from apache_beam.options.pipeline_options import StandardOptions
 from apache_beam.options.pipeline_options import TestOptions
+from apache_beam.runners.runner import PipelineResult
 
 from imageshards import distribution
 from imageshards import layout
@@ -100,12 +101,12 @@ class Launch:
             return tempfile.mkdtemp(prefix='imageshards-transform-')
         return None
 
-    def write_listing(self, scan, folder):
+    def write_listing(self, scan, folder) -> tuple:
         """(listing file in `folder`, ListingSummary): the early listing's where it was made for
         this build (pipelines/local/early_listing.py), else `scan` written now."""
         return early_listing.listing_for(self._config, scan, folder)
 
-    def prepare(self, context):
+    def prepare(self, context) -> None:
         """Once the inputs are listed: hands the launcher's tf.Transform writer the build's
         settings (it takes a graph kept or shipped, else its graph process writes one); on a
         machine of two cores or fewer, the pipeline shares them with that process."""
@@ -121,7 +122,7 @@ class Launch:
         if self.progress:
             _LOG.info('running on %s', direct.describe(self.pipeline))
 
-    def block_store(self, output_dir):
+    def block_store(self, output_dir) -> blocks.BlockStore:
         """Where metadata waits between steps: inline (a distributed runner's shuffle holds
         it), or spilled to files under the build's temporary folder (pipelines/local/spill.py),
         so that the launching process's memory does not grow with the number of images."""
@@ -129,12 +130,12 @@ class Launch:
             return spill.SpillingStore(storage.join(output_dir, layout.TEMP_DIR, layout.BLOCKS_DIR))
         return blocks.BlockStore()
 
-    def watched(self, totals, units):
+    def watched(self, totals, units) -> progress.Watch:
         """A context manager showing the workers' live counts of a local run (`totals`: {phase:
         total known before the run}; `units`: {phase: unit word}); elsewhere nothing."""
         return progress.Watch(totals, units, enabled=self.progress)
 
-    def run(self, listing_path):
+    def run(self, listing_path) -> PipelineResult | None:
         """Runs the pipeline to its end; returns its result, or None where no job ran (a dry
         run).
 
@@ -158,7 +159,7 @@ class Launch:
         result.wait_until_finish()
         return result
 
-    def finish_transform(self, labels, analysis):
+    def finish_transform(self, labels, analysis) -> None:
         """Writes the launcher's tf.Transform output into the context's staging folder, from the
         graph, with the build's own assets (`labels`, dataset.json's `analysis`); raises
         RuntimeError where the graph process failed."""
@@ -180,7 +181,7 @@ def _delete_listing(listing_path):
     storage.delete([listing_path, listing_lib.index_path(listing_path)])
 
 
-def decide(config, beam_args, test_pipeline=None):
+def decide(config, beam_args, test_pipeline=None) -> Launch:
     """How a build of `config` runs, on the runner `beam_args` name (locally, the FnApiRunner
     on every core) or on `test_pipeline`; returns the Launch.
 
@@ -196,24 +197,24 @@ def decide(config, beam_args, test_pipeline=None):
     return Launch(config, pipeline, dataflow, dry_run, beam_args if ours else None)
 
 
-def log_filters(verbose):
+def log_filters(verbose) -> list:
     """The logging filters of a build's process: the local workers' forwarded lines condensed
     (and their tracebacks dropped, unless `verbose`)."""
     return [direct.worker_log_filter(verbose)]
 
 
-def watch_workers(verbose):
+def watch_workers(verbose) -> None:
     """From now on, a local worker process that ends mid-run stops the build in one line."""
     worker_watch.watch_workers(verbose)
 
 
-def stop_early_processes():
+def stop_early_processes() -> None:
     """Stops what the command started before Beam loaded (pipelines/local/early.py) and no build
     took, or a build is done with."""
     early.stop_untaken()
 
 
-def make_pipeline(beam_args):
+def make_pipeline(beam_args) -> beam.Pipeline:
     """A Pipeline for the runner the options name; locally, the FnApiRunner on every core
     (direct.make_pipeline)."""
     runner = PipelineOptions(beam_args).view_as(StandardOptions).runner
@@ -226,12 +227,12 @@ def make_pipeline(beam_args):
     return direct.removing_tempdir(beam.Pipeline(options=remote_options))
 
 
-def is_local(runner):
+def is_local(runner) -> bool:
     """Whether a `--runner` value (None: not given) runs the pipeline on this machine."""
     return runner in (None, 'DirectRunner')
 
 
-def is_dataflow(runner):
+def is_dataflow(runner) -> bool:
     """Whether a `--runner` value names Dataflow (`DataflowRunner`, `dataflow`, a module path)."""
     if not isinstance(runner, str):
         runner = type(runner).__name__
@@ -239,7 +240,7 @@ def is_dataflow(runner):
     return (name if name.endswith('runner') else name + 'runner') in _DATAFLOW_RUNNERS
 
 
-def check_dataflow_paths(pipeline_options, config):
+def check_dataflow_paths(pipeline_options, config) -> None:
     """Refuses local paths on Dataflow, whose workers cannot reach this machine's disk."""
     for flag, path in (('--input', config.input), ('--output', config.output)):
         if not storage.is_uri(path):
@@ -254,7 +255,7 @@ def check_dataflow_paths(pipeline_options, config):
         )
 
 
-def check_credentials():
+def check_credentials() -> None:
     """Raises ValueError, in one sentence, where there are no Google Cloud credentials.
 
     Without them, Beam's Cloud Storage and Dataflow clients retry for minutes and end in a long

@@ -28,7 +28,7 @@ from pipelines.writing.sample import Sample
 from pipelines.writing.write import WriteShards
 
 
-def build_pipeline(pipeline, context, store=None):
+def build_pipeline(pipeline, context, store=None) -> beam.PCollection:
     """Adds the build's steps to `pipeline`; returns the PCollection of dataset.json's counts.
 
     Args:

@@ -36,11 +36,11 @@ ASPECT_EDGES = (0.5, 0.75, 0.95, 1.05, 1.34, 1.5, 2.0)
 SAMPLE_CHOSEN_BY = 'the first records of each shard of the split, in their seeded order'
 
 
-def aspect_bin(height, width):
+def aspect_bin(height, width) -> int:
     return bisect.bisect_right(ASPECT_EDGES, width / height)
 
 
-def median(counts):
+def median(counts) -> float | None:
     """The median of values given as {value: count} (the mean of the middle two, as NumPy)."""
     total = sum(counts.values())
     if not total:
@@ -77,7 +77,7 @@ class _SumSummaries(beam.CombineFn):
         return accumulator
 
 
-def pixel_statistics(sums, pixels_per_image, population):
+def pixel_statistics(sums, pixels_per_image, population) -> dict | None:
     """Mean and standard deviation per channel over every pixel of the measured images (at the
     analysis size), and the standard error of each as an estimate for the whole split.
 
@@ -125,7 +125,7 @@ def _rounded(value):
     return None if value is None else round(value, 6)
 
 
-def summary_json(summary, split, config, labels):
+def summary_json(summary, split, config, labels) -> dict:
     """dataset.json's `analysis` entry of the split's summed shard summaries."""
     sums = summary['pixels']
     statistics = pixel_statistics(sums, config.analysis_size**2, summary['images'])

@@ -77,7 +77,7 @@ _TRANSFORMED_SCHEMA = f'{layout.TRANSFORMED_METADATA_DIR}/schema.pbtxt'
 LABEL_OUTPUT = 'label'  # imageshards/transform.py's LABEL (that module imports TensorFlow)
 
 
-def cache_dir():
+def cache_dir() -> str:
     """Where cached tf.Transform outputs are kept."""
     root = os.environ.get(ENV) or os.path.join(
         os.environ.get('XDG_CACHE_HOME') or os.path.join(os.path.expanduser('~'), '.cache'),
@@ -86,7 +86,7 @@ def cache_dir():
     return os.path.join(root, 'transform')
 
 
-def kind(fmt, levels, image_size, multi_label=False):
+def kind(fmt, levels, image_size, multi_label=False) -> tuple:
     """What the graph is made of: its folder of the cache, and the parts of its key."""
     parts = {
         'format': fmt,
@@ -100,7 +100,7 @@ def kind(fmt, levels, image_size, multi_label=False):
     return digest, parts
 
 
-def find(settings):
+def find(settings) -> str | None:
     """The cached (or shipped) output for `settings` (a TransformSettings), or None."""
     for path in _paths(*settings.kind):
         whole = os.path.isfile(os.path.join(path, layout.TRANSFORM_SAVED_MODEL)) and all(
@@ -111,13 +111,13 @@ def find(settings):
     return None
 
 
-def has_kind(fmt, levels, image_size, multi_label=False):
+def has_kind(fmt, levels, image_size, multi_label=False) -> bool:
     """Whether an output of this kind is cached (or shipped): what the build will find, known
     before the inputs are listed (but for a cache changed meanwhile)."""
     return any(os.path.isdir(path) for path in _paths(fmt, levels, image_size, multi_label))
 
 
-def describe(path):
+def describe(path) -> str:
     """Where a graph that `find` found comes from, in words for the build's log."""
     with open(os.path.join(path, KEY_JSON), encoding='utf-8') as f:
         parts = json.load(f)
@@ -143,7 +143,7 @@ def _paths(fmt, levels, image_size, multi_label=False):
     return paths
 
 
-def keep(staging_dir, settings, root=None):
+def keep(staging_dir, settings, root=None) -> None:
     """Copies the tf.Transform output staged in `staging_dir` (by TFT, for `settings`) into the
     cache (or the folder `root`), unless it is there already; a failure to do so is only
     logged."""
@@ -169,7 +169,7 @@ def keep(staging_dir, settings, root=None):
         _LOG.warning('could not keep the tf.Transform graph in %s: %s', path, error)
 
 
-def write(cached, staging_dir, labels, analysis):
+def write(cached, staging_dir, labels, analysis) -> None:
     """Writes a build's tf.Transform output into the local folder `staging_dir` from the
     `cached` one: its files, and the build's label vocabulary (`labels`) and pixel statistics
     (`analysis`, dataset.json's entry) as the assets."""
@@ -215,7 +215,7 @@ def _source_digest(module):
         return hashlib.sha256(f.read()).hexdigest()
 
 
-def package():
+def package() -> None:
     """Writes the graphs of SHIPPED_KINDS with TFT into PACKAGED_DIR, in place of any others."""
     # pylint: disable=import-outside-toplevel
     from pipelines.analysis import transform_output

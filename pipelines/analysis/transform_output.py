@@ -89,7 +89,7 @@ def _write_raw_metadata(unused_written, schema, path):
     return path
 
 
-def write(settings):
+def write(settings) -> None:
     """Runs WriteTransformOutput for `settings` (a TransformSettings) with neutral pixel
     statistics, in a pipeline of this process: the graph, whose assets the launcher replaces
     with the build's (graph_cache.write)."""

@@ -43,10 +43,10 @@ class ListingSummary(typing.NamedTuple):
     small_input_bytes: int = 0  # of those of at most SMALL_INPUT_BYTES
 
     @property
-    def num_skipped(self):
+    def num_skipped(self) -> int:
         return sum(self.skipped.values())
 
-    def log(self):
+    def log(self) -> None:
         """Logs what was listed: inputs, labels, levels, what a manifest placed, and what is
         worth a warning (one label; a multi-label plan of very many label sets)."""
         _LOG.info(
@@ -135,26 +135,26 @@ class BuildContext:
         )
 
     @property
-    def temp_dir(self):
+    def temp_dir(self) -> str:
         """OUT/.imageshards-tmp: everything a build writes before it is complete."""
         return storage.join(self.output_dir, layout.TEMP_DIR)
 
     @property
-    def transform_staging(self):
+    def transform_staging(self) -> str:
         """Where transform_fn/, transformed_metadata/ and metadata/ wait for Finalize."""
         return storage.join(self.transform_dir, layout.TRANSFORM_STAGING)
 
     @property
-    def tft_temp_dir(self):
+    def tft_temp_dir(self) -> str:
         return storage.join(self.transform_dir, layout.TFT_TEMP_DIR)
 
     @property
-    def analysis_in_pipeline(self):
+    def analysis_in_pipeline(self) -> bool:
         """Whether steps of the pipeline write the tf.Transform output."""
         return self.transform_by is TransformBy.PIPELINE
 
     @property
-    def completes_in_pipeline(self):
+    def completes_in_pipeline(self) -> bool:
         """Whether Finalize writes `_SUCCESS`; else the launcher does, after the tf.Transform
         output."""
         return self.transform_by is not TransformBy.LAUNCHER
@@ -188,12 +188,12 @@ class BuildContext:
         )
 
     @property
-    def label_ids(self):
+    def label_ids(self) -> dict:
         """{label name: id}."""
         return {name: i for i, name in enumerate(self.listing.labels)}
 
     @property
-    def level_ids(self):
+    def level_ids(self) -> list:
         """[(level, {name: id})] in the build's level order."""
         return [
             (level, {name: i for i, name in enumerate(names)})
@@ -201,7 +201,7 @@ class BuildContext:
         ]
 
     @property
-    def facts(self):
+    def facts(self) -> dataset_facts.BuildFacts:
         """What dataset.json states about the build (imageshards/dataset_json.py)."""
         return dataset_facts.BuildFacts(
             format=self.config.format,

@@ -17,7 +17,7 @@ from pipelines.core import settings
 from pipelines.core.settings import BuildConfig
 
 
-def parse_splits(text):
+def parse_splits(text) -> tuple:
     """Parses `train=0.8,val=0.1,test=0.1` into (('train', 0.8), ...); fractions must sum to 1."""
     splits = []
     for part in str(text).split(','):
@@ -50,7 +50,7 @@ def _separator(text):
     return text
 
 
-def build_arg_parser():
+def build_arg_parser() -> flags.ArgumentParser:
     parser = flags.ArgumentParser(
         prog='imageshards build',
         description='Globally shuffle labeled images into balanced TFRecord shards (Apache Beam). '
@@ -241,7 +241,7 @@ def _yaml_splits(value):
     return parse_splits(value)
 
 
-def beam_option_names():
+def beam_option_names() -> list:
     """Every flag of Beam's PipelineOptions classes (`--runner`, `--direct_num_workers`, ...)."""
     return flags.flag_names(_beam_parser())
 
@@ -258,7 +258,7 @@ def _beam_parser():
     return parser
 
 
-def check_beam_args(parser, beam_args):
+def check_beam_args(parser, beam_args) -> None:
     """Exits with a usage error naming the first of `beam_args` that no pipeline option knows.
 
     Beam itself only warns about a flag it does not know and goes on without it: a misspelt
@@ -289,14 +289,14 @@ def _check_resize(parser, values):
         values['resize_quality'] = BuildConfig.resize_quality
 
 
-def parse_build_args(argv):
+def parse_build_args(argv) -> tuple:
     """Returns (BuildConfig, beam_args) from a command line."""
     parser, config, beam_args = _parse(argv)
     check_beam_args(parser, beam_args)
     return config, beam_args
 
 
-def peek_build_config(argv):
+def peek_build_config(argv) -> BuildConfig | None:
     """The BuildConfig of a command line, without importing Beam and without a word on
     stdout or stderr; None where the command line is wrong or asks for --help (the build will
     say how, or print it: once)."""

@@ -79,18 +79,18 @@ class BuildConfig:
     resize_quality: int = DEFAULT_QUALITY  # the JPEG quality of the resized images
 
     @property
-    def resize(self):
+    def resize(self) -> ResizeSpec | None:
         """The ResizeSpec of --resize-shorter-side, or None."""
         if not self.resize_shorter_side:
             return None
         return ResizeSpec(self.resize_shorter_side, self.resize_quality)
 
     @property
-    def split_names(self):
+    def split_names(self) -> tuple:
         return tuple(name for name, _ in self.splits)
 
     @property
-    def threads(self):
+    def threads(self) -> int:
         """Concurrent reads and checks per worker.
 
         Locally, checking is CPU-bound Python (the local runner has a worker process per core),

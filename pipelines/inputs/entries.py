@@ -42,7 +42,7 @@ class InputEntry(typing.NamedTuple):
     levels: dict = {}  # label level -> value ('' or absent: missing); never mutated
     size: int = -1  # bytes, as listing found them (a local stat, an object store's listing)
 
-    def to_json(self):
+    def to_json(self) -> list:
         """The entry as a JSON list (a listing file's): a path or key that is not UTF-8 as
         file_names.to_json's object in its place."""
         fields = list(self)
@@ -52,7 +52,7 @@ class InputEntry(typing.NamedTuple):
         return fields
 
     @classmethod
-    def from_json(cls, fields):
+    def from_json(cls, fields) -> 'InputEntry':
         """An entry from its JSON list (`to_json`): lists, a multi-label entry's labels and
         level values, become tuples again."""
         for index in _PATH_FIELDS:
@@ -71,7 +71,7 @@ _LABEL_FIELD = InputEntry._fields.index('label')  # pylint: disable=protected-ac
 _LEVELS_FIELD = InputEntry._fields.index('levels')  # pylint: disable=protected-access
 
 
-def names_of(value):
+def names_of(value) -> tuple:
     """The names of a label or level value: a multi-label tuple as it is, a name as a 1-tuple,
     a missing ('') value as none."""
     if isinstance(value, tuple):
@@ -93,7 +93,7 @@ class Listing:
     label_levels: dict = dataclasses.field(default_factory=dict)  # level -> sorted names
 
     @property
-    def num_skipped(self):
+    def num_skipped(self) -> int:
         return sum(self.skipped.values())
 
 
@@ -112,7 +112,7 @@ class InputScan:
     levels: list = dataclasses.field(default_factory=list)
     multi_label: bool = False  # several labels per image (a manifest's `labels`)
 
-    def skip(self, reason, path):
+    def skip(self, reason, path) -> None:
         self.skipped[reason] += 1
         if len(self.skipped_examples) < 20:
             self.skipped_examples.append(path)
@@ -132,7 +132,7 @@ class ListingCounts:
         self._level_values = collections.defaultdict(set)  # level -> values seen
         self._multi_levels = set()  # levels where some image has several values
 
-    def add(self, entry):
+    def add(self, entry) -> InputEntry:
         self.num_inputs += 1
         if entry.reject:
             self.rejected[entry.reject] += 1
@@ -152,10 +152,10 @@ class ListingCounts:
         return entry
 
     @property
-    def labels(self):
+    def labels(self) -> list:
         return sorted(self._labels)
 
-    def to_json(self):
+    def to_json(self) -> dict:
         """The counts as JSON-ready data (`from_json` makes them again)."""
         return {
             'num_inputs': self.num_inputs,
@@ -169,7 +169,7 @@ class ListingCounts:
         }
 
     @classmethod
-    def from_json(cls, data):
+    def from_json(cls, data) -> 'ListingCounts':
         counts = cls()
         counts.num_inputs = data['num_inputs']
         counts.input_bytes = data['input_bytes']
@@ -184,11 +184,11 @@ class ListingCounts:
         counts._multi_levels.update(data['multi_levels'])  # pylint: disable=protected-access
         return counts
 
-    def label_levels(self, levels):
+    def label_levels(self, levels) -> dict:
         """{level: sorted names} for `levels` in order (a level may have no names)."""
         return {level: sorted(self._level_values[level]) for level in levels}
 
-    def summary(self, scan):
+    def summary(self, scan) -> ListingSummary:
         return ListingSummary(
             self.labels,
             self.num_inputs,
@@ -205,7 +205,7 @@ class ListingCounts:
         )
 
     @property
-    def manifest_splits(self):
+    def manifest_splits(self) -> dict:
         """{split: images} that a manifest's split column places (not by --splits)."""
         placed = collections.Counter()
         for (split, _), images in self._groups.items():
@@ -214,11 +214,11 @@ class ListingCounts:
         return dict(sorted(placed.items()))
 
 
-def is_manifest(spec):
+def is_manifest(spec) -> bool:
     return spec.lower().endswith(('.csv', '.jsonl'))
 
 
-def redact(path):
+def redact(path) -> str:
     """`path` without credentials: URL user info, and the query of web URLs (signed URLs)."""
     path = USERINFO.sub(r'\1***@', path)
     if path.lower().startswith(_WEB_SCHEMES) and '?' in path:
@@ -226,5 +226,5 @@ def redact(path):
     return path
 
 
-def inside(path, root):
+def inside(path, root) -> bool:
     return path == root or path.startswith(root.rstrip('/') + '/')

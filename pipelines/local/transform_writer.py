@@ -46,14 +46,14 @@ class GraphProcess:
                 [sys.executable, '-m', __name__, self.work_dir], stdout=log, stderr=log
             )
 
-    def prepare(self, settings):
+    def prepare(self, settings) -> None:
         """Hands the process what it builds its pipeline from (a TransformSettings): labels,
         format, levels, image size, and where it stages its output."""
         storage.write_atomically(
             os.path.join(self.work_dir, SETTINGS), json.dumps(settings.to_json()).encode('utf-8')
         )
 
-    def lower_priority(self):
+    def lower_priority(self) -> None:
         """Lets the build's own processes go first: the graph process takes the time they
         leave."""
         try:
@@ -61,7 +61,7 @@ class GraphProcess:
         except OSError:  # gone already, or not allowed: it only runs a little slower
             pass
 
-    def finish(self):
+    def finish(self) -> None:
         """Waits for the graph; raises RuntimeError with the process's last lines if it
         failed."""
         if self._process.poll() is None:
@@ -72,16 +72,16 @@ class GraphProcess:
             raise RuntimeError(f'writing the tf.Transform graph failed:\n{tail}')
 
     @property
-    def exit_status(self):
+    def exit_status(self) -> int | None:
         """The process's exit status, or None while it runs."""
         return self._process.poll()
 
-    def stop(self):
+    def stop(self) -> None:
         if self._process.poll() is None:
             self._process.kill()
             self._process.wait()
 
-    def close(self):
+    def close(self) -> None:
         """Stops the process, if it still runs, and removes its folder."""
         self.stop()
         shutil.rmtree(self.work_dir, ignore_errors=True)
@@ -106,11 +106,11 @@ class LocalTransform:
         self.cached = None  # the cached output this build's comes from
 
     @property
-    def process(self):
+    def process(self) -> GraphProcess | None:
         """The GraphProcess, where TFT writes the graph; else None."""
         return self._process
 
-    def prepare(self, settings):
+    def prepare(self, settings) -> None:
         """Chooses, from `settings` (the build's TransformSettings), between the cache and the
         graph process, and hands the process its settings."""
         self._settings = settings
@@ -128,7 +128,7 @@ class LocalTransform:
     def _process_output(self):
         return os.path.join(self._process.work_dir, 'output')
 
-    def finish(self, labels, analysis):
+    def finish(self, labels, analysis) -> None:
         """Writes the output into the settings' staging folder; raises RuntimeError if the
         graph process failed."""
         graph = self.cached
@@ -138,14 +138,14 @@ class LocalTransform:
             graph_cache.keep(graph, self._settings)
         graph_cache.write(graph, self._settings.staging_dir, labels, analysis)
 
-    def close(self):
+    def close(self) -> None:
         """Stops the graph process, if it still runs, and removes its folder."""
         if self._process:
             self._process.close()
             self._process = None
 
 
-def start_early(config):
+def start_early(config) -> GraphProcess | None:
     """Starts the graph process now unless `config` (the build's BuildConfig, peeked from its
     arguments) will not want it: no analysis, the analysis in the pipeline, or a graph of the
     build's kind cached. Returns the GraphProcess, or None."""
@@ -158,14 +158,14 @@ def start_early(config):
     return _early
 
 
-def take():
+def take() -> GraphProcess | None:
     """The GraphProcess `start_early` started, or None; the caller owns it from now on."""
     global _early  # pylint: disable=global-statement
     early, _early = _early, None
     return early
 
 
-def stop_untaken():
+def stop_untaken() -> None:
     """Stops a GraphProcess `start_early` started for a build that ended before taking it."""
     early = take()
     if early:
@@ -179,7 +179,7 @@ def _wait_for(path, interval=0.05):
         return json.load(f)
 
 
-def main(argv=None):
+def main(argv=None) -> int:
     """The graph process: WORK_DIR."""
     work_dir = (sys.argv[1:] if argv is None else argv)[0]
     # pylint: disable=import-outside-toplevel

@@ -77,16 +77,16 @@ class WarmWorkers:
             open(os.path.join(self.folder, 'free', str(index)), 'wb').close()
 
     @property
-    def command(self):
+    def command(self) -> str:
         """The runner's worker command line (a shell command, as Beam's environments take)."""
         return shlex.join([sys.executable, '-m', __name__, 'claim', self.folder])
 
     @property
-    def claimed(self):
+    def claimed(self) -> int:
         """How many of the workers a claim has taken."""
         return sum(name.startswith(CLAIMED) for name in os.listdir(self.folder))
 
-    def close(self):
+    def close(self) -> None:
         """Stops the workers still running (a claimed one has ended with the pipeline) and
         removes the folder."""
         if self._process.poll() is None:
@@ -95,7 +95,7 @@ class WarmWorkers:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def start_early(argv):
+def start_early(argv) -> WarmWorkers | None:
     """Starts the workers now where `argv` (the build's arguments) runs the local runner with
     worker processes: no --runner, --dry_run, --config (it may name another runner) or help,
     and `--direct_running_mode`, if given, multi_processing; and on Linux (pidfds, and forking
@@ -118,7 +118,7 @@ def start_early(argv):
     return _early
 
 
-def worker_command(num_workers):
+def worker_command(num_workers) -> str | None:
     """The worker command for a local run of `num_workers` worker processes: the early workers',
     where they were started for as many; else None (Beam's own)."""
     if _early is not None and _early.count == num_workers:
@@ -126,7 +126,7 @@ def worker_command(num_workers):
     return None
 
 
-def stop_untaken():
+def stop_untaken() -> None:
     """Stops the early workers, once the build is done with them, or does not want them."""
     global _early  # pylint: disable=global-statement
     early, _early = _early, None
@@ -136,7 +136,7 @@ def stop_untaken():
         early.close()
 
 
-def serve(folder):
+def serve(folder) -> int:
     """The waiting workers: imports what a worker needs once; then, as claims hand the slots
     their environments, forks a worker for each, and waits for them to end."""
     # pylint: disable=import-outside-toplevel
@@ -185,7 +185,7 @@ def _run_worker(sdk_worker_main, slot):
     return status
 
 
-def claim(folder):
+def claim(folder) -> int:
     """The runner's worker command: takes a waiting worker and waits for it; returns its exit
     status. Becomes Beam's worker where none is left."""
     free = os.path.join(folder, 'free')
@@ -238,7 +238,7 @@ def _write_atomically(path, data):
     os.replace(f'{path}.tmp', path)
 
 
-def main(argv=None):
+def main(argv=None) -> int:
     role, path = (sys.argv[1:] if argv is None else argv)[:2]
     return serve(path) if role == 'serve' else claim(path)
 

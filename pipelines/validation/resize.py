@@ -37,7 +37,7 @@ _ALPHA_MODES = frozenset(['LA', 'La', 'PA', 'RGBA', 'RGBa'])
 _CHANNELS = {'L': 1, 'LA': 2, 'RGB': 3, 'RGBA': 4}
 
 
-def target_size(width, height, shorter_side):
+def target_size(width, height, shorter_side) -> tuple | None:
     """(width, height) of an image of `width` x `height` resized to `shorter_side`; None where
     its shorter side is at most that (it is stored as it is)."""
     short, long = min(width, height), max(width, height)
@@ -47,7 +47,7 @@ def target_size(width, height, shorter_side):
     return (shorter_side, scaled) if width <= height else (scaled, shorter_side)
 
 
-def resize(data, info, spec):
+def resize(data, info, spec) -> tuple | None:
     """What a record stores of a valid image: (images.ImageInfo, bytes) of its resize, or None
     where it is not larger than `spec` (then it is stored as validation decided).
 
@@ -68,7 +68,7 @@ def resize(data, info, spec):
     return info, stored
 
 
-def stored_image(data, info, stored, spec):
+def stored_image(data, info, stored, spec) -> tuple:
     """(ImageInfo, stored bytes or None for the input's own, whether resized) of a valid image,
     from images.inspect_image(data, ..., reencode=False)'s (info, stored): its resize where it
     is larger than `spec`, else what validation decided, the lossless PNG made now if one is
@@ -82,7 +82,7 @@ def stored_image(data, info, stored, spec):
     return info, stored, False
 
 
-def resized_bytes(data, spec):
+def resized_bytes(data, spec) -> bytes:
     """The bytes `resize` stores of `data` (an image larger than `spec`)."""
     image, fmt = _resized(data, spec)
     return _encode(image, fmt, spec.quality)

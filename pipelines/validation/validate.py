@@ -38,12 +38,12 @@ MISSING_LEVEL_REASON = 'missing_label_level'
 TOO_LARGE_REASON = 'too_large'
 
 
-def rejection(entry, reason, detail):
+def rejection(entry, reason, detail) -> dict:
     """One line of rejected.jsonl (a path that is not UTF-8 with its bytes: file_names.py)."""
     return {'id': entry.id, **file_names.to_json(entry.path), 'reason': reason, 'detail': detail}
 
 
-def level_ids(entry, levels, allow_missing):
+def level_ids(entry, levels, allow_missing) -> tuple:
     """The label level ids of an entry, in level order; raises MissingLevel where one has no
     value, unless `allow_missing` (then its id is -1). A multi-label entry has a sorted tuple of
     ids per level, empty where it has no value (as an image may have no label).
@@ -67,7 +67,7 @@ def level_ids(entry, levels, allow_missing):
     )
 
 
-def label_id(label_ids, label):
+def label_id(label_ids, label) -> int | tuple:
     """An entry's label id; a multi-label entry's sorted tuple of ids."""
     if isinstance(label, tuple):
         return tuple(sorted(label_ids[name] for name in label))

@@ -40,7 +40,7 @@ from pipelines.writing.sample import shard_summary
 SUMMARIES = 'summaries'
 
 
-def count_labels(meta, class_counts, level_counts):
+def count_labels(meta, class_counts, level_counts) -> None:
     """Counts a record's label(s) by id, and its level values by (level index, id), a level
     without a value as features.MISSING_LEVEL; a multi-label record counts each of its ids."""
     if not isinstance(meta.label, tuple):
