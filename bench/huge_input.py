@@ -1,8 +1,9 @@
 """One huge file among small images (issue 24): seconds and peak memory of a build of 60 small
 images, with and without a sparse file of `--size-gb` named .jpg that starts as a JPEG does.
 
-At filing, the 3 GB file cost 3 min 27 s of CPU and a 6.4 GB peak, and was rejected as
-`decode_error`; with --max-image-bytes it is `too_large` from its size, unread. `--checkout`
+At filing, the 3 GB file cost minutes of CPU and gigabytes of memory, and was rejected as
+`decode_error`; with --max-image-bytes it is `too_large` from its size, unread (bench/RESULTS.md,
+"One huge input among small images"). `--checkout`
 runs another checkout's code (e.g. main's) for the before figures.
 
     python -m bench.huge_input --size-gb 3 [--checkout /path/to/other/checkout]

@@ -215,7 +215,7 @@ def command(argv) -> int:
     if os.environ.get(supervise.ENV):  # the child: a process for this build alone
         # What the imports made (Beam's, protobuf's, the runner's) lives as long as the
         # process: out of the collector's sight, a collection walks only what the build makes.
-        # A multi-label build of 20,000 images: 4% less CPU, 7% less time (bench/RESULTS.md).
+        # bench/RESULTS.md, "The build's processes freeze what their imports made", measures it.
         gc.freeze()
         return main(argv)
     return supervise.run_supervised('pipelines.build', argv, lambda: interrupted_message(argv))

@@ -14,9 +14,10 @@ which make the key, but for one number: the label's domain in transformed_metada
 to the number of labels less one), which `write` sets for the build. After the graph process has
 written a build's graph with TFT (pipelines/analysis/transform_output.py), the launcher keeps a copy
 under the key, and every build of the same key copies it and writes its own two assets and that
-number: no TensorFlow import (~3 s of CPU and ~700 MB on the 2-core machine of bench/RESULTS.md), no
-TFT pipeline (~2.5 s of CPU). Tests hold such an output to the one TFT writes for the same build,
-with another number of labels (tests/test_transform_cache.py).
+number: no TensorFlow import and no TFT pipeline, seconds of CPU and hundreds of MB
+(bench/RESULTS.md, "Against the peers, with the tf.Transform graph reused"). Tests hold such an
+output to the one TFT writes for the same build, with another number of labels
+(tests/test_graph_cache.py).
 
 Where: $IMAGESHARDS_CACHE_DIR/transform/, by default ~/.cache/imageshards/transform/
 ($XDG_CACHE_HOME respected). Deleting it between builds is safe: the next build writes it again

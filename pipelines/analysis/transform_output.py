@@ -17,7 +17,8 @@ Where it runs: on a distributed runner (Dataflow), as steps of the build's pipel
 (`WriteTransformOutput`). On the local runner, `write` below, in a process of the launcher's
 (pipelines/local/transform_writer.py) with neutral statistics: TensorFlow and
 tensorflow_transform are then imported by that process alone, instead of by every worker
-process (each import costs ~4 s of CPU and ~850 MB on the 2-core machine of bench/RESULTS.md).
+process (each import costs seconds of CPU and hundreds of MB: bench/RESULTS.md, "Cost of the
+tf.Transform analysis").
 The launcher keeps that graph (pipelines/analysis/graph_cache.py) and writes the build's output
 from it with the build's own assets, as a later build of the same kind does with no TFT at all.
 """

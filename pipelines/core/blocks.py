@@ -2,8 +2,8 @@
 
 A block is the metadata of many images (`ImageMeta`) packed into one bytes value, about 100
 bytes per image. Every step between validation and writing passes blocks, never one element
-per image: Python objects of a million images cost the local runner ~0.5 KB each, and one
-element per image costs any shuffle its per-element overhead.
+per image: a Python object per image would cost the local runner several times its packed size,
+and one element per image costs any shuffle its per-element overhead.
 
 Steps pass a block as the `ref` a store gives for it. `BlockStore` keeps blocks inline: the ref
 is the block itself, and on Dataflow its shuffle service holds the data. The local runner,

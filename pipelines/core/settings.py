@@ -94,8 +94,8 @@ class BuildConfig:
         """Concurrent reads and checks per worker.
 
         Locally, checking is CPU-bound Python (the local runner has a worker process per core),
-        and handing files to a thread pool costs more than it saves (~100 us per image in GIL
-        hand-offs); on gs:// every read waits tens of milliseconds for the network, which
+        and handing files to a thread pool costs more than it saves (GIL hand-offs for every
+        image); on gs:// every read waits tens of milliseconds for the network, which
         concurrent reads hide.
         """
         if self.io_threads:

@@ -3,13 +3,13 @@ kind written before (pipelines/analysis/graph_cache.py), else from the graph tha
 its own writes with TFT beside the build (`GraphProcess`); either way with the build's own
 assets, its labels and pixel statistics (graph_cache.write).
 
-The graph process's first seconds go to importing TensorFlow and tensorflow_transform (5.3 s of
-CPU on the 2-core machine of bench/RESULTS.md), which on a small build is the longest thing a
-build does. So the `imageshards build` command starts it (`start_early`, pipelines/local/early.py)
-before it imports Beam itself, where its arguments leave the analysis on and the runner local
-and no graph of the build's kind is cached; the build takes it (`take`) once its options are
-parsed, and stops it unless it needs it. What the process works on, it learns later from its
-work folder: SETTINGS once the inputs are listed. It then writes the graph with neutral
+The graph process's first seconds go to importing TensorFlow and tensorflow_transform, which on a
+small build is the longest thing a build does (bench/RESULTS.md, "Against the peers: TFDS, Hugging
+Face `datasets`, Keras"). So the `imageshards build` command starts it (`start_early`,
+pipelines/local/early.py) before it imports Beam itself, where its arguments leave the analysis on
+and the runner local and no graph of the build's kind is cached; the build takes it (`take`) once
+its options are parsed, and stops it unless it needs it. What the process works on, it learns later
+from its work folder: SETTINGS once the inputs are listed. It then writes the graph with neutral
 statistics (pipelines/analysis/transform_output.py `write`), waiting for nothing of the build.
 
     python -m pipelines.local.transform_writer WORK_DIR   the graph process
@@ -186,9 +186,9 @@ def main(argv=None) -> int:
     from imageshards import console
 
     console.configure_logging()
-    # TensorFlow's import loads Keras's optimizers (and scikit-learn and matplotlib behind them:
-    # ~1 s of CPU and 80 MB on the machine of bench/RESULTS.md) only to register them for
-    # SavedModels that hold them. A transform graph holds none, and TensorFlow imports without
+    # TensorFlow's import loads Keras's optimizers (and scikit-learn and matplotlib behind them,
+    # a good part of the import's time and memory) only to register them for SavedModels that
+    # hold them. A transform graph holds none, and TensorFlow imports without
     # them where they cannot be imported.
     sys.modules.setdefault('keras.src.optimizers', None)
     # pylint: disable=unused-import

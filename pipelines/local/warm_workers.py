@@ -1,10 +1,11 @@
 """The local runner's worker processes, their imports done while the launcher imports Beam.
 
 The FnApiRunner starts its workers (`python -m apache_beam.runners.worker.sdk_worker_main`,
-one per core) once the pipeline runs, and each then imports Beam (~1.2 s of CPU on the 2-core
-machine of bench/RESULTS.md) after the launcher has imported it too: on 20,000 photos the
-build's second core idled through most of the launcher's first 2 s, then both cores spent
-1.2 s on the same imports before any image was read. So the `imageshards build` command starts
+one per core) once the pipeline runs, and each then imports Beam after the launcher has
+imported it too: on a small machine, the build's second core idles through most of the
+launcher's first seconds, then every core spends a second more on the same imports before any
+image is read (bench/RESULTS.md, "Against the peers, with the workers' imports done early").
+So the `imageshards build` command starts
 one process first (`start_early`, beside the early listing) that imports what a worker needs,
 once, and waits. The runner's worker command then is `python -m pipelines.local.warm_workers claim
 FOLDER`, a process of no imports that takes a slot and hands it the environment the runner gave
