@@ -15,6 +15,7 @@ at the top the entry and its runner choice (build, steps, runner), nothing else.
 import ast
 import os
 import pathlib
+import re
 
 import pytest
 
@@ -231,6 +232,21 @@ def test_the_cycle_check_finds_a_cycle():
     # A helper of tests/ imported by its bare name is the module in tests/.
     tree = ast.parse('import images_for_tests\n')
     assert _imported(tree, 'bench', _module_files()) == {'tests.images_for_tests'}
+
+
+MAPPED_PACKAGES = ('imageshards', 'imageshards/cli', 'pipelines', *PIPELINES_ORDER[:-1])
+_MAPPED = re.compile(r'^    (\w+\.py)  ', re.M)
+
+
+@pytest.mark.parametrize('package', MAPPED_PACKAGES)
+def test_each_package_maps_its_modules_in_its_init(package):
+    """A package's file map (its `__init__` docstring: `    name.py  what it is`) names each
+    of its modules once, and no module that is not there."""
+    folder = REPOSITORY / package
+    docstring = ast.get_docstring(ast.parse((folder / '__init__.py').read_text(encoding='utf-8')))
+    mapped = _MAPPED.findall(docstring or '')
+    modules = sorted(path.name for path in folder.glob('*.py') if path.name != '__init__.py')
+    assert sorted(mapped) == modules, f'{package}/__init__.py maps {mapped}, not {modules}'
 
 
 def _argparse_lines(function):
