@@ -30,8 +30,10 @@ from imageshards import file_names
 from pipelines.assignment import plan as plan_lib
 from pipelines.core import blocks
 
-_RANK = 'rank'
-_ORDER = 'order'
+# The salts of shuffle_hash, one per purpose: an image's rank in its class, and its place in its
+# shard. Changing one changes every build's bytes.
+RANK_SALT = 'rank'
+ORDER_SALT = 'order'
 
 
 def shuffle_hash(seed, purpose, key):
@@ -51,7 +53,7 @@ def _salted(seed, purpose):
 
 def order_key(seed, meta):
     """Sort key of a record inside its shard."""
-    return shuffle_hash(seed, _ORDER, meta.key), meta.key
+    return shuffle_hash(seed, ORDER_SALT, meta.key), meta.key
 
 
 def bucket_bits_for(largest_class, target=50_000):
@@ -60,7 +62,7 @@ def bucket_bits_for(largest_class, target=50_000):
 
 
 def _rank_hash(seed, meta):
-    return shuffle_hash(seed, _RANK, meta.key)
+    return shuffle_hash(seed, RANK_SALT, meta.key)
 
 
 def rank_class(label):
