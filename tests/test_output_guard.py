@@ -1,5 +1,5 @@
-"""What a build does with its output (pipelines/output_guard.py): it holds the output's lock for
-its whole life, refuses an output it cannot fit on before it starts, and says in one line what
+"""What a build does with its output (pipelines/writing/output_guard.py): it holds the output's lock
+for its whole life, refuses an output it cannot fit on before it starts, and says in one line what
 stopped it, leaving nothing that looks finished. (The same, as an operator meets it with real
 processes: tests/test_operators.py.)"""
 
@@ -13,8 +13,8 @@ from imageshards import layout
 from imageshards import lifeline
 from imageshards import output_lock
 from pipelines import build
-from pipelines import output_guard
 from pipelines.writing import finalize
+from pipelines.writing import output_guard
 
 import images_for_tests as imgs
 

@@ -280,7 +280,7 @@ def _sorted_children(folder, follow_symlinks):
     """[(path, kind, size)] of a folder's entries in the order `_walk_sorted` yields them.
 
     kind: 'folder' and 'link' (a symlinked folder to follow) are walked; 'file' (its size: one
-    lstat, ~1 us), 'special' (a FIFO, socket or device) and 'symlink' (any other link) are not.
+    lstat), 'special' (a FIFO, socket or device) and 'symlink' (any other link) are not.
     """
     children = []
     with os.scandir(folder) as scan:

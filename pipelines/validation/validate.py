@@ -5,7 +5,7 @@ here, so that the runner moves two numbers per chunk rather than the line. A chu
 are read and checked one after the other: the check is mostly Python holding the GIL, and the
 local runner has a worker process per core. On `gs://`, a thread pool reads concurrently to
 hide per-object latency. The metadata of a chunk's valid images leaves as one block
-(pipelines/assignment/blocks.py). With --resize-shorter-side, a valid image larger than that is
+(pipelines/core/blocks.py). With --resize-shorter-side, a valid image larger than that is
 resized here, from the bytes just checked (pipelines/validation/resize.py).
 """
 
@@ -24,12 +24,11 @@ from imageshards import layout
 from imageshards import storage
 from imageshards.pool import bounded_map
 from imageshards.storage import read_input
-from pipelines import counters
-from pipelines.assignment import blocks
-from pipelines.assignment.blocks import ImageMeta
-from pipelines.inputs.entries import SMALL_INPUT_BYTES
+from pipelines.core import blocks
+from pipelines.core import counters
+from pipelines.core.blocks import ImageMeta
+from pipelines.core.sources import SMALL_INPUT_BYTES
 from pipelines.inputs.listing import read_work_item
-from pipelines.options import BuildConfig
 from pipelines.validation import images
 from pipelines.validation import resize
 from pipelines.validation.image_errors import pillow_call
@@ -39,12 +38,12 @@ MISSING_LEVEL_REASON = 'missing_label_level'
 TOO_LARGE_REASON = 'too_large'
 
 
-def rejection(entry, reason, detail):
+def rejection(entry, reason, detail) -> dict:
     """One line of rejected.jsonl (a path that is not UTF-8 with its bytes: file_names.py)."""
     return {'id': entry.id, **file_names.to_json(entry.path), 'reason': reason, 'detail': detail}
 
 
-def level_ids(entry, levels, allow_missing):
+def level_ids(entry, levels, allow_missing) -> tuple:
     """The label level ids of an entry, in level order; raises MissingLevel where one has no
     value, unless `allow_missing` (then its id is -1). A multi-label entry has a sorted tuple of
     ids per level, empty where it has no value (as an image may have no label).
@@ -68,7 +67,7 @@ def level_ids(entry, levels, allow_missing):
     )
 
 
-def label_id(label_ids, label):
+def label_id(label_ids, label) -> int | tuple:
     """An entry's label id; a multi-label entry's sorted tuple of ids."""
     if isinstance(label, tuple):
         return tuple(sorted(label_ids[name] for name in label))
@@ -85,31 +84,11 @@ class _ValidateWorkItem(beam.DoFn):
     Its arguments are those of ValidateImages.
     """
 
-    def __init__(
-        self,
-        listing_path,
-        label_ids,
-        store,
-        max_pixels,
-        max_image_bytes,
-        io_threads,
-        reencode_dir,
-        levels,
-        allow_missing_levels,
-        rank_groups,
-        resize_spec,
-    ):
+    def __init__(self, listing_path, settings, store, rank_groups):
         self._listing_path = listing_path
-        self._label_ids = label_ids
+        self._settings = settings
         self._store = store
-        self._max_pixels = max_pixels
-        self._max_image_bytes = max_image_bytes
-        self._io_threads = io_threads
-        self._reencode_dir = reencode_dir  # set for `paths` builds
-        self._levels = levels  # [(level, {name: id})]
-        self._allow_missing_levels = allow_missing_levels
         self._rank_groups = rank_groups
-        self._resize = resize_spec
         self._pool = None
         self._listed = counters.counter('listed')
         self._valid = counters.counter('validated')
@@ -118,9 +97,9 @@ class _ValidateWorkItem(beam.DoFn):
 
     def setup(self):
         # Pillow refuses at open beyond twice this; our own check rejects beyond it.
-        Image.MAX_IMAGE_PIXELS = self._max_pixels
-        if self._io_threads > 1:
-            self._pool = concurrent.futures.ThreadPoolExecutor(self._io_threads)
+        Image.MAX_IMAGE_PIXELS = self._settings.max_pixels
+        if self._settings.io_threads > 1:
+            self._pool = concurrent.futures.ThreadPoolExecutor(self._settings.io_threads)
 
     def finish_bundle(self):
         counters.flush()  # the bundle's last counts shown before the runner stops this worker
@@ -133,7 +112,7 @@ class _ValidateWorkItem(beam.DoFn):
         entries = read_work_item(self._listing_path, item)
         self._listed.inc(len(entries))
         # The bytes each record will store, kept for the writer (local runner, examples).
-        payloads = None if self._reencode_dir else self._store.payloads()
+        payloads = None if self._settings.reencode_dir else self._store.payloads()
         valid = []
         try:
             for outcome in self._outcomes(entries):
@@ -165,8 +144,8 @@ class _ValidateWorkItem(beam.DoFn):
         if self._pool:
             # At most twice as many as run at once: those waiting to be taken hold no image
             # bytes but small ones (a pool's `map` would run them all, and hold all their bytes).
-            return bounded_map(self._pool, self._validate, entries, 2 * self._io_threads)
-        to_read = functools.partial(_path_to_read, max_bytes=self._max_image_bytes)
+            return bounded_map(self._pool, self._validate, entries, 2 * self._settings.io_threads)
+        to_read = functools.partial(_path_to_read, max_bytes=self._settings.max_image_bytes)
         return map(self._validate, storage.prefetching(entries, to_read))
 
     def _validate(self, entry):
@@ -175,19 +154,20 @@ class _ValidateWorkItem(beam.DoFn):
         known by its size before it is read."""
         if entry.reject:
             return rejection(entry, entry.reject, entry.detail)
+        settings = self._settings
         try:  # before reading: a rejected row costs no read
-            levels = level_ids(entry, self._levels, self._allow_missing_levels)
+            levels = level_ids(entry, settings.levels, settings.allow_missing_levels)
         except MissingLevel as e:
             return rejection(entry, MISSING_LEVEL_REASON, str(e))
         data = self._read(entry)
         if isinstance(data, dict):
             return data
         try:
-            info, stored = images.inspect_image(data, self._max_pixels, not self._resize)
+            info, stored = images.inspect_image(data, settings.max_pixels, not settings.resize)
             original, resized = info, False
-            if self._resize:
+            if settings.resize:
                 info, stored, resized = pillow_call(
-                    data, resize.stored_image, data, info, stored, self._resize
+                    data, resize.stored_image, data, info, stored, settings.resize
                 )
         except images.Rejected as e:
             return rejection(entry, e.reason, e.detail)
@@ -198,14 +178,15 @@ class _ValidateWorkItem(beam.DoFn):
         if info.reencoded:
             self._reencoded.inc()
             source_sha256 = hashlib.sha256(data).digest()
-            if self._reencode_dir:
+            if settings.reencode_dir:
                 storage.write_once(
-                    storage.join(self._reencode_dir, layout.reencoded_file(info.sha256)), stored
+                    storage.join(settings.reencode_dir, layout.reencoded_file(info.sha256)),
+                    stored,
                 )
         meta = ImageMeta(
             id=entry.id,
             key=entry.key,
-            label=label_id(self._label_ids, entry.label),
+            label=label_id(settings.label_ids, entry.label),
             split=entry.split,
             format=info.format,
             height=info.height,
@@ -228,11 +209,11 @@ class _ValidateWorkItem(beam.DoFn):
     def _read(self, entry):
         """The input's bytes, or its rejection: too large by its size as listed or as read,
         missing or unreadable."""
-        if entry.size > self._max_image_bytes:  # its size as listed
-            too_large = storage.TooLarge(entry.path, entry.size, self._max_image_bytes)
+        if entry.size > self._settings.max_image_bytes:  # its size as listed
+            too_large = storage.TooLarge(entry.path, entry.size, self._settings.max_image_bytes)
             return rejection(entry, TOO_LARGE_REASON, str(too_large))
         try:
-            return read_input(entry.path, self._max_image_bytes)
+            return read_input(entry.path, self._settings.max_image_bytes)
         except storage.TooLarge as e:  # its size as read: unknown to listing, or it grew
             return rejection(entry, TOO_LARGE_REASON, str(e))
         except Exception as e:  # every failure to read becomes a rejection with its cause
@@ -256,49 +237,15 @@ class ValidateImages(beam.PTransform):
 
     Args:
         listing_path: the listing file whose byte ranges the work items are.
-        label_ids: label name -> id.
+        settings: the ValidationSettings (pipelines/core/settings.py).
         store: the BlockStore that keeps the blocks.
-        max_pixels: images declaring more pixels are rejected (decompression bombs).
-        max_image_bytes: inputs larger than this are rejected as too_large, unread.
-        io_threads: inputs read and checked at once per worker (1: one after the other).
-        reencode_dir: for `paths` builds, the output folder of lossless copies.
-        levels: [(level, {name: id})] of a build with label levels, in level order.
-        allow_missing_levels: an input missing a level value gets id -1 instead of being
-            rejected as `missing_label_level`.
         rank_groups: an assign.RankGroups: the blocks keyed as AssignShards(keyed=True)
             takes them, with no step between (no --dedup); None: block refs.
-        resize_spec: a resize.ResizeSpec: images larger than it are stored resized.
     """
 
-    def __init__(
-        self,
-        listing_path,
-        label_ids,
-        store,
-        *,
-        max_pixels,
-        max_image_bytes=BuildConfig.max_image_bytes,
-        io_threads=1,
-        reencode_dir=None,
-        levels=(),
-        allow_missing_levels=False,
-        rank_groups=None,
-        resize_spec=None,
-    ):
+    def __init__(self, listing_path, settings, store, rank_groups=None):
         super().__init__()
-        self._fn = _ValidateWorkItem(
-            listing_path,
-            label_ids,
-            store,
-            max_pixels,
-            max_image_bytes,
-            io_threads,
-            reencode_dir,
-            levels,
-            allow_missing_levels,
-            rank_groups,
-            resize_spec,
-        )
+        self._fn = _ValidateWorkItem(listing_path, settings, store, rank_groups)
 
     def expand(self, items):
         outputs = items | 'Decode' >> beam.ParDo(self._fn).with_outputs(REJECTED, main='valid')
