@@ -242,8 +242,10 @@ def _build(
     store = blocks.BlockStore()
     if direct.shuffles_in_memory(pipeline):
         # The local runner holds every shuffled element in this process: metadata goes to
-        # files, and its shuffles move byte ranges of them (pipelines/local/spill.py).
-        store = spill.SpillingStore(storage.join(output_dir, layout.TEMP_DIR, layout.BLOCKS_DIR))
+        # files, and its shuffles move byte ranges of them (pipelines/local/spill.py); on this
+        # machine's disk, also where the output is not (every block read from gs:// would wait
+        # for a request or three).
+        store = _spilling_store(output_dir)
     build_pipeline(pipeline, context, store)
     watched = direct.shuffles_in_memory(pipeline) and not dry_run
     with progress.Watch({counters.VALIDATE: summary.num_inputs}, _UNITS, enabled=watched):
@@ -263,6 +265,14 @@ def _build(
         finalize.complete(output_dir, guard.build)
     summary_lines.report(result, dataset, output_dir, time.monotonic() - started)
     return dataset
+
+
+def _spilling_store(output_dir):
+    """The local runner's block store: in the output's temporary folder, or for an output that
+    is not local, in a temporary folder of this machine's, removed when the store is closed."""
+    if storage.is_local(output_dir):
+        return spill.SpillingStore(storage.join(output_dir, layout.TEMP_DIR, layout.BLOCKS_DIR))
+    return spill.SpillingStore.temporary()
 
 
 def _write_listing(scan, config, guard, listing_path, dry_run):

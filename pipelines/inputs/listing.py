@@ -370,10 +370,7 @@ def work_items(listing_path):
 def read_work_item(listing_path, item):
     """The InputEntry of one work item: a (start, end) byte range of a listing file."""
     start, end = item
-    with storage.open_read(listing_path) as f:
-        f.seek(start)
-        line = f.read(end - start)
-    return parse_listing_line(line)
+    return parse_listing_line(storage.read_range(listing_path, start, end))
 
 
 def parse_listing_line(line):
@@ -382,5 +379,4 @@ def parse_listing_line(line):
 
 def copy_listing(source, destination):
     """Copies a listing file and its index (local or gs://, either way)."""
-    for src, dst in ((source, destination), (index_path(source), index_path(destination))):
-        storage.copy(src, dst)
+    storage.copy_many([(source, destination), (index_path(source), index_path(destination))])

@@ -4,7 +4,10 @@ Work items are chunks of listed inputs: the byte range of one line of the listin
 here, so that the runner moves two numbers per chunk rather than the line. A chunk's local files
 are read and checked one after the other: the check is mostly Python holding the GIL, and the
 local runner has a worker process per core. On `gs://`, a thread pool reads concurrently to
-hide per-object latency. The metadata of a chunk's valid images leaves as one block
+hide per-object latency, each image checked as soon as its bytes are in: one whose read is
+retried after a fault of the network holds up no other. A read that Cloud Storage does not
+answer within its retries stops the build (StoreUnavailable): a fault of the network is never
+an image's. The metadata of a chunk's valid images leaves as one block
 (pipelines/assignment/blocks.py). With --resize-shorter-side, a valid image larger than that is
 resized here, from the bytes just checked (pipelines/validation/resize.py).
 """
@@ -22,7 +25,7 @@ from imageshards import features
 from imageshards import file_names
 from imageshards import layout
 from imageshards import storage
-from imageshards.pool import bounded_map
+from imageshards.pool import bounded_unordered_map
 from imageshards.storage import read_input
 from pipelines import counters
 from pipelines.assignment import blocks
@@ -153,6 +156,7 @@ class _ValidateWorkItem(beam.DoFn):
         finally:
             if payloads:  # also where its disk is full: no file of the build left open
                 payloads.close()
+        valid.sort(key=lambda meta: meta.id)  # listing order, whatever order reads completed in
         self._valid.inc(len(valid))
         counters.advance(counters.VALIDATE, len(entries))
         if valid and self._rank_groups:
@@ -161,11 +165,12 @@ class _ValidateWorkItem(beam.DoFn):
             yield from self._store.put('validated', [blocks.pack(valid)])
 
     def _outcomes(self, entries):
-        """`_validate` of each entry, in order."""
+        """`_validate` of each entry: in order, or on a thread pool as each completes."""
         if self._pool:
             # At most twice as many as run at once: those waiting to be taken hold no image
             # bytes but small ones (a pool's `map` would run them all, and hold all their bytes).
-            return bounded_map(self._pool, self._validate, entries, 2 * self._io_threads)
+            window = 2 * self._io_threads
+            return bounded_unordered_map(self._pool, self._validate, entries, window)
         to_read = functools.partial(_path_to_read, max_bytes=self._max_image_bytes)
         return map(self._validate, storage.prefetching(entries, to_read))
 
@@ -235,8 +240,10 @@ class _ValidateWorkItem(beam.DoFn):
             return read_input(entry.path, self._max_image_bytes)
         except storage.TooLarge as e:  # its size as read: unknown to listing, or it grew
             return rejection(entry, TOO_LARGE_REASON, str(e))
-        except Exception as e:  # every failure to read becomes a rejection with its cause
-            reason = 'missing_file' if not storage.input_exists(entry.path) else 'read_error'
+        except storage.StoreUnavailable:  # the network's fault, not the image's: the build stops
+            raise
+        except Exception as e:  # an answer about the input itself: a rejection with its cause
+            reason = 'missing_file' if storage.input_missing(entry.path, e) else 'read_error'
             return rejection(entry, reason, f'{type(e).__name__}: {e}')
 
 
