@@ -130,6 +130,9 @@ def run(argv=None, test_pipeline=None):
     # Made first: a Pipeline checks its options and hands them to FileSystems, so that the
     # launcher's own listing and output checks reach gs:// with the pipeline's credentials.
     pipeline = test_pipeline or runner.make_pipeline(beam_args)
+    # Now that FileSystems has the options: one line where gs:// needs credentials and there are
+    # none, and no lookup (Beam's: ~20 s of retries) where its requests go without them.
+    storage.check_credentials([config.input, config.output])
     on_dataflow = runner.is_dataflow(pipeline.options.view_as(StandardOptions).runner)
     if on_dataflow:
         runner.check_dataflow_paths(pipeline.options, config)
