@@ -12,6 +12,7 @@ import pytest
 from imageshards import layout
 from imageshards import lifeline
 from imageshards import output_lock
+from imageshards.gcs import StoreUnavailable
 from pipelines import build
 from pipelines import output_guard
 from pipelines.writing import finalize
@@ -144,6 +145,14 @@ def test_a_failure_removes_this_builds_files_and_never_an_earlier_build(tmp_path
         (RuntimeError('RuntimeError: Channel closed prematurely.'), 'a worker process of'),
         (RuntimeError('Worker subprocess exited in the middle of the run'), 'a worker process'),
         (PermissionError(errno.EACCES, 'Permission denied', '/o/x'), 'permission denied'),
+        (
+            RuntimeError(
+                'imageshards.gcs.StoreUnavailable: Cloud Storage did not answer reading gs://b/x '
+                "within 120 s of retries (HTTP 503 Service Unavailable); ... [while running 'V']"
+            ),
+            'Cloud Storage did not answer reading gs://b/x within 120 s',
+        ),
+        (StoreUnavailable("Cloud Storage did not answer ... again [while running 'V']"), 'Cloud'),
         (ValueError('a bug'), None),
         (RuntimeError('a bug in a DoFn'), None),
     ],
@@ -154,3 +163,4 @@ def test_the_line_is_found_behind_what_a_runner_raises(raised, line):
         assert found is None
     else:
         assert found.startswith(line)
+        assert '[while running' not in found
