@@ -13,4 +13,3 @@ def bounded_map(pool, fn, items, window):
         for item in itertools.islice(items, 1):
             pending.append(pool.submit(fn, item))
         yield result
-
