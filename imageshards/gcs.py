@@ -14,8 +14,9 @@ timeout: google-cloud-storage's own retry predicate) is sent again with exponent
 full jitter (google.api_core's Retry, as the client does by default) for `retry_seconds()`
 (120 s, the client's default; IMAGESHARDS_GCS_RETRY_SECONDS sets it). One that still fails
 raises StoreUnavailable, whose message is the one line a failed build shows: a fault of the
-network is never taken for an answer about an object. NotFound, Forbidden and the other
-answers about an object itself are raised as the client raises them.
+network is never taken for an answer about an object; so does a 401, which is about the
+credentials. NotFound, Forbidden and the other answers about an object itself are raised as the
+client raises them.
 
 Credentials: none where requests go to an emulator (STORAGE_EMULATOR_HOST) or the pipeline's
 options say `--no_auth`; else Application Default Credentials, looked up once per process,
@@ -45,7 +46,8 @@ os.environ.setdefault('DISABLE_GCS_PYTHON_CLIENT_OTEL_BUCKET_METADATA', 'true')
 
 
 class StoreUnavailable(Exception):
-    """A request that Cloud Storage did not answer (or answered 429/5xx) within the retries."""
+    """A request that Cloud Storage did not answer (or answered 429/5xx) within the retries, or
+    whose credentials it refused: the build's trouble, never an object's."""
 
 
 class CredentialsMissing(ValueError):
@@ -106,10 +108,22 @@ _PHRASES = {status.value for status in http.HTTPStatus}
 @contextlib.contextmanager
 def answering(what, uri):
     """Raises StoreUnavailable in place of a transient error (left after the retries)."""
+    # pylint: disable=import-outside-toplevel
+    from google.api_core import exceptions
+    from google.auth import exceptions as auth_exceptions
+
     try:
         yield
     except StoreUnavailable:
         raise
+    except (exceptions.Unauthorized, auth_exceptions.GoogleAuthError) as e:
+        if is_transient(e):  # a token endpoint that did not answer
+            raise unavailable(what, uri, e) from e
+        raise StoreUnavailable(  # about the credentials (a 401, a refresh refused), not the object
+            f'Cloud Storage refused the credentials of this build {what} {uri} ({_cause(e)}); '
+            f'check them (gcloud auth application-default login; without --no_auth where the data '
+            f'is not public) and run the same command again'
+        ) from e
     except Exception as e:  # pylint: disable=broad-except
         if is_transient(e):
             raise unavailable(what, uri, e) from e

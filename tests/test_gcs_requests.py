@@ -124,6 +124,9 @@ def test_reads_are_retried_through_resets_and_range_reads_take_one_request(gcs, 
     assert dict(record) == {'op:read': 4, 'fault:reset': 2}
     with through.faulting(Fault(429, 1.0, ops={'read'})), pytest.raises(cloud.StoreUnavailable):
         storage.read_input(uri)
+    with through.faulting(Fault(401, 1.0, ops={'read'})):
+        with pytest.raises(cloud.StoreUnavailable, match='refused the credentials of this build'):
+            storage.read_input(uri)
     with pytest.raises(exceptions.NotFound) as missing:
         storage.read_input(gcs.uri('reads', 'missing.jpg'))
     assert storage.input_missing(gcs.uri('reads', 'missing.jpg'), missing.value)
