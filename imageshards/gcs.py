@@ -5,7 +5,7 @@ from an answer about an object.
 imageshards/storage.py sends gs:// paths here for what a build does often or many times at once
 (read an input, write, list, delete and rename its own files) rather than through Beam's
 `FileSystems`, which makes a new client for every call, asks `exists()` of each file before
-deleting it, deletes and renames in one-file batches, and turns a batch that never got an
+deleting it and then deletes it in a batch of its own, and turns a batch that never got an
 answer into an AttributeError (apache_beam 2.77 gcsio `_batch_with_retry`). Streams (manifests,
 the listing) still go through FileSystems.
 
@@ -27,14 +27,12 @@ import concurrent.futures
 import contextlib
 import functools
 import http
-import logging
 import os
 import sys
 import threading
 
 from imageshards import layout
 
-_LOG = logging.getLogger(__name__)
 RETRY_SECONDS_ENV = 'IMAGESHARDS_GCS_RETRY_SECONDS'
 _DEFAULT_RETRY_SECONDS = 120.0  # google-cloud-storage's DEFAULT_RETRY
 _THREADS = 16  # requests a process sends at once where it has many (a batch is one)
@@ -66,9 +64,9 @@ def retry():
 
 
 def is_transient(error):
-    """Whether `error` (or one it was raised from) is a fault of the network or the service,
-    one that a retry may get past: google-cloud-storage's retry predicate, or retries that ran
-    out."""
+    """Whether `error` (or the one it was raised from) is a fault of the network or the
+    service, one that a retry may get past: google-cloud-storage's retry predicate, or retries
+    that ran out."""
     # pylint: disable=import-outside-toplevel
     from google.api_core import exceptions
     from google.cloud.storage.retry import _should_retry  # what DEFAULT_RETRY asks, as Beam's
@@ -78,7 +76,7 @@ def is_transient(error):
         seen.add(id(error))
         if isinstance(error, (StoreUnavailable, exceptions.RetryError)) or _should_retry(error):
             return True
-        error = error.__cause__ or error.__context__
+        error = error.__cause__  # not __context__: an answer met while handling a fault is one
     return False
 
 
@@ -97,7 +95,11 @@ def _cause(error):
     status = getattr(error, 'code', None)  # google.api_core's errors
     status = getattr(getattr(error, 'response', None), 'status_code', status)  # a download's
     if isinstance(status, int):
-        return f'HTTP {status} {http.HTTPStatus(status).phrase}' if status in _PHRASES else status
+        return (
+            f'HTTP {status} {http.HTTPStatus(status).phrase}'
+            if status in _PHRASES
+            else f'HTTP {status}'
+        )
     text = ' '.join(str(error).split()).replace('[', '(').replace(']', ')')  # a runner's ends at [
     return f'{type(error).__name__}: {text}'[:300]
 

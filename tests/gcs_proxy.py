@@ -143,13 +143,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         fault = proxy.draw(op, said)
         if fault in (LOST, None):
             answer = proxy.forward(self.command, self.path, self.headers, body)
+        proxy.done(op, path, fault, started)  # before the client hears: it may count at once
         if fault in (RESET, LOST):
             self._reset()
         elif fault is not None:
             self._send(*_error(fault))
         else:
             self._send(*answer)
-        proxy.done(op, path, fault, started)
 
     do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_any
 
