@@ -12,7 +12,8 @@ meet both, and the proxy counts what they asked:
 Each request is read whole, held `latency` seconds, then either answered with the first fault
 whose draw it meets (`Fault`: a status, or RESET, the connection closed with a TCP reset before
 any answer; LOST: forwarded to the emulator first, so that the request takes effect and its
-answer is lost), or forwarded to the emulator and its answer relayed. A new client connection
+answer is lost; STALL: held a while longer, then forwarded), or forwarded to the emulator and
+its answer relayed. A new client connection
 costs `connect_latency` once (the TCP and TLS handshakes). Draws come from one seeded
 `random.Random`; which request meets which draw depends on the order in which concurrent
 requests arrive.
@@ -34,6 +35,8 @@ import urllib.parse
 
 RESET = 'reset'  # the connection reset before an answer; the request never arrives
 LOST = 'lost'  # the request takes effect, then its connection is reset: the answer is lost
+STALL = 'stall'  # the request waits STALL_SECONDS more, then is answered as any other
+STALL_SECONDS = 2.0
 # Not relayed: the proxy's own connection speaks for itself (and says when and who answers).
 _HOP_BY_HOP = {'connection', 'keep-alive', 'transfer-encoding', 'content-length', 'host'}
 _OWN = _HOP_BY_HOP | {'date', 'server'}
@@ -43,8 +46,8 @@ _REASONS = {429: 'rateLimitExceeded', 500: 'backendError', 503: 'backendError'}
 
 @dataclasses.dataclass
 class Fault:
-    """Answer a share `rate` of the requests it matches with `status` (an HTTP status, RESET or
-    LOST).
+    """Answer a share `rate` of the requests it matches with `status` (an HTTP status, RESET,
+    LOST or STALL).
 
     Args:
         ops: the operations it applies to (`operation`'s names); None: all.
@@ -141,12 +144,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         time.sleep(proxy.latency)
         said = f'{path}?{urllib.parse.unquote(parsed.query)} {body[:1024].decode("latin-1")}'
         fault = proxy.draw(op, said)
-        if fault in (LOST, None):
+        if fault == STALL:
+            time.sleep(STALL_SECONDS)
+        if fault in (LOST, STALL, None):
             answer = proxy.forward(self.command, self.path, self.headers, body)
         proxy.done(op, path, fault, started)  # before the client hears: it may count at once
         if fault in (RESET, LOST):
             self._reset()
-        elif fault is not None:
+        elif fault not in (STALL, None):
             self._send(*_error(fault))
         else:
             self._send(*answer)
@@ -245,7 +250,7 @@ class FaultProxy:
             self.faults = []
 
     def draw(self, op, path):
-        """The fault this request meets (its status, RESET or LOST), or None."""
+        """The fault this request meets (its status, RESET, LOST or STALL), or None."""
         with self._lock:
             for fault in self.faults:
                 if fault.matches(op, path) and self._random.random() < fault.rate:
