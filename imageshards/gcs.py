@@ -76,8 +76,30 @@ def is_transient(error):
         seen.add(id(error))
         if isinstance(error, (StoreUnavailable, exceptions.RetryError)) or _should_retry(error):
             return True
+        if any(is_transient(cause) for cause in _details(error).values()):
+            return True
         error = error.__cause__  # not __context__: an answer met while handling a fault is one
     return False
+
+
+def _details(error):
+    """{path: error} of an error of Beam's FileSystems (BeamIOError), else {}."""
+    details = getattr(error, 'exception_details', None)
+    return details if isinstance(details, dict) else {}
+
+
+def one_line(error):
+    """The line of a transient `error` met anywhere, also in Beam's FileSystems (whose errors
+    name the path in `exception_details`)."""
+    if isinstance(error, StoreUnavailable):
+        return str(error)
+    for where, cause in _details(error).items():
+        if is_transient(cause):
+            where = where[0] if isinstance(where, tuple) else where  # a rename's (source, dest)
+            return (
+                one_line(cause) if _details(cause) else str(unavailable('reaching', where, cause))
+            )
+    return str(unavailable('reaching', 'Cloud Storage', error))
 
 
 def unavailable(what, uri, error):

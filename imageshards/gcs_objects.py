@@ -10,6 +10,7 @@ complete, so a reader never sees half of one (https://cloud.google.com/storage/d
 import contextlib
 import errno
 import io
+import re
 
 from imageshards import gcs
 
@@ -38,6 +39,8 @@ def read_range(uri, start, end):
 
 
 def exists(uri):
+    if not gcs.split(uri)[1]:
+        raise ValueError(f'{uri} names a bucket, not an object')
     with gcs.answering('looking up', uri):
         return gcs.blob(uri).exists(retry=gcs.retry())
 
@@ -49,6 +52,22 @@ def list_below(folder):
     with gcs.answering('listing', folder):
         blobs = gcs.client().list_blobs(bucket, prefix=name, retry=gcs.retry())
         return [f'gs://{bucket}/{b.name}' for b in blobs if not b.name.endswith('/')]
+
+
+def match(pattern):
+    """(URI, size) of each object `pattern` names, as Beam's FileSystems.match finds them (a
+    listing of what precedes its first glob character, filtered by Beam's translation of the
+    pattern), one request per 1,000 objects."""
+    from apache_beam.io.filesystem import FileSystem  # pylint: disable=import-outside-toplevel
+
+    pattern += '*' if pattern.endswith('/') else ''
+    prefix = re.match(r'^[^[*?]*', pattern).group(0)
+    bucket, name = gcs.split(prefix)
+    named = re.compile(FileSystem.translate_pattern(pattern)).match
+    with gcs.answering('listing', prefix):
+        blobs = gcs.client().list_blobs(bucket, prefix=name, retry=gcs.retry())
+        found = ((f'gs://{bucket}/{b.name}', b.size) for b in blobs)
+        return [(uri, size) for uri, size in found if named(uri)]
 
 
 def write(uri, data, if_absent=False):

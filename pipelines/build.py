@@ -37,6 +37,7 @@ from apache_beam.options.pipeline_options import TestOptions
 from imageshards import console
 from imageshards import dataset_json
 from imageshards import file_names
+from imageshards import gcs
 from imageshards import layout
 from imageshards import output_errors
 from imageshards import storage
@@ -107,7 +108,7 @@ def _listable(spec):
     ):
         return spec
     try:
-        is_object = FileSystems.exists(spec)
+        is_object = storage.exists(spec)
     except ValueError:  # a bucket without a path (gs://b) is no object
         is_object = False
     return spec if is_object else spec.rstrip('/') + '/**'
@@ -130,8 +131,7 @@ def run(argv=None, test_pipeline=None):
     # Made first: a Pipeline checks its options and hands them to FileSystems, so that the
     # launcher's own listing and output checks reach gs:// with the pipeline's credentials.
     pipeline = test_pipeline or runner.make_pipeline(beam_args)
-    # Now that FileSystems has the options: one line where gs:// needs credentials and there are
-    # none, and no lookup (Beam's: ~20 s of retries) where its requests go without them.
+    # Now that FileSystems has the options: no credentials missed or looked up in vain on gs://.
     storage.check_credentials([config.input, config.output])
     on_dataflow = runner.is_dataflow(pipeline.options.view_as(StandardOptions).runner)
     if on_dataflow:
@@ -342,6 +342,11 @@ def main(argv=None):
     except (ValueError, FileExistsError, FileNotFoundError) as e:
         _LOG.error('%s', e)
         return 2
+    except Exception as e:  # pylint: disable=broad-except
+        if not gcs.is_transient(e):  # a bug: its traceback is what helps
+            raise
+        _LOG.error('%s', gcs.one_line(e))  # Cloud Storage, before the build had its output
+        return output_errors.EXIT_STATUS
     except KeyboardInterrupt:
         print(interrupted_message(argv), file=sys.stderr)
         return console.INTERRUPTED_EXIT_CODE

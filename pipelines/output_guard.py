@@ -151,6 +151,8 @@ def one_line(error, output_dir, needed_bytes=None):
     os_error = output_errors.find_os_error(error)
     if os_error is not None:
         return output_errors.describe(os_error, output_dir, needed_bytes)
+    if gcs.is_transient(error):  # raised where no StoreUnavailable said it (Beam's FileSystems)
+        return gcs.one_line(error)
     text = str(error)
     said = _ONE_LINE_ERRORS.search(text)
     if said:

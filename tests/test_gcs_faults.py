@@ -147,6 +147,16 @@ def test_a_read_that_keeps_failing_stops_the_build_in_one_line_not_a_rejection(
     assert gcs.names('read-fails') == []  # no _SUCCESS, no rejected.jsonl, no lock
 
 
+def test_a_listing_that_keeps_failing_is_one_line_before_the_output_is_touched(
+    gcs, images, short_retries, capsys
+):
+    with short_retries.faulting(Fault(503, 1.0, ops={'list'}, path='prefix=images/')):
+        assert _main(images, gcs.uri('unlisted')) == 1
+    (line,) = _errors(capsys)
+    assert line.startswith(f'Cloud Storage did not answer listing {images}/ within 1 s ')
+    assert gcs.names('unlisted') == []
+
+
 def test_only_an_answer_about_the_object_rejects_it(gcs, images, through_proxy):
     forbidden = Fault(403, 1.0, ops={'read'}, path='images/ant/img_0001.jpg')
     with through_proxy.faulting(forbidden, Fault(503, 0.3, ops={'read'}, path='/o/images/')):

@@ -8,6 +8,8 @@ import json
 import subprocess
 
 import pytest
+from apache_beam.io.filesystem import BeamIOError
+from google.api_core.exceptions import ServiceUnavailable
 
 from imageshards import layout
 from imageshards import lifeline
@@ -153,6 +155,13 @@ def test_a_failure_removes_this_builds_files_and_never_an_earlier_build(tmp_path
             'Cloud Storage did not answer reading gs://b/x within 120 s',
         ),
         (StoreUnavailable("Cloud Storage did not answer ... again [while running 'V']"), 'Cloud'),
+        (  # what Beam's FileSystems raises once its own retries run out
+            BeamIOError(
+                'Match operation failed',
+                {'gs://b/x/**': BeamIOError('List failed', {'gs://b/x/': ServiceUnavailable('')})},
+            ),
+            'Cloud Storage did not answer reaching gs://b/x/ within 120 s of retries (HTTP 503 ',
+        ),
         (ValueError('a bug'), None),
         (RuntimeError('a bug in a DoFn'), None),
     ],

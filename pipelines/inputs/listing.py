@@ -27,6 +27,7 @@ import stat
 import struct
 import sys
 
+from imageshards import gcs_objects
 from imageshards import storage
 from imageshards.file_names import display
 from imageshards.storage import absolute
@@ -188,9 +189,13 @@ def _candidates(root, pattern, follow_symlinks, scan):
     (size: in bytes, or -1 where the file cannot be read).
 
     A local tree is walked in that order, one folder's names in memory at a time. An object
-    store's listing comes whole from FileSystems.match and is sorted here.
+    store's listing comes whole (from FileSystems.match; gs://'s from imageshards/gcs_objects.py,
+    whose requests are retried and whose failure is one line) and is sorted here.
     """
     # pylint: disable=import-outside-toplevel
+    if root.startswith('gs://'):
+        found = [(path, '', '', size) for path, size in gcs_objects.match(pattern)]
+        return iter(sorted(_classify(root, found, scan)))
     if is_uri(root):
         from apache_beam.io.filesystems import FileSystems
 
