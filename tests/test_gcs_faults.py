@@ -58,7 +58,7 @@ def short_retries(through_proxy, monkeypatch):
     return through_proxy
 
 
-def _argv(images, out, *extra):
+def _argv(images, out):
     return ['--direct_running_mode=in_memory', '--no_auth', '--input', images, '--output', out]
 
 
@@ -70,7 +70,7 @@ def _main(images, out, *extra):
     return build.main([*_argv(images, out), *FLAGS, *extra])
 
 
-def _outcome(gcs, dataset):
+def _outcome(dataset):
     shards = {
         s['path']: s['sha256'] for split in dataset['splits'].values() for s in split['shards']
     }
@@ -130,7 +130,7 @@ def test_a_build_through_faults_equals_the_clean_build(gcs, images, clean, throu
     with through_proxy.faulting(*faults) as record:
         dataset = _build(images, gcs.uri(f'faulted-{faults[0].status}-{faults[0].rate}'))
     assert record.faults() > 0
-    assert _outcome(gcs, dataset) == _outcome(gcs, clean[0])
+    assert _outcome(dataset) == _outcome(clean[0])
     assert dataset['counts']['rejected'] == 0
 
 
