@@ -16,6 +16,7 @@ commands in imageshards/cli/.
     decode.py            an encoded image decoded to the pixels Pillow shows (TensorFlow)
     stratification.py    how evenly the labels of a multi-label build spread over its parts
     storage.py           files local and on gs://: join, list, read, write, delete
+    local_reads.py       local inputs asked of the kernel ahead of their reads, opened once
     gcs.py               Cloud Storage clients, retries, and a network fault told from an answer
     gcs_objects.py       objects on gs:// in as few requests as Cloud Storage allows
     file_names.py        file names as bytes, kept and written to JSON
