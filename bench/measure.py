@@ -38,8 +38,8 @@ def run_measured(command, env=None, interval=0.1, cwd=None):
 def measure(command, env=None, interval=0.1, cwd=None):
     """Runs `command` (in `cwd`), sampling the RSS of its process tree every `interval` s; a
     Measurement."""
-    _become_subreaper()
-    before = _children_cpu()
+    become_subreaper()
+    before = children_cpu()
     start = time.perf_counter()
     process = subprocess.Popen(
         command, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
@@ -74,26 +74,26 @@ def measure(command, env=None, interval=0.1, cwd=None):
     seconds = time.perf_counter() - start
     done.set()
     sampler.join()
-    _reap_orphans(command)
-    cpu = _children_cpu() - before
+    reap_orphans(command)
+    cpu = children_cpu() - before
     if process.returncode:
         raise RuntimeError(f'{command} failed ({process.returncode}):\n{output[-4000:]}')
     process_peaks = sorted((tuple(value) for value in peaks.values()), key=lambda p: -p[1])
     return Measurement(seconds, peak[0], output, process_peaks, cpu)
 
 
-def _children_cpu():
+def children_cpu():
     """User + system seconds of this process's reaped descendants so far."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
 
 
-def _become_subreaper():
+def become_subreaper():
     if sys.platform.startswith('linux'):
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
 
-def _reap_orphans(command, timeout=60.0):
+def reap_orphans(command, timeout=60.0):
     """Waits for the descendants of `command` that outlived their parents (reparented here),
     so that their CPU time counts; raises RuntimeError for one still running after `timeout`
     seconds (a build's processes end with its command)."""
