@@ -11,6 +11,7 @@ from imageshards import tfrecord
 from trainer import corrupt_shards
 from trainer import dataset_info
 from trainer import input_pipeline
+from trainer import record_decoding
 
 SIZE = (16, 16)
 
@@ -245,7 +246,7 @@ def test_an_undecodable_image_fails_loudly_or_is_skipped_and_counted(tf, tmp_pat
     copy, _ = _copy_with_shard(tmp_path, color_builds['examples'], _with_an_undecodable_image)
     with pytest.raises(tf.errors.InvalidArgumentError):
         _batches(copy, epochs=1)
-    skipped = input_pipeline.SkippedImages()
+    skipped = record_decoding.SkippedImages()
     dataset = input_pipeline.make_dataset(
         str(copy),
         'train',
@@ -395,3 +396,39 @@ def test_batches_decoded_in_one_call_are_those_decoded_image_by_image(color_buil
     for (x, y, i), (px, py, pi) in zip(whole, per_image):
         assert x.dtype == px.dtype and x.shape == px.shape
         assert np.array_equal(x, px) and np.array_equal(y, py) and np.array_equal(i, pi)
+
+
+def test_evaluation_batches_decoded_in_one_call_are_those_decoded_image_by_image(tf, color_builds):
+    """Evaluation decodes each batch in one call too, the last one partial: the images,
+    labels and order of the per-image path (which skip_bad_images keeps), each image the
+    central crop that serving cuts from the record's bytes."""
+    from trainer import preprocess  # pylint: disable=import-outside-toplevel
+
+    build = color_builds['examples']
+    records = dataset_info.load(str(build)).num_records('val')
+    batch = 7 if records % 7 else 5  # a partial last batch
+    whole = _batches(build, 'val', batch, training=False)
+    per_image = _batches(build, 'val', batch, training=False, skip_bad_images=True)
+    sizes = [len(ids) for _, _, ids in whole]
+    assert sizes == [batch] * (records // batch) + [records % batch]
+    specs = [
+        input_pipeline.make_dataset(str(build), 'val', batch, training=False, **skip).element_spec
+        for skip in ({}, {'skip_bad_images': True})
+    ]
+    assert specs[0] == specs[1]
+    assert len(whole) == len(per_image)
+    for (x, y, i), (px, py, pi) in zip(whole, per_image):
+        assert x.dtype == px.dtype and x.shape == px.shape
+        assert np.array_equal(x, px) and np.array_equal(y, py) and np.array_equal(i, pi)
+    encoded = {}
+    for path in dataset_info.load(str(build)).shard_paths('val'):
+        with open(path, 'rb') as f:
+            for record in tfrecord.read_records(f):
+                example = features.example_class().FromString(record).features.feature
+                encoded[example[features.ID].int64_list.value[0]] = example[
+                    features.ENCODED
+                ].bytes_list.value[0]
+    for x, _, ids in whole:
+        for image, image_id in zip(x, ids):
+            served = preprocess.for_eval(tf.constant(encoded[image_id]), SIZE).numpy()
+            np.testing.assert_array_equal(image, served)

@@ -16,8 +16,8 @@ import tensorflow as tf
 from imageshards.decode import DCT_METHOD  # evaluation and serving: exactly Pillow's pixels
 from imageshards.decode import decode  # noqa: F401  (all pixels, uint8 RGB)
 from trainer import augment as augment_lib
-from trainer.config import CENTRAL_CROP
-from trainer.config import IMAGENET_CROP_AREA
+from trainer.input_options import CENTRAL_CROP
+from trainer.input_options import IMAGENET_CROP_AREA
 
 TRAINING_DCT_METHOD = 'INTEGER_FAST'  # training crops: a few levels off, 6% faster to decode
 EVAL_CROP_FRACTION = CENTRAL_CROP  # the central crop of the Inception/ResNet evaluation recipe
