@@ -3,17 +3,17 @@ recipe against the trainer's fixed-rate Adam of before, and the best epoch again
 
 Data (bench/datasets.region_tree: 32 classes of 500x375 photo crops, class = photo x cell of a
 4x4 grid; no downloads), each built train/val/test:
-  source   the 16 cells of the first photo, `--source-per-class` images each: the model that
-           `--init-from` starts from is trained on it with the recipe
-  few      the 16 cells of the other photo, `--per-class` images each, 30% of them for
+  source   16 of the classes (every other cell of each photo), `--source-per-class` images
+           each: the model that `--init-from` starts from is trained on it with the recipe
+  few      the 16 others (the cells between), `--per-class` images each, 30% of them for
            training (so 12 of 40): classes the source never saw, few images each
   photos   all 32 classes, `--per-class` images each (80% for training)
   digits   scikit-learn's 1,797 digits (`imageshards sample-data`), 80% for training
 Every contender trains the same model for the same epochs with the same seeds:
   recipe     the trainer's defaults: AdamW, warm-up then cosine, label smoothing, weight
              decay, the best epoch by validation loss kept
-  before     the trainer before the recipe: Adam at a fixed --learning-rate, no warm-up, no
-             smoothing, no weight decay, the last epoch kept
+  before     the trainer before the recipe: Adam at a fixed 1e-3, no warm-up, no smoothing,
+             no weight decay, the last epoch kept (its `last epoch` figure)
   init-from  (few) the recipe started from the source model: frozen epochs, then all of it
 Each run prints the test accuracy of the epoch kept and of the last epoch, which epoch was
 kept, and its training seconds; the summary gives means over seeds.
@@ -21,7 +21,7 @@ kept, and its training seconds; the summary gives means over seeds.
     python -m bench.transfer few --seeds 0 1 2
     python -m bench.transfer photos --seeds 0 1
     python -m bench.transfer digits --seeds 0 1 2
-    python -m bench.transfer few --vary frozen_epochs=0,1,2,3 fine_tune_learning_rate=1e-3,1e-4
+    python -m bench.transfer few --set fine_tune_learning_rate=1e-3 --vary frozen_epochs=0,1,3
 """
 
 import argparse
@@ -34,9 +34,12 @@ import numpy as np
 
 from bench import datasets
 
-SOURCE_CLASSES = range(16)  # the first photo's cells
-FEW_CLASSES = range(16, 32)  # the other photo's
+# Every other cell of both photos: the few-image classes are the cells beside the source's.
+SOURCE_CLASSES = range(0, 32, 2)
+FEW_CLASSES = range(1, 32, 2)
 BEFORE = [
+    '--learning-rate',
+    '1e-3',
     '--lr-schedule',
     'constant',
     '--warmup-epochs',
@@ -152,6 +155,9 @@ def contenders(args, found):
     size = ['--image-size', str(args.image_size), '--epochs', str(args.epochs)]
     common = ['--model', args.model, '--batch-size', str(args.batch_size), *size]
     common += ['--checkpoint-every', '0']
+    for item in args.set:  # settings of every contender
+        name, value = item.split('=', 1)
+        common += [f'--{name.replace("_", "-")}', value]
     data = found[args.what]
     runs = {'recipe': (data, common), 'before': (data, common + BEFORE)}
     if args.what == 'few':
@@ -171,11 +177,11 @@ def source_job(args, found):
 
 
 def variations(args, runs):
-    """With --vary: the contender of `--vary-run` once per value of each setting."""
+    """`runs`, and with --vary the contender `--vary-run` once per value of each setting."""
     if not args.vary:
         return runs
     data, flags = runs[args.vary_run]
-    found = {}
+    found = dict(runs)
     for item in args.vary:
         name, values = item.split('=', 1)
         for value in values.split(','):
@@ -194,6 +200,7 @@ def main(argv=None):
     parser.add_argument('--per-class', type=int, default=40, help='few and photos')
     parser.add_argument('--source-per-class', type=int, default=150)
     parser.add_argument('--source-epochs', type=int, default=10)
+    parser.add_argument('--set', nargs='*', default=[], help='setting=value ... for every run')
     parser.add_argument('--vary', nargs='*', default=[], help='setting=v1,v2 ...')
     parser.add_argument('--vary-run', default='', help='default: init-from (few), else recipe')
     parser.add_argument('--work-dir', default=os.path.join(os.path.dirname(__file__), 'out'))

@@ -27,9 +27,9 @@ class Recipe:
     (trainer/recipe.py). Defaults: bench/transfer.py, bench/RESULTS.md "The recipe"."""
 
     init_from: str = ''  # trained weights to start from (trainer/warm_start.py); '': random
-    frozen_epochs: int = 2  # with init_from: epochs that train the heads alone
-    learning_rate: float = 1e-3  # AdamW's peak rate (with init_from: the heads' first epochs)
-    fine_tune_learning_rate: float = 1e-4  # with init_from: the whole model's, after them
+    frozen_epochs: int = 1  # with init_from: epochs that train the heads alone
+    learning_rate: float = 3e-3  # AdamW's peak rate (with init_from: the heads' first epochs)
+    fine_tune_learning_rate: float = 1e-3  # with init_from: the whole model's, after them
     warmup_epochs: float = 1.0  # linear warm-up at the start of each phase (at most half of it)
     lr_schedule: str = 'cosine'  # warm-up then cosine decay to 0 in each phase, or constant
     weight_decay: float = 0.05  # AdamW's, decoupled; not of biases and BatchNorm's scale, offset
