@@ -28,7 +28,8 @@ def test_a_run_from_weights_trains_the_heads_first_then_everything_at_the_lower_
     assert recipe.phases(_recipe(init_from='job', frozen_epochs=0), 3) == [
         recipe.Phase(0, 3, False, _recipe().fine_tune_learning_rate)
     ]
-    assert recipe.phases(_recipe(frozen_epochs=2), 4) == [recipe.Phase(0, 4, False, 1e-3)]
+    from_random = recipe.phases(_recipe(frozen_epochs=2), 4)  # no frozen phase
+    assert from_random == [recipe.Phase(0, 4, False, _recipe().learning_rate)]
 
 
 def test_resumed_segments_continue_inside_an_epoch_and_stop_at_the_phase_switch():

@@ -59,21 +59,24 @@ class BestEpoch(keras.callbacks.Callback):
     """Keeps the best epoch's weights (see the module docstring).
 
     Args:
-        model: the model trained (its weights are copied in the current strategy's scope).
+        model: the model trained.
         keys: the validation logs' keys whose mean is compared (`monitored`), or () to keep
             the last epoch (no validation split).
         lower_is_better: for a loss.
+        strategy: the tf.distribute strategy the model's weights live in: their copies do
+            too (call this outside its scope: the epoch, value and logs are plain variables).
     """
 
-    def __init__(self, model, keys, lower_is_better):
+    def __init__(self, model, keys, lower_is_better, strategy=None):
         super().__init__()
         self.keys = list(keys)
         self._lower = lower_is_better
-        self._pairs = [
-            (tf.Variable(weight, trainable=False), weight)
-            for weight in model.weights  # the same order as weight_keys
-        ]
-        with tf.device('/cpu:0'):  # plain values, out of any distribution
+        with (strategy or tf.distribute.get_strategy()).scope():
+            self._pairs = [
+                (tf.Variable(weight, trainable=False), weight)
+                for weight in model.weights  # the same order as weight_keys
+            ]
+        with tf.device('/cpu:0'):
             self.epoch = tf.Variable(-1, dtype=tf.int64, trainable=False)  # -1: none yet
             self.value = tf.Variable(math.nan, dtype=tf.float64, trainable=False)
             self.logs = tf.Variable('{}', dtype=tf.string, trainable=False)
@@ -130,7 +133,7 @@ class BestEpoch(keras.callbacks.Callback):
         }
 
 
-def make(model, select_by, heads, has_validation) -> BestEpoch:
+def make(model, select_by, heads, has_validation, strategy) -> BestEpoch:
     """The BestEpoch of `model` for `--select-by` (ValueError: no head has that metric)."""
     keys = monitored(select_by, heads)
-    return BestEpoch(model, keys if has_validation else (), MEASURES[select_by][1])
+    return BestEpoch(model, keys if has_validation else (), MEASURES[select_by][1], strategy)

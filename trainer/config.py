@@ -6,6 +6,7 @@ goes to `AIP_MODEL_DIR`, checkpoints to `AIP_CHECKPOINT_DIR` and TensorBoard log
 given with `--config` holds defaults for any flag (with underscores); the command line wins.
 """
 
+import argparse
 import dataclasses
 import os
 import posixpath
@@ -375,7 +376,7 @@ def parse_train_args(argv) -> TrainConfig:
     return TrainConfig(**values, input=options, recipe=recipe)
 
 
-def parse_with_trainer_yaml(parser, argv):
+def parse_with_trainer_yaml(parser, argv) -> argparse.Namespace:
     """A tool's flags, defaulting to the trainer YAML's settings (a wrong file: usage error)."""
     try:
         configfile.apply_defaults_of(parser, argv, build_arg_parser(), convert=CONVERT)

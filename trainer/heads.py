@@ -47,7 +47,7 @@ class Head:
         return len(self.classes)
 
 
-def model_heads(info, levels, derived=None):
+def model_heads(info, levels, derived=None) -> dict:
     """{level: Head} of the build's label levels `levels` (in that order), or {'': Head} of its
     primary label without levels.
 
@@ -122,7 +122,7 @@ class MaskedAccuracy(keras.metrics.Mean):
         return super().update_state(correct, sample_weight=tf.cast(y_true >= 0, self.dtype))
 
 
-def multi_label_metrics(num_classes):
+def multi_label_metrics(num_classes) -> list:
     """Micro and macro F1 at 0.5 (a class without positives or predictions counts as F1 0 in
     the macro mean, as in Keras and scikit-learn), and the mean PR-AUC over classes."""
     return [
@@ -163,7 +163,7 @@ def compile_args(heads, label_smoothing=0.0, class_weights=None) -> dict:
 METRICS = ('accuracy', 'loss', 'micro_f1', 'macro_f1', 'pr_auc')
 
 
-def level_metrics(history, levels):
+def level_metrics(history, levels) -> dict:
     """{level: {metric: value}} from the flat Keras history and test metrics
     (`family_accuracy`, `val_family_loss`, `test_tags_micro_f1`, ...)."""
     per_level = {}

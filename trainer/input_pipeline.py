@@ -182,7 +182,7 @@ def _evaluation(files, num_records, batch_size, image_size, parse, opts, skipped
     return batches
 
 
-def worker_shards(shards, worker, workers):
+def worker_shards(shards, worker, workers) -> list:
     """What input pipeline `worker` of `workers` reads of a split's shards (or of anything
     listed per shard, in the build's order): every `workers`-th, from its own index."""
     return shards[worker::workers]
@@ -331,13 +331,13 @@ def _finish(dataset, opts):
     return dataset.with_options(options)
 
 
-def records_per_worker(info, split, workers):
+def records_per_worker(info, split, workers) -> list:
     """[records of the split that each of `workers` input pipelines reads]."""
     counts = [shard['num_records'] for shard in info.split(split)['shards']]
     return [sum(worker_shards(counts, i, workers)) for i in range(workers)]
 
 
-def steps_per_epoch(info, split, batch_size, num_pipelines=1, patches_per_image=0):
+def steps_per_epoch(info, split, batch_size, num_pipelines=1, patches_per_image=0) -> int:
     """Full batches each pipeline yields per epoch (the same for every pipeline)."""
     per_pipeline = records_per_worker(info, split, num_pipelines)
     per_replica = batch_size // num_pipelines

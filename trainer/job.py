@@ -26,7 +26,7 @@ _COMPARED = ('model', 'image_size', 'labels', 'label_levels', 'derived_levels', 
 _BEFORE = {'derived_levels': {}, 'init_from': ''}
 
 
-def data_digest(info):
+def data_digest(info) -> str:
     """sha256 of every shard's path and sha256 in the build: the same for a rebuild with the
     same inputs and seed, wherever the build is read from (gs://b/out or /gcs/b/out)."""
     shards = sorted(
@@ -74,7 +74,7 @@ def _read_json(path):
         return json.load(f)
 
 
-def write_json(path, value):
+def write_json(path, value) -> None:
     tf.io.gfile.makedirs(posixpath.dirname(path) or '.')
     with tf.io.gfile.GFile(path, 'w') as f:
         f.write(json.dumps(value, indent=2) + '\n')
@@ -114,14 +114,14 @@ def check_rerun(config, info, checkpoint_dir, derived=None, heads=None) -> dict:
     return new
 
 
-def record_run(checkpoint_dir, run):
+def record_run(checkpoint_dir, run) -> None:
     """Writes run.json beside the checkpoints, once (the chief)."""
     path = posixpath.join(checkpoint_dir, RUN_JSON)
     if not tf.io.gfile.exists(path):
         write_json(path, run)
 
 
-def finished_metrics(config, done_steps, steps_per_epoch):
+def finished_metrics(config, done_steps, steps_per_epoch) -> dict | None:
     """The metrics.json of a job that already trained every epoch asked for, else None."""
     if done_steps < config.epochs * steps_per_epoch:
         return None
@@ -137,5 +137,5 @@ def finished_metrics(config, done_steps, steps_per_epoch):
     return metrics
 
 
-def write_metrics(config, metrics):
+def write_metrics(config, metrics) -> None:
     write_json(posixpath.join(config.job_dir, METRICS_JSON), metrics)

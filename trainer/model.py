@@ -27,7 +27,7 @@ _EXAMPLES = ('small_cnn', 'resnet50', 'efficientnet_b0', 'MobileNetV3Small', 'Co
 LOGITS = 'logits'
 
 
-def applications():
+def applications() -> dict:
     """{name folded (lower case, no underscores): keras.applications constructor name}."""
     return {_folded(name): name for name in dir(keras.applications) if name[:1].isupper()}
 

@@ -77,7 +77,7 @@ def segments(done, steps_per_epoch, run_phases) -> list:
     return found
 
 
-def schedule(recipe, run_phases, steps_per_epoch):
+def schedule(recipe, run_phases, steps_per_epoch) -> 'PhasedSchedule':
     """The learning rate as a function of the optimizer's step (PhasedSchedule)."""
     parts = []
     for phase in run_phases:

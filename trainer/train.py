@@ -195,13 +195,13 @@ def _set_up(config, info, strategy, heads, transform_output, steps, validated):
         # Built for all that trains in any phase: the checkpoints' optimizer state is then the
         # same in every phase, and the heads keep their moments across the switch.
         model.optimizer.build(model.trainable_variables)
-        best = best_epoch.make(model, config.recipe.select_by, heads, validated)
-        # Dropout's random state is not in a model's checkpoint by default; with it, a resumed
-        # run draws the masks an uninterrupted one would.
-        random_states = [v for v in model.variables if 'seed_generator_state' in v.path]
-        checkpoint = tf.train.Checkpoint(
-            model=model, optimizer=model.optimizer, random_states=random_states, best=best.state
-        )
+    best = best_epoch.make(model, config.recipe.select_by, heads, validated, strategy)
+    # Dropout's random state is not in a model's checkpoint by default; with it, a resumed run
+    # draws the masks an uninterrupted one would.
+    random_states = [v for v in model.variables if 'seed_generator_state' in v.path]
+    checkpoint = tf.train.Checkpoint(
+        model=model, optimizer=model.optimizer, random_states=random_states, best=best.state
+    )
     return _Run(model, checkpoint, best, compile_args, phases, steps)
 
 
@@ -312,7 +312,7 @@ def _final_metrics(run, config, seconds, steps_before):
     return metrics
 
 
-def check_classes(info, levels):
+def check_classes(info, levels) -> None:
     """Raises ValueError where there is nothing to classify: a single label (or level value)
     of a softmax head, none of a multi-label head (one sigmoid is a yes/no classifier).
 
