@@ -174,3 +174,31 @@ def test_without_validation_the_last_epoch_is_kept(tf):
         best.on_epoch_end(epoch, {'loss': loss})
     assert best.metrics()['best_epoch'] == 2
     assert best.metrics()['selected_by'] == 'the last epoch (no validation split)'
+
+
+def test_balanced_class_weights_come_from_the_training_split_counts():
+    from imageshards import dataset_json  # pylint: disable=import-outside-toplevel
+
+    raw = {
+        'labels': ['cat', 'dog', 'owl'],
+        'label_levels': {'kind': ['bird', 'mammal']},
+        'splits': {
+            'train': {
+                'class_counts': {'cat': 30, 'dog': 10},  # no owl in training
+                'level_counts': {'kind': {'mammal': 40, 'bird': 8}},
+            }
+        },
+    }
+    info = dataset_json.Build('out', raw)
+    primary = heads_lib.model_heads(info, ())
+    assert heads_lib.class_weights(info, 'train', primary, 'none') is None
+    assert heads_lib.class_weights(info, 'train', primary, 'balanced') == {
+        '': pytest.approx([40 / 90, 40 / 30, 0.0])
+    }
+    levels = heads_lib.model_heads(info, ('kind',))
+    assert heads_lib.class_weights(info, 'train', levels, 'balanced') == {
+        'kind': pytest.approx([48 / 16, 48 / 80])
+    }
+    multi = {'': heads_lib.Head(('a', 'b'), multi_label=True)}
+    with pytest.raises(ValueError, match='--class-weights balanced weights the classes of softmax'):
+        heads_lib.class_weights(info, 'train', multi, 'balanced')
