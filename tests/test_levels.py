@@ -368,6 +368,7 @@ def _evaluation(out, **options):
 def _restored_model(config, dataset):
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
 
+    from trainer import best_epoch  # pylint: disable=import-outside-toplevel
     from trainer import dataset_info  # pylint: disable=import-outside-toplevel
     from trainer import heads as heads_lib  # pylint: disable=import-outside-toplevel
     from trainer import hierarchy  # pylint: disable=import-outside-toplevel
@@ -381,8 +382,10 @@ def _restored_model(config, dataset):
     assert heads['family'].source == 'species'
     normalize = transform.load(info)
     model = build_model(config.model, 0, config.image_size, heads=heads, transform_output=normalize)
-    checkpoint = tf.train.Checkpoint(model=model)
+    best = best_epoch.BestEpoch(model, ['val_loss'], lower_is_better=True)
+    checkpoint = tf.train.Checkpoint(model=model, best=best.state)
     checkpoint.restore(tf.train.latest_checkpoint(config.resolved_checkpoint_dir)).expect_partial()
+    best.restore_best()  # the model exported is the best epoch's
     return model
 
 

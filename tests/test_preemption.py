@@ -121,8 +121,10 @@ def test_a_run_from_weights_stopped_while_frozen_resumes_through_the_switch_exac
     data = color_builds['examples']
     source = _task(data, tmp_path / 'source', '--epochs', '1')
     assert source.wait(timeout=600) == 0, source.stdout.read()
-    # Two of three epochs train the heads alone; the third fine-tunes everything.
-    flags = ['--init-from', str(tmp_path / 'source'), '--frozen-epochs', '2']
+    # Two of three epochs train the heads alone; the third fine-tunes everything. The best
+    # epoch is chosen on the val split.
+    source_flags = ['--init-from', str(tmp_path / 'source'), '--frozen-epochs', '2']
+    flags = [*source_flags, '--val-split', 'val']
     whole = _task(data, tmp_path / 'whole', *flags)
     whole_output = whole.stdout.read()
     assert whole.wait(timeout=600) == 0, whole_output

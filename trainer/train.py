@@ -177,8 +177,8 @@ def _set_up(config, info, strategy, heads, transform_output, steps, validated):
     checkpoint of all a resume restores (`validated`: whether a validation split is read)."""
     phases = recipe.phases(config.recipe, config.epochs)
     weights = heads_lib.class_weights(info, config.train_split, heads, config.recipe.class_weights)
-    compile_args = heads_lib.compile_args(heads, config.recipe.label_smoothing, weights)
-    with strategy.scope():
+    with strategy.scope():  # the metrics' variables too: mirrored, reduced over workers
+        compile_args = heads_lib.compile_args(heads, config.recipe.label_smoothing, weights)
         model = build_model(
             config.model,
             info.num_classes,
