@@ -1,8 +1,9 @@
 """One huge file among small images (issue 24): seconds and peak memory of a build of 60 small
 images, with and without a sparse file of `--size-gb` named .jpg that starts as a JPEG does.
 
-At filing, the 3 GB file cost 3 min 27 s of CPU and a 6.4 GB peak, and was rejected as
-`decode_error`; with --max-image-bytes it is `too_large` from its size, unread. `--checkout`
+At filing, the 3 GB file cost minutes of CPU and gigabytes of memory, and was rejected as
+`decode_error`; with --max-image-bytes it is `too_large` from its size, unread (bench/RESULTS.md,
+"One huge input among small images"). `--checkout`
 runs another checkout's code (e.g. main's) for the before figures.
 
     python -m bench.huge_input --size-gb 3 [--checkout /path/to/other/checkout]
@@ -16,6 +17,7 @@ import shutil
 import sys
 import tempfile
 
+from bench import datasets
 from bench.measure import measure
 
 REPOSITORY = pathlib.Path(__file__).resolve().parent.parent
@@ -23,13 +25,13 @@ COMMAND = os.path.join(os.path.dirname(sys.executable), 'imageshards')
 
 
 def _tree(root, size):
-    sys.path.insert(0, str(REPOSITORY / 'tests'))
-    import images_for_tests as imgs  # pylint: disable=import-outside-toplevel
-
-    imgs.write_tree(root, 20, ('ant', 'bee', 'cat'))
+    """60 small photos in 3 classes (bench/datasets.py), and with `size`, a sparse file of that
+    many bytes named .jpg that starts as one of them does."""
+    datasets.photo_tree(str(root), 60, classes=3, size=(32, 24), processes=1)
     if size:
-        with open(root / 'ant' / 'disk_image.jpg', 'wb') as f:
-            f.write(imgs.jpeg(0)[:200])
+        first = min((root / 'class_000').glob('*.jpg'))
+        with open(root / 'class_000' / 'disk_image.jpg', 'wb') as f:
+            f.write(first.read_bytes()[:200])
             f.truncate(size)
 
 

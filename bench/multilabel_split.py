@@ -46,7 +46,7 @@ def ours(label_sets, seed, num_shards):
     )
     members = collections.defaultdict(list)
     for i, (labels, key) in enumerate(zip(label_sets, keys)):
-        members[labels].append((assign.shuffle_hash(seed, 'rank', key), key, i))
+        members[labels].append((assign.shuffle_hash(seed, assign.RANK_SALT, key), key, i))
     split_of, shard_of = [None] * len(keys), [None] * len(keys)
     for labels, ranked in members.items():
         ranked.sort()

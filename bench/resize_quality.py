@@ -23,6 +23,7 @@ import time
 import numpy as np
 from PIL import Image
 
+from pipelines.core.settings import ResizeSpec
 from pipelines.validation import resize
 
 QUALITIES = (70, 75, 80, 85, 90, 95, 100)
@@ -57,7 +58,7 @@ def _decode_tf(data):
 
 
 def quality_table(files, side):
-    spec = resize.ResizeSpec(side)
+    spec = ResizeSpec(side)
     rows = {q: ([], []) for q in QUALITIES}
     for path in files:
         with open(path, 'rb') as f:

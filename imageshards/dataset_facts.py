@@ -38,7 +38,7 @@ class BuildFacts:
     multi_label_levels: tuple = ()  # the levels where some image has several values
     fractions: tuple = ()  # (split, fraction) the build asked for (--splits)
     manifest_splits: dict = dataclasses.field(default_factory=dict)  # split -> images placed
-    resize: dict = None  # --resize-shorter-side's setting (resize.ResizeSpec.describe)
+    resize: dict = None  # --resize-shorter-side's setting (settings.ResizeSpec.describe)
 
 
 def make(facts, shards, rejections, duplicates, split_names):

@@ -19,7 +19,7 @@ level feature as a list, as TF Model Garden's multi-label decoder (`VarLenFeatur
 and their names in the same order; an image without a label has empty lists.
 
 Records are `tensorflow.Example` protos, serialized here without TensorFlow, so that Beam
-workers writing shards need not import it (seconds and ~500 MB per worker process). The bytes
+workers writing shards need not import it (seconds and hundreds of MB per worker process). The bytes
 are those of TensorFlow's `example_pb2` with deterministic serialization; tests hold the two to
 it. `example_class` is the message class, from the .proto's schema, for reading records.
 """

@@ -32,7 +32,7 @@ HANDLED = (
 # `OSError: [Errno 28] No space left on device: '/out/x'`, as a traceback's last line has it.
 _IN_TEXT = re.compile(r"\[Errno (\d+)\] ([^:\n\[\]']+)(?::\s*'([^'\n]+)')?")
 # What a build writes beside each input's bytes: a record's other features and framing, its
-# entry in the listing and in the metadata blocks (pipelines/blocks.py), with room to spare.
+# entry in the listing and in the metadata blocks (pipelines/core/blocks.py), with room to spare.
 PER_INPUT_BYTES = 1024
 _MARGIN = 1.05
 
@@ -114,7 +114,7 @@ def estimate_needed_bytes(fmt, input_bytes, num_inputs, payload_bytes=0):
             re-encoded copies of the few images TensorFlow cannot decode are not counted).
         input_bytes: the total size of the inputs listed.
         payload_bytes: the total size of the small inputs whose bytes the local runner also
-            keeps in the temporary folder until the end (pipelines/blocks.py's payloads).
+            keeps in the temporary folder until the end (pipelines/local/spill.py's payloads).
     """
     stored = input_bytes + payload_bytes if fmt == features.EXAMPLES else 0
     return int((stored + num_inputs * PER_INPUT_BYTES) * _MARGIN)

@@ -1,19 +1,17 @@
 """The Beam build of imageshards (DirectRunner locally, Dataflow at scale).
 
-    build.py    the `imageshards build` command: list, prepare the output, run, report
-    output_guard.py  the output a build owns: its lock, room on its disk, one line for what
-                stops the build (and what is removed then)
-    summary.py  what a finished build prints
+    build.py    the `imageshards build` command, read top to bottom: how it runs, the inputs
+                listed, the output prepared, the pipeline run, the output finished, a summary
+    runner.py   how a build runs, decided once (`Launch`): the runner (the local one in local/,
+                or a remote one with Dataflow's needs met), a dry run, the local runner's
+                in-memory shuffle and progress, who writes the tf.Transform output
     steps.py    the pipeline: its steps in order, each handed what it needs of the context
-    context.py  BuildContext: what every step knows once the inputs are listed
-    options.py  the flags and the typed BuildConfig
-    runner.py   the runner: the local one (local/) or a remote one, Dataflow's needs met
-    counters.py what the steps count: Beam counters, and live counts for the local display
 
-The build's stages, in the order data flows, each a subpackage that runs on every runner:
-inputs/ (listing), validation/ (every image checked, duplicates dropped), assignment/ (splits
-and shards, metadata in packed blocks), writing/ (records, shards, the finished output) and
-analysis/ (statistics and the tf.Transform output). What only the local runner needs is in
-local/ (among it worker_watch.py: a worker process lost mid-run stops the build in one line);
-stages never import it.
+Below them, each a subpackage: core/, what every stage shares (image metadata and its blocks,
+the build's settings and context, counters, where an input's bytes are); the build's stages, in
+the order data flows, each running on every runner and importing only core/ and the stages
+before it: inputs/ (listing), validation/ (every image checked, duplicates dropped),
+assignment/ (splits and shards), writing/ (records, shards, the output owned, prepared and
+finished) and analysis/ (statistics and the tf.Transform output); and local/, what only the
+local runner needs, which no stage imports. tests/test_structure.py holds this order.
 """

@@ -6,29 +6,29 @@
          writes it after the pipeline: pipelines/local/transform_writer.py)]
 
 Between validation and writing, image metadata moves in packed blocks
-(pipelines/assignment/blocks.py), passed as block refs: the blocks themselves on Dataflow, byte
+(pipelines/core/blocks.py), passed as block refs: the blocks themselves on Dataflow, byte
 ranges of files under OUT/.imageshards-tmp/blocks/ on the local runner.
 """
 
 import apache_beam as beam
 
-from imageshards import features
 from pipelines.analysis.analyze import AnalyzeShards
 from pipelines.analysis.transform_output import WriteTransformOutput
-from pipelines.assignment import blocks
 from pipelines.assignment.assign import AssignShards
 from pipelines.assignment.assign import RankGroups
 from pipelines.assignment.assign import bucket_bits_for
+from pipelines.core import blocks
+from pipelines.core.settings import TransformBy
 from pipelines.inputs.listing import work_items
 from pipelines.validation.dedup import DropDuplicates
 from pipelines.validation.validate import ValidateImages
 from pipelines.writing.encode import RecordEncoder
 from pipelines.writing.finalize import Finalize
-from pipelines.writing.write import Sample
+from pipelines.writing.sample import Sample
 from pipelines.writing.write import WriteShards
 
 
-def build_pipeline(pipeline, context, store=None):
+def build_pipeline(pipeline, context, store=None) -> beam.PCollection:
     """Adds the build's steps to `pipeline`; returns the PCollection of dataset.json's counts.
 
     Args:
@@ -88,7 +88,6 @@ def build_pipeline(pipeline, context, store=None):
 def _validated(pipeline, context, store, rank_groups):
     """The Validated outputs of every listed input, their blocks keyed by `rank_groups` if
     given."""
-    config = context.config
     items = (
         pipeline
         | 'ReadListing' >> ReadListing(context.listing_path)
@@ -97,17 +96,7 @@ def _validated(pipeline, context, store, rank_groups):
     )
     # (start, end) of a line of the listing file: one work item
     return items | 'ValidateImages' >> ValidateImages(
-        context.listing_path,
-        context.label_ids,
-        store,
-        max_pixels=config.max_pixels,
-        max_image_bytes=config.max_image_bytes,
-        io_threads=config.threads,
-        reencode_dir=context.output_dir if config.format == features.PATHS else None,
-        levels=context.level_ids,
-        allow_missing_levels=config.allow_missing_levels,
-        rank_groups=rank_groups,
-        resize_spec=config.resize,
+        context.listing_path, context.validation, store, rank_groups
     )
 
 
@@ -128,17 +117,10 @@ def _analysis(pipeline, context, summaries):
     if not config.analyze:
         return (pipeline | 'NoAnalysis' >> beam.Create([]),) * 2
     analysis = summaries | 'AnalyzeShards' >> AnalyzeShards(config, context.listing.labels)
-    if context.transform_by_launcher:
+    if context.transform_by is TransformBy.LAUNCHER:
         return analysis, pipeline | 'TransformOutsidePipeline' >> beam.Create([])
     transformed = pipeline | 'WriteTransformOutput' >> WriteTransformOutput(
-        analysis,
-        labels=context.listing.labels,
-        fmt=config.format,
-        levels=list(context.listing.label_levels),
-        image_size=config.transform_image_size,
-        staging_dir=context.transform_staging,
-        temp_dir=context.tft_temp_dir,
-        multi_label=context.listing.multi_label,
+        analysis, context.transform_settings
     )
     return analysis, transformed
 

@@ -49,7 +49,12 @@ def colour_jpeg(index, colours, size=(32, 32)):
 
 
 def write_colour_build(
-    out, count=64, splits=(('train', 0.75), ('val', 0.25)), levels=False, num_shards=2
+    out,
+    count=64,
+    splits=(('train', 0.75), ('val', 0.25)),
+    levels=False,
+    num_shards=2,
+    analyze=True,
 ):
     """A multi-label build of `count` colour images in `out` (a pathlib.Path); returns `out`.
 
@@ -57,6 +62,7 @@ def write_colour_build(
         splits: (name, share) pairs: the first images go to the first split, and so on.
         levels: also the label levels `colour` (multi-label: the colours) and `mood`
             (single-valued, missing without colours).
+        analyze: with the tf.Transform analysis (the build's default).
     """
     labels = [colour_labels(i) for i in range(count)]
     images = [colour_jpeg(i, names) for i, names in enumerate(labels)]
@@ -69,5 +75,5 @@ def write_colour_build(
     split_of = [names[next(k for k, bound in enumerate(bounds) if i < bound)] for i in range(count)]
     by_level = {'colour': labels, 'mood': [mood(names) for names in labels]} if levels else None
     return labelled_build.write(
-        str(out), images, labels, split_of, levels=by_level, num_shards=num_shards
+        str(out), images, labels, split_of, levels=by_level, num_shards=num_shards, analyze=analyze
     )

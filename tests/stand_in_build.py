@@ -4,11 +4,11 @@ and each of them writes a file after a delay, as a killed build's worker could w
     python -m stand_in_build FOLDER DELAY [exit]   the build (`exit`: return once all started)
     python -m stand_in_build late FOLDER NAME DELAY   one of its processes
 
-The processes, by name: `shell` (`sh -c`, as Beam starts its workers), `plain` (Popen, as the
-early listing and the tf.Transform helper start), `forked` (os.fork, as pipelines/warm_workers.py
-forks workers), `escaped` (a session of its own: out of the build's process group), and
-`child` (the build itself). Each writes FOLDER/pid-NAME when it starts and FOLDER/late-NAME
-after DELAY seconds; the build also writes FOLDER/scratch, its TMPDIR.
+The processes, by name: `shell` (`sh -c`, as Beam starts its workers), `plain` (Popen, as the early
+listing and the tf.Transform helper start), `forked` (os.fork, as pipelines/local/warm_workers.py
+forks workers), `escaped` (a session of its own: out of the build's process group), and `child` (the
+build itself). Each writes FOLDER/pid-NAME when it starts and FOLDER/late-NAME after DELAY seconds;
+the build also writes FOLDER/scratch, its TMPDIR.
 """
 
 import os

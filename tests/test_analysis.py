@@ -14,6 +14,7 @@ from imageshards import features
 from imageshards import tfrecord
 from pipelines import build
 from pipelines.analysis import analyze
+from pipelines.writing import sample as sample_lib
 from trainer import dataset_info
 from trainer import export
 from trainer import input_pipeline
@@ -159,7 +160,7 @@ def test_a_sample_is_the_first_records_of_each_shard_and_its_errors_cover_the_sp
     ]
     assert [len(paths) for paths in shards] == [54, 53, 53]
     # 40 spread as the records are: the first shard, one record larger, measures one more.
-    counts = [analyze.sample_count(160, 3, index, 40) for index in range(3)]
+    counts = [sample_lib.sample_count(160, 3, index, 40) for index in range(3)]
     assert counts == [14, 13, 13]
     chosen = [path for paths, n in zip(shards, counts) for path in paths[:n]]
     sample = np.stack([_reference_pixels(path) for path in chosen])  # [images, pixels, 3]
@@ -186,7 +187,7 @@ def test_a_sample_never_asks_a_shard_for_more_records_than_it_holds():
             held = [num_records // num_shards + (i < num_records % num_shards) for i in range(9)]
             for size in (1, 7, num_records - 1, num_records, num_records + 5):
                 counts = [
-                    analyze.sample_count(num_records, num_shards, i, size)
+                    sample_lib.sample_count(num_records, num_shards, i, size)
                     for i in range(num_shards)
                 ]
                 assert sum(counts) == min(size, num_records)

@@ -11,10 +11,10 @@ from apache_beam.testing.util import assert_that
 from apache_beam.testing.util import equal_to
 
 from pipelines.assignment import assign
-from pipelines.assignment import blocks
 from pipelines.assignment import plan as plan_lib
 from pipelines.assignment import splits as split_lib
-from pipelines.assignment.blocks import ImageMeta
+from pipelines.core import blocks
+from pipelines.core.blocks import ImageMeta
 from pipelines.local import spill as spill_lib
 
 from beam_helpers import collect

@@ -5,8 +5,8 @@ import hashlib
 
 import pytest
 
-from pipelines.assignment import blocks
-from pipelines.assignment.blocks import ImageMeta
+from pipelines.core import blocks
+from pipelines.core.blocks import ImageMeta
 from pipelines.local import spill
 
 

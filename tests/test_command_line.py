@@ -16,7 +16,7 @@ from imageshards import console
 from imageshards import progress as display_lib
 from imageshards import supervise
 from imageshards.cli import main as cli
-from pipelines import counters
+from pipelines.core import counters
 from pipelines.local import progress
 
 import images_for_tests as imgs

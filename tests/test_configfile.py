@@ -3,7 +3,7 @@
 import pytest
 
 from imageshards import configfile
-from pipelines.options import parse_build_args
+from pipelines.core.options import parse_build_args
 from trainer.config import parse_train_args
 
 pytest_plugins = ['gcs_emulator']

@@ -17,10 +17,10 @@ import pytest
 
 from imageshards import layout
 from pipelines import build
-from pipelines import options
 from pipelines.assignment import plan as plan_lib
-from pipelines.context import BuildContext
-from pipelines.inputs.entries import ListingSummary
+from pipelines.core.context import BuildContext
+from pipelines.core.context import ListingSummary
+from pipelines.core.settings import BuildConfig
 from pipelines.writing import finalize
 
 import images_for_tests as imgs
@@ -173,7 +173,7 @@ def _finalize_inputs(out, dataset):
         ('', label, 0): (dataset['splits']['train']['class_counts'][label], 0) for label in labels
     }
     plan = plan_lib.make_plan(counts, [('train', 1.0)], num_shards=len(shards))
-    config = options.BuildConfig(
+    config = BuildConfig(
         input=dataset['input'],
         output=str(out),
         format=dataset['format'],

@@ -21,8 +21,9 @@ from imageshards import distribution
 from imageshards import layout
 from imageshards import output_lock
 from pipelines import build
-from pipelines import options
 from pipelines import runner
+from pipelines.core import options
+from pipelines.core.settings import TransformBy
 
 import images_for_tests as imgs
 
@@ -40,15 +41,35 @@ def images(gcs, tmp_path_factory):
     return gcs.upload_tree(root, 'images')
 
 
-def _dry_run(gcs, *args):
-    """`build.run` of a --dry_run on Dataflow; returns the job the runner built."""
+def _dry_run_argv(gcs, *args):
     argv = ['--config', CONFIG, *args]
     argv += ['--project', 'imageshards-test', '--region', 'us-central1']
-    argv += ['--temp_location', gcs.uri('tmp'), '--dry_run=True', '--no_auth']
+    return argv + ['--temp_location', gcs.uri('tmp'), '--dry_run=True', '--no_auth']
+
+
+def _dry_run(gcs, *args):
+    """`build.run` of a --dry_run on Dataflow; returns the job the runner built."""
+    argv = _dry_run_argv(gcs, *args)
     _, beam_args = options.parse_build_args(argv)
     pipeline = runner.make_pipeline(beam_args)  # what build.run makes, kept to see the job
     assert build.run(argv, test_pipeline=pipeline) is None
     return pipeline.runner.job
+
+
+def test_a_dataflow_dry_run_is_decided_once(gcs, images):
+    argv = _dry_run_argv(gcs, '--input', images, '--output', gcs.uri('decided'))
+    launch = runner.decide(*options.parse_build_args(argv))
+    assert (launch.dataflow, launch.dry_run, launch.in_memory, launch.progress) == (
+        True,
+        True,
+        False,
+        False,
+    )
+    assert launch.transform_by is TransformBy.PIPELINE
+    with launch:
+        folder = launch.transform_dir  # the analysis traced as the job is built, then removed
+        assert folder and os.path.isdir(folder)
+    assert not os.path.exists(folder)
 
 
 @pytest.fixture

@@ -1,12 +1,20 @@
-"""Choosing the local runner and making its workers' logs readable."""
+"""Choosing the local runner, deciding once how a local build runs, and making its workers'
+logs readable."""
 
 import logging
+import os
 
+import pytest
 from apache_beam.options.pipeline_options import DirectOptions
 from apache_beam.portability.api import beam_fn_api_pb2
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
+from pipelines import runner
+from pipelines.core import blocks
+from pipelines.core import options
+from pipelines.core.settings import TransformBy
 from pipelines.local import direct
+from pipelines.local import spill
 
 
 def test_local_builds_default_to_one_worker_process_per_core():
@@ -26,6 +34,50 @@ def test_explicit_direct_options_win():
     )
     options = pipeline.options.view_as(DirectOptions)
     assert (options.direct_running_mode, options.direct_num_workers) == ('multi_threading', 3)
+
+
+@pytest.mark.parametrize(
+    'flags, transform_by',
+    [
+        ([], TransformBy.LAUNCHER),
+        (['--no-analyze'], TransformBy.NOBODY),
+        (['--analysis-in-pipeline'], TransformBy.PIPELINE),
+    ],
+)
+def test_a_local_build_is_decided_once(tmp_path, flags, transform_by):
+    out = tmp_path / 'out'
+    argv = ['--input', str(tmp_path), '--output', str(out), '--direct_running_mode=in_memory']
+    launch = runner.decide(*options.parse_build_args([*argv, *flags]))
+    assert (launch.dataflow, launch.dry_run, launch.in_memory, launch.progress) == (
+        False,
+        False,
+        True,
+        True,
+    )
+    assert launch.transform_by is transform_by
+    with launch:
+        assert launch.transform_dir is None  # a local output: the build's temporary folder
+        store = launch.block_store(str(out))
+        assert isinstance(store, spill.SpillingStore)
+        assert store.spill_dir == os.path.join(str(out), '.imageshards-tmp', 'blocks')
+
+
+def test_a_gs_output_of_a_local_build_has_its_transform_written_in_a_local_folder(tmp_path):
+    argv = ['--input', str(tmp_path), '--output', 'gs://bucket/out']
+    launch = runner.decide(*options.parse_build_args([*argv, '--direct_running_mode=in_memory']))
+    with launch:
+        folder = launch.transform_dir
+        assert folder and os.path.isdir(folder)  # TensorFlow writes it, not the pipeline
+    assert not os.path.exists(folder)
+
+
+def test_a_distributed_runner_keeps_blocks_inline_and_writes_the_transform_in_its_steps(tmp_path):
+    """Beam's Prism runner stands in for any runner that shuffles outside this process."""
+    argv = ['--input', str(tmp_path), '--output', str(tmp_path / 'out'), '--runner=PrismRunner']
+    launch = runner.decide(*options.parse_build_args(argv))
+    assert (launch.dataflow, launch.in_memory, launch.progress) == (False, False, False)
+    assert launch.transform_by is TransformBy.PIPELINE
+    assert type(launch.block_store(str(tmp_path / 'out'))) is blocks.BlockStore
 
 
 def _forwarded(message):

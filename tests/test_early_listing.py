@@ -7,7 +7,7 @@ import os
 import pytest
 
 from pipelines import build
-from pipelines import options
+from pipelines.core import options
 from pipelines.inputs import entries
 from pipelines.local import early_listing
 

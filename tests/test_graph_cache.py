@@ -11,8 +11,9 @@ import pytest
 from imageshards import layout
 from imageshards import tfrecord
 from pipelines import build
-from pipelines import options
 from pipelines.analysis import graph_cache
+from pipelines.core import options
+from pipelines.core.settings import TransformSettings
 from pipelines.local import transform_writer
 
 import images_for_tests as imgs
@@ -30,7 +31,7 @@ def _tree(root, classes, start):
 
 
 def _settings(labels, fmt='examples', levels=(), image_size=224):
-    return {'labels': list(labels), 'format': fmt, 'levels': list(levels), 'image_size': image_size}
+    return TransformSettings(tuple(labels), fmt, tuple(levels), image_size)
 
 
 @pytest.mark.slow

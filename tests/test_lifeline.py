@@ -187,7 +187,7 @@ def tree(tmp_path_factory):
 
 
 def _is_worker(command_line):
-    """Beam's worker, or the claim of a worker started early (pipelines/warm_workers.py)."""
+    """Beam's worker, or the claim of a worker started early (pipelines/local/warm_workers.py)."""
     return 'sdk_worker_main' in command_line or 'warm_workers claim' in command_line
 
 

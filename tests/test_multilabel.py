@@ -258,6 +258,7 @@ def test_dataset_json_counts_label_sets_and_states_how_even_splits_and_shards_ar
     assert problems == 0
 
 
+@pytest.mark.slow  # worker processes, as test_build.py's test of every running mode
 def test_the_same_build_on_every_runner_and_worker_count(planet, planet_build, tmp_path):
     out, _ = planet_build
     other = tmp_path / 'out'

@@ -3,7 +3,7 @@ import re
 
 import pytest
 
-from pipelines import options
+from pipelines.core import options
 
 
 def test_parse_splits_keeps_order_and_values():

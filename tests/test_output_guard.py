@@ -1,5 +1,5 @@
-"""What a build does with its output (pipelines/output_guard.py): it holds the output's lock for
-its whole life, refuses an output it cannot fit on before it starts, and says in one line what
+"""What a build does with its output (pipelines/writing/output_guard.py): it holds the output's lock
+for its whole life, refuses an output it cannot fit on before it starts, and says in one line what
 stopped it, leaving nothing that looks finished. (The same, as an operator meets it with real
 processes: tests/test_operators.py.)"""
 
@@ -8,13 +8,16 @@ import json
 import subprocess
 
 import pytest
+from apache_beam.io.filesystem import BeamIOError
+from google.api_core.exceptions import ServiceUnavailable
 
 from imageshards import layout
 from imageshards import lifeline
 from imageshards import output_lock
+from imageshards.gcs import StoreUnavailable
 from pipelines import build
-from pipelines import output_guard
 from pipelines.writing import finalize
+from pipelines.writing import output_guard
 
 import images_for_tests as imgs
 
@@ -144,6 +147,21 @@ def test_a_failure_removes_this_builds_files_and_never_an_earlier_build(tmp_path
         (RuntimeError('RuntimeError: Channel closed prematurely.'), 'a worker process of'),
         (RuntimeError('Worker subprocess exited in the middle of the run'), 'a worker process'),
         (PermissionError(errno.EACCES, 'Permission denied', '/o/x'), 'permission denied'),
+        (
+            RuntimeError(
+                'imageshards.gcs.StoreUnavailable: Cloud Storage did not answer reading gs://b/x '
+                "within 120 s of retries (HTTP 503 Service Unavailable); ... [while running 'V']"
+            ),
+            'Cloud Storage did not answer reading gs://b/x within 120 s',
+        ),
+        (StoreUnavailable("Cloud Storage did not answer ... again [while running 'V']"), 'Cloud'),
+        (  # what Beam's FileSystems raises once its own retries run out
+            BeamIOError(
+                'Match operation failed',
+                {'gs://b/x/**': BeamIOError('List failed', {'gs://b/x/': ServiceUnavailable('')})},
+            ),
+            'Cloud Storage did not answer reaching gs://b/x/ within 120 s of retries (HTTP 503 ',
+        ),
         (ValueError('a bug'), None),
         (RuntimeError('a bug in a DoFn'), None),
     ],
@@ -154,3 +172,4 @@ def test_the_line_is_found_behind_what_a_runner_raises(raised, line):
         assert found is None
     else:
         assert found.startswith(line)
+        assert '[while running' not in found

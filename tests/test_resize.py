@@ -17,7 +17,9 @@ from imageshards import records
 from imageshards import tfrecord
 from imageshards.cli import verify
 from pipelines import build
-from pipelines import options
+from pipelines.core import options
+from pipelines.core.settings import DEFAULT_QUALITY
+from pipelines.core.settings import ResizeSpec
 from pipelines.local import spill
 from pipelines.validation import images
 from pipelines.validation import resize
@@ -25,7 +27,7 @@ from pipelines.writing import encode
 
 import images_for_tests as imgs
 
-SPEC = resize.ResizeSpec(64, 90)
+SPEC = ResizeSpec(64, 90)
 
 
 def _photo_like(size=(300, 400), seed=0):
@@ -140,7 +142,7 @@ def test_alpha_and_few_colours_stay_png_the_rest_is_jpeg(make, fmt, mode):
 def test_sixteen_bit_samples_are_scaled_to_eight():
     data = imgs.sixteen_bit_png(4)  # 32x24
     info, _ = images.inspect_image(data, 10**8)
-    info, stored = resize.resize(data, info, resize.ResizeSpec(12))
+    info, stored = resize.resize(data, info, ResizeSpec(12))
     assert Image.open(io.BytesIO(stored)).mode == 'L' and (info.width, info.height) == (16, 12)
 
 
@@ -166,11 +168,11 @@ def test_resizing_is_deterministic_and_the_writer_makes_the_same_bytes():
     meta = _meta(info, data)
     assert encode.stored_bytes(data, meta, 'x.jpg', SPEC) == stored
     with pytest.raises(encode.InputChangedError, match='resizing x.jpg gave other bytes'):
-        encode.stored_bytes(data, meta, 'x.jpg', resize.ResizeSpec(64, 80))
+        encode.stored_bytes(data, meta, 'x.jpg', ResizeSpec(64, 80))
 
 
 def _meta(info, data):
-    from pipelines.assignment.blocks import ImageMeta  # pylint: disable=import-outside-toplevel
+    from pipelines.core.blocks import ImageMeta  # pylint: disable=import-outside-toplevel
 
     return ImageMeta(
         id=0,
@@ -205,7 +207,7 @@ def test_flags_refuse_a_quality_alone_and_a_paths_build(capsys):
     config, _ = options.parse_build_args(
         ['--input', 'i', '--output', 'o', '--resize-shorter-side', '8']
     )
-    assert config.resize == resize.ResizeSpec(8, resize.DEFAULT_QUALITY)
+    assert config.resize == ResizeSpec(8, DEFAULT_QUALITY)
 
 
 def _write_tree(root):

@@ -14,9 +14,10 @@ from imageshards import layout
 from imageshards import storage
 from imageshards import tfrecord
 from pipelines.assignment import assign
-from pipelines.assignment import blocks
 from pipelines.assignment import plan as plan_lib
-from pipelines.assignment.blocks import ImageMeta
+from pipelines.core import blocks
+from pipelines.core.blocks import ImageMeta
+from pipelines.core.settings import ValidationSettings
 from pipelines.inputs import listing
 from pipelines.inputs.entries import InputEntry
 from pipelines.local import spill
@@ -91,7 +92,11 @@ def test_validate_images_keeps_metadata_and_rejects_with_reasons(tmp_path):
         result = (
             p
             | beam.Create(items)
-            | ValidateImages(listing_path, {'cat': 0}, store, max_pixels=10**8, io_threads=2)
+            | ValidateImages(
+                listing_path,
+                ValidationSettings({'cat': 0}, max_pixels=10**8, io_threads=2),
+                store,
+            )
         )
         # Each valid image's metadata, and the bytes its record stores, kept in a payload file.
         kept = result.blocks | beam.FlatMap(

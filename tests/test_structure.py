@@ -1,18 +1,21 @@
-"""The shape of the code: folders that import downward only, no module that imports itself
-through others, the build's stages apart from the local runner's machinery, and modules and
-functions of a size a reader can hold.
+"""The shape of the code: folders that import downward only, no folder that imports a folder
+importing it back, no module that imports itself through others, the build's stages in their
+order above a shared base, and modules and functions of a size a reader can hold.
 
 Every import counts, also one inside a function and a module named by a string (`importlib`,
 `python -m`): the foundation (`imageshards/`) imports no other folder of this project, the
 Beam build (`pipelines/`) and the trainer (`trainer/`) import the foundation only, and the
-command-line tools (`imageshards/cli/`) may import all three. Inside `pipelines/`, the stages'
-subpackages import each other without a cycle and never import `pipelines/local/` nor the
-build's drivers at its top (build, steps, runner).
+command-line tools (`imageshards/cli/`) may import all three. Every folder is a node of its own
+(`pipelines/validation/` apart from `pipelines/`), and none imports one that imports it back.
+Inside `pipelines/`, each folder imports only those before it in PIPELINES_ORDER: the base
+(`core/`), the stages in the order data flows, what only the local runner needs (`local/`), and
+at the top the entry and its runner choice (build, steps, runner), nothing else.
 """
 
 import ast
 import os
 import pathlib
+import re
 
 import pytest
 
@@ -28,9 +31,19 @@ LAYERS = {
 }
 CHECKED = ('imageshards', 'pipelines', 'trainer', 'bench', 'tests')
 PACKAGES = ('imageshards', 'pipelines', 'trainer')  # where no module may import itself
-# The build's stages (pipelines/<stage>/), and what they may not import.
-STAGES = ('inputs', 'validation', 'assignment', 'writing', 'analysis')
-NOT_FOR_STAGES = ('pipelines.local', 'pipelines.build', 'pipelines.steps', 'pipelines.runner')
+# The folders of pipelines/, each importing only those before it: the base, the stages in the
+# order data flows, the local runner's machinery, and the top (the entry and its runner choice).
+PIPELINES_ORDER = (
+    'pipelines/core',
+    'pipelines/inputs',
+    'pipelines/validation',
+    'pipelines/assignment',
+    'pipelines/writing',
+    'pipelines/analysis',
+    'pipelines/local',
+    'pipelines',
+)
+TOP_OF_PIPELINES = ('pipelines', 'pipelines.build', 'pipelines.runner', 'pipelines.steps')
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
 _ARGPARSE_CALLS = ('add_argument', 'add')  # flag declarations, however many a command has
@@ -82,6 +95,8 @@ def _imported(tree, package, modules):
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and '.' in node.value:
             names = [node.value]
         for name in names:
+            if name.split('.')[0] not in modules and f'tests.{name}' in modules:
+                name = f'tests.{name}'  # a helper of tests/, which the suite puts on sys.path
             # The longest project module that `name` is or is inside of.
             while name and name not in modules:
                 name = name.rpartition('.')[0]
@@ -90,15 +105,17 @@ def _imported(tree, package, modules):
     return found
 
 
-def folder_imports():
-    """{(importing folder, imported folder): [(module file, imported module)]}."""
+def folder_imports(layered=True):
+    """{(importing folder, imported folder): [(module file, imported module)]}: of the folders
+    with a layer (`layered`), or of every folder, each its own node."""
     modules = _module_files()
+    folder = _folder if layered else _folder_of
     edges = {}
     for name, path in modules.items():
         package = name if path.name == '__init__.py' else name.rpartition('.')[0]
         tree = ast.parse(path.read_text(encoding='utf-8'))
         for target in _imported(tree, package, modules):
-            edge = (_folder(path), _folder(modules[target]))
+            edge = (folder(path), folder(modules[target]))
             if edge[0] != edge[1]:
                 edges.setdefault(edge, []).append((path.relative_to(REPOSITORY), target))
     return edges
@@ -174,28 +191,36 @@ def test_no_module_imports_itself_through_others():
     assert _cycle(edges) is None, f'modules that import each other in a circle: {_cycle(edges)}'
 
 
-def _stage(module):
-    parts = module.split('.')
-    return parts[1] if len(parts) > 2 and parts[0] == 'pipelines' and parts[1] in STAGES else None
+def test_no_folder_imports_a_folder_that_imports_it_back():
+    edges = folder_imports(layered=False)
+    cycle = _cycle(edges)
+    where = {pair: edges[pair] for pair in zip(cycle, cycle[1:])} if cycle else {}
+    assert cycle is None, f'folders that import each other in a circle: {cycle} (where: {where})'
 
 
-def test_the_stages_never_import_the_local_runner_or_the_drivers_and_have_no_cycle():
-    graph = module_imports()
-    forbidden = {
-        (module, target)
-        for module, targets in graph.items()
-        if _stage(module)
-        for target in targets
-        if target.startswith(NOT_FOR_STAGES)
+def test_each_folder_of_the_build_imports_only_those_before_it():
+    folders = {edge[0] for edge in folder_imports(layered=False)}
+    unplaced = sorted(f for f in folders if f.startswith('pipelines') and f not in PIPELINES_ORDER)
+    assert not unplaced, f'folders of pipelines/ without a place in PIPELINES_ORDER: {unplaced}'
+    rank = {folder: i for i, folder in enumerate(PIPELINES_ORDER)}
+    later = {
+        edge: where
+        for edge, where in folder_imports(layered=False).items()
+        if edge[0] in rank and edge[1] in rank and rank[edge[1]] > rank[edge[0]]
     }
-    assert not forbidden, f'stages importing local/ or the drivers (module, imported): {forbidden}'
-    between = {
-        (_stage(module), _stage(target)): []
-        for module, targets in graph.items()
-        for target in targets
-        if _stage(module) and _stage(target) and _stage(module) != _stage(target)
-    }
-    assert _cycle(between) is None, f'stages that import each other: {_cycle(between)}'
+    assert not later, f'imports of a later folder of pipelines/ (folder -> folder: where): {later}'
+
+
+def test_the_top_of_the_build_holds_only_its_entry_and_runner_choice():
+    top = {name for name, path in _module_files().items() if _folder_of(path) == 'pipelines'}
+    assert top == set(TOP_OF_PIPELINES), (
+        f'modules at the top of pipelines/ besides the entry and its runner: '
+        f'{sorted(top - set(TOP_OF_PIPELINES))}; the base is pipelines/core/, each stage a folder'
+    )
+
+
+def _folder_of(path):
+    return path.parent.relative_to(REPOSITORY).as_posix()
 
 
 def test_the_cycle_check_finds_a_cycle():
@@ -204,6 +229,24 @@ def test_the_cycle_check_finds_a_cycle():
     assert _cycle(edges) == ['imageshards', 'pipelines', 'imageshards']
     tree = ast.parse('def f():\n    from pipelines import build\n')
     assert _imported(tree, 'imageshards', _module_files()) == {'pipelines', 'pipelines.build'}
+    # A helper of tests/ imported by its bare name is the module in tests/.
+    tree = ast.parse('import images_for_tests\n')
+    assert _imported(tree, 'bench', _module_files()) == {'tests.images_for_tests'}
+
+
+MAPPED_PACKAGES = ('imageshards', 'imageshards/cli', 'pipelines', *PIPELINES_ORDER[:-1])
+_MAPPED = re.compile(r'^    (\w+\.py)  ', re.M)
+
+
+@pytest.mark.parametrize('package', MAPPED_PACKAGES)
+def test_each_package_maps_its_modules_in_its_init(package):
+    """A package's file map (its `__init__` docstring: `    name.py  what it is`) names each
+    of its modules once, and no module that is not there."""
+    folder = REPOSITORY / package
+    docstring = ast.get_docstring(ast.parse((folder / '__init__.py').read_text(encoding='utf-8')))
+    mapped = _MAPPED.findall(docstring or '')
+    modules = sorted(path.name for path in folder.glob('*.py') if path.name != '__init__.py')
+    assert sorted(mapped) == modules, f'{package}/__init__.py maps {mapped}, not {modules}'
 
 
 def _argparse_lines(function):

@@ -6,7 +6,7 @@ import os
 import pytest
 
 from pipelines import build
-from pipelines import options
+from pipelines.core import options
 from pipelines.local import early as early_lib
 from pipelines.local import transform_writer
 

@@ -1,7 +1,10 @@
 """pipelines/local/warm_workers.py: the local runner's workers, started before the launcher imports
 Beam and claimed by the runner's worker command."""
 
+import ast
+import importlib.util
 import os
+import pathlib
 import signal
 
 import psutil
@@ -111,3 +114,19 @@ def test_not_started_where_the_build_will_not_run_local_worker_processes(tmp_pat
 def test_not_started_where_processes_cannot_be_waited_on_by_pidfd(tmp_path, monkeypatch):
     monkeypatch.delattr(os, 'pidfd_open')  # macOS, or an older Python
     assert warm_workers.start_early(_argv(tmp_path, tmp_path / 'out')) is None
+
+
+def test_the_waiting_workers_import_every_stage_module_the_pipeline_is_made_of():
+    # A module the pipeline's steps come from but the waiting process did not import would be
+    # imported by each forked worker instead, costing each the time the early start saves.
+    steps = pathlib.Path(warm_workers.__file__).parent.parent / 'steps.py'
+    imported = {
+        node.module
+        for node in ast.walk(ast.parse(steps.read_text(encoding='utf-8')))
+        if isinstance(node, ast.ImportFrom)
+        and node.module.split('.')[:2] != ['pipelines', 'core']
+        and node.module.startswith('pipelines.')
+    }
+    assert imported and imported <= set(warm_workers.WORKER_MODULES)
+    for module in warm_workers.WORKER_MODULES:
+        assert importlib.util.find_spec(module) is not None, module

@@ -1,4 +1,17 @@
 """The `imageshards` command and its tools: the face of the package, above everything else.
 
 Nothing in `imageshards/`, `pipelines/` or `trainer/` imports from here.
+
+    main.py               the `imageshards` command: one subcommand per tool
+    __main__.py           `python -m imageshards.cli`
+    inspect.py            `imageshards inspect`: what shards hold
+    verify.py             `imageshards verify`: a build read completely and checked
+    verify_records.py     the checks verify runs on every record
+    report.py             `imageshards report`: how well training sees a build shuffled
+    shuffle_metrics.py    measures of how well an order is shuffled
+    report_text.py        report.md and its headline figures
+    report_figures.py     its figures
+    report_multilabel.py  its multi-label part: label sets and their spread
+    preview.py            `imageshards preview`: a grid of augmented training images
+    sample_data.py        `imageshards sample-data`: a small labeled tree of digits
 """

@@ -63,7 +63,7 @@ def main(argv=None):
         return 2
     if command == 'build' and not os.environ.get(supervise.ENV):
         # In a child process that Ctrl-C ends cleanly, with its workers; this one loads nothing
-        # (importing Beam here too would cost every build ~1.5 s).
+        # (importing Beam here too would cost every build its seconds of import).
         return supervise.run_supervised(
             'imageshards.cli', argv, lambda: _module(command).interrupted_message(rest)
         )

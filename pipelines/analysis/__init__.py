@@ -1,3 +1,10 @@
-"""The analysis of a build: the split's statistics measured as its shards are written, and its
-tf.Transform output, written from a graph of its kind (kept or shipped: graph_cache.py, the
-graphs in transform_graphs/) or by TFT. Imports the foundation and the build's options only."""
+"""The analysis of a build: the split's statistics, summed from what the writer measured of
+each shard (pipelines/writing/sample.py), and its tf.Transform output, written from a graph of
+its kind (kept or shipped) or by TFT. Imports the foundation, the base (pipelines/core/) and
+writing/.
+
+    analyze.py           AnalyzeShards: dataset.json's `analysis` of the shards' summaries
+    transform_output.py  WriteTransformOutput: the tf.Transform output in TFT's layout
+    graph_cache.py       graphs of earlier builds kept, and those the package ships
+                         (transform_graphs/), reused without TensorFlow
+"""

@@ -1,8 +1,9 @@
 """The analysis of one split for dataset.json: exact counts of its images and the pixel
 statistics of a fixed sample, measured as its shards are written.
 
-    WriteShards, per shard of the split -> shard_summary: counts of its images (sizes, labels)
-        and the pixel sums of its first `sample_count` records, decoded at the analysis size
+    WriteShards, per shard of the split -> shard_summary (pipelines/writing/sample.py): counts
+        of its images (sizes, labels) and the pixel sums of its first `sample_count` records,
+        decoded at the analysis size
     -> AnalyzeShards: summed over the shards -> dataset.json `analysis`: the counts, pixel mean
         and standard deviation, and the standard error of each
 
@@ -27,6 +28,7 @@ import math
 import apache_beam as beam
 
 from imageshards import layout
+from pipelines.writing import sample
 
 # Bins of width / height: [0, 0.5), [0.5, 0.75), ..., [2, inf). 3:4 portraits fall in
 # [0.75, 0.95), squares in [0.95, 1.05), 4:3 in [1.05, 1.34), 3:2 in [1.5, 2), 16:9 too.
@@ -34,11 +36,11 @@ ASPECT_EDGES = (0.5, 0.75, 0.95, 1.05, 1.34, 1.5, 2.0)
 SAMPLE_CHOSEN_BY = 'the first records of each shard of the split, in their seeded order'
 
 
-def aspect_bin(height, width):
+def aspect_bin(height, width) -> int:
     return bisect.bisect_right(ASPECT_EDGES, width / height)
 
 
-def median(counts):
+def median(counts) -> float | None:
     """The median of values given as {value: count} (the mean of the middle two, as NumPy)."""
     total = sum(counts.values())
     if not total:
@@ -53,58 +55,17 @@ def median(counts):
     return (found[0] + found[1]) / 2
 
 
-def sample_count(num_records, num_shards, index, sample_size):
-    """Records measured of shard `index` of a split of `num_records` in `num_shards`: its first
-    ones, min(sample_size, num_records) over the split, spread over the shards as the records
-    are (the first `num_records % num_shards` shards hold one more: never more than a shard
-    holds)."""
-    wanted = min(sample_size, num_records)
-    return wanted // num_shards + (index < wanted % num_shards)
-
-
-def add_pixel_sums(accumulator, sums):
-    """Adds one image's pixel sums (images.pixel_sums) to `accumulator`, [n] + per channel the
-    sums of S1, S2, S1², S2² and S1·S2 (S1, S2: an image's sum of values and of squares)."""
-    accumulator[0] += 1
-    for c in range(3):
-        s1, s2 = sums[c], sums[3 + c]
-        for i, value in enumerate((s1, s2, s1 * s1, s2 * s2, s1 * s2)):
-            accumulator[1 + 5 * c + i] += value
-    return accumulator
-
-
-def shard_summary(metas, label_counts, pixel_sums):
-    """What one shard adds to its split's analysis: its images' sizes and labels (`metas`,
-    `label_counts` {label id: records}) and its sample's pixel sums (images.pixel_sums each)."""
-    accumulator = _empty_summary()
-    accumulator['images'] = len(metas)
-    accumulator['sizes'].update((meta.height, meta.width) for meta in metas)
-    accumulator['labels'].update(label_counts)
-    for sums in pixel_sums:
-        add_pixel_sums(accumulator['pixels'], sums)
-    return accumulator
-
-
-def _empty_summary():
-    return {
-        'images': 0,
-        'sizes': collections.Counter(),  # (height, width) -> images
-        'labels': collections.Counter(),  # label id -> images
-        'pixels': [0] * 16,  # add_pixel_sums
-    }
-
-
 class _SumSummaries(beam.CombineFn):
     """shard_summary of each shard of a split -> the split's."""
 
     def create_accumulator(self):
-        return _empty_summary()
+        return sample.empty_summary()
 
     def add_input(self, accumulator, summary):
         return self.merge_accumulators([accumulator, summary])
 
     def merge_accumulators(self, accumulators):
-        merged = _empty_summary()
+        merged = sample.empty_summary()
         for accumulator in accumulators:
             merged['images'] += accumulator['images']
             merged['sizes'].update(accumulator['sizes'])
@@ -116,7 +77,7 @@ class _SumSummaries(beam.CombineFn):
         return accumulator
 
 
-def pixel_statistics(sums, pixels_per_image, population):
+def pixel_statistics(sums, pixels_per_image, population) -> dict | None:
     """Mean and standard deviation per channel over every pixel of the measured images (at the
     analysis size), and the standard error of each as an estimate for the whole split.
 
@@ -164,7 +125,7 @@ def _rounded(value):
     return None if value is None else round(value, 6)
 
 
-def summary_json(summary, split, config, labels):
+def summary_json(summary, split, config, labels) -> dict:
     """dataset.json's `analysis` entry of the split's summed shard summaries."""
     sums = summary['pixels']
     statistics = pixel_statistics(sums, config.analysis_size**2, summary['images'])

@@ -14,9 +14,10 @@ which make the key, but for one number: the label's domain in transformed_metada
 to the number of labels less one), which `write` sets for the build. After the graph process has
 written a build's graph with TFT (pipelines/analysis/transform_output.py), the launcher keeps a copy
 under the key, and every build of the same key copies it and writes its own two assets and that
-number: no TensorFlow import (~3 s of CPU and ~700 MB on the 2-core machine of bench/RESULTS.md), no
-TFT pipeline (~2.5 s of CPU). Tests hold such an output to the one TFT writes for the same build,
-with another number of labels (tests/test_transform_cache.py).
+number: no TensorFlow import and no TFT pipeline, seconds of CPU and hundreds of MB
+(bench/RESULTS.md, "Against the peers, with the tf.Transform graph reused"). Tests hold such an
+output to the one TFT writes for the same build, with another number of labels
+(tests/test_graph_cache.py).
 
 Where: $IMAGESHARDS_CACHE_DIR/transform/, by default ~/.cache/imageshards/transform/
 ($XDG_CACHE_HOME respected). Deleting it between builds is safe: the next build writes it again
@@ -46,7 +47,8 @@ from imageshards import features
 from imageshards import layout
 from imageshards import storage
 from imageshards import transform_assets
-from pipelines import options
+from pipelines.core.settings import BuildConfig
+from pipelines.core.settings import TransformSettings
 
 _LOG = logging.getLogger(__name__)
 ENV = 'IMAGESHARDS_CACHE_DIR'
@@ -56,8 +58,8 @@ PACKAGED_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'transfo
 SHIPPED_KINDS = tuple(
     {
         'fmt': fmt,
-        'levels': options.BuildConfig.label_levels,
-        'image_size': options.BuildConfig.transform_image_size,
+        'levels': BuildConfig.label_levels,
+        'image_size': BuildConfig.transform_image_size,
     }
     for fmt in (features.EXAMPLES, features.PATHS)
 )
@@ -76,7 +78,7 @@ _TRANSFORMED_SCHEMA = f'{layout.TRANSFORMED_METADATA_DIR}/schema.pbtxt'
 LABEL_OUTPUT = 'label'  # imageshards/transform.py's LABEL (that module imports TensorFlow)
 
 
-def cache_dir():
+def cache_dir() -> str:
     """Where cached tf.Transform outputs are kept."""
     root = os.environ.get(ENV) or os.path.join(
         os.environ.get('XDG_CACHE_HOME') or os.path.join(os.path.expanduser('~'), '.cache'),
@@ -85,7 +87,7 @@ def cache_dir():
     return os.path.join(root, 'transform')
 
 
-def kind(fmt, levels, image_size, multi_label=False):
+def kind(fmt, levels, image_size, multi_label=False) -> tuple:
     """What the graph is made of: its folder of the cache, and the parts of its key."""
     parts = {
         'format': fmt,
@@ -99,9 +101,9 @@ def kind(fmt, levels, image_size, multi_label=False):
     return digest, parts
 
 
-def find(settings):
-    """The cached (or shipped) output for `settings` (transform_output.settings()), or None."""
-    for path in _paths(*_kind_of(settings)):
+def find(settings) -> str | None:
+    """The cached (or shipped) output for `settings` (a TransformSettings), or None."""
+    for path in _paths(*settings.kind):
         whole = os.path.isfile(os.path.join(path, layout.TRANSFORM_SAVED_MODEL)) and all(
             os.path.isdir(os.path.join(path, name)) for name in layout.TRANSFORM_DIRS
         )
@@ -110,23 +112,13 @@ def find(settings):
     return None
 
 
-def has_kind(fmt, levels, image_size, multi_label=False):
+def has_kind(fmt, levels, image_size, multi_label=False) -> bool:
     """Whether an output of this kind is cached (or shipped): what the build will find, known
     before the inputs are listed (but for a cache changed meanwhile)."""
     return any(os.path.isdir(path) for path in _paths(fmt, levels, image_size, multi_label))
 
 
-def _kind_of(settings):
-    """(format, levels, image size, multi_label) of transform_output.settings()."""
-    return (
-        settings['format'],
-        settings['levels'],
-        settings['image_size'],
-        settings.get('multi_label', False),
-    )
-
-
-def describe(path):
+def describe(path) -> str:
     """Where a graph that `find` found comes from, in words for the build's log."""
     with open(os.path.join(path, KEY_JSON), encoding='utf-8') as f:
         parts = json.load(f)
@@ -152,11 +144,11 @@ def _paths(fmt, levels, image_size, multi_label=False):
     return paths
 
 
-def keep(staging_dir, settings, root=None):
+def keep(staging_dir, settings, root=None) -> None:
     """Copies the tf.Transform output staged in `staging_dir` (by TFT, for `settings`) into the
     cache (or the folder `root`), unless it is there already; a failure to do so is only
     logged."""
-    digest = kind(*_kind_of(settings))[0]
+    digest = kind(*settings.kind)[0]
     path = os.path.join(root or cache_dir(), digest, _GRAPH)
     if os.path.exists(path) or storage.is_uri(staging_dir):
         return
@@ -167,7 +159,7 @@ def keep(staging_dir, settings, root=None):
             shutil.copytree(os.path.join(staging_dir, name), os.path.join(scratch, name))
         for name in transform_assets.NAMES:  # this build's: written anew by each build
             os.remove(os.path.join(scratch, layout.TRANSFORM_ASSETS, name))
-        parts = dict(kind(*_kind_of(settings))[1])
+        parts = dict(kind(*settings.kind)[1])
         with open(os.path.join(scratch, KEY_JSON), 'w', encoding='utf-8') as f:
             json.dump(parts, f, indent=2, sort_keys=True)
         try:
@@ -178,7 +170,7 @@ def keep(staging_dir, settings, root=None):
         _LOG.warning('could not keep the tf.Transform graph in %s: %s', path, error)
 
 
-def write(cached, staging_dir, labels, analysis):
+def write(cached, staging_dir, labels, analysis) -> None:
     """Writes a build's tf.Transform output into the local folder `staging_dir` from the
     `cached` one: its files, and the build's label vocabulary (`labels`) and pixel statistics
     (`analysis`, dataset.json's entry) as the assets."""
@@ -224,7 +216,7 @@ def _source_digest(module):
         return hashlib.sha256(f.read()).hexdigest()
 
 
-def package():
+def package() -> None:
     """Writes the graphs of SHIPPED_KINDS with TFT into PACKAGED_DIR, in place of any others."""
     # pylint: disable=import-outside-toplevel
     from pipelines.analysis import transform_output
@@ -232,16 +224,16 @@ def package():
     shutil.rmtree(PACKAGED_DIR, ignore_errors=True)
     for shipped in SHIPPED_KINDS:
         with tempfile.TemporaryDirectory(prefix='imageshards-package-') as work:
-            settings = transform_output.settings(
-                ['label'],
-                shipped['fmt'],
-                shipped['levels'],
-                shipped['image_size'],
-                os.path.join(work, 'staging'),
-                os.path.join(work, 'tmp'),
+            settings = TransformSettings(
+                labels=('label',),
+                format=shipped['fmt'],
+                levels=shipped['levels'],
+                image_size=shipped['image_size'],
+                staging_dir=os.path.join(work, 'staging'),
+                temp_dir=os.path.join(work, 'tmp'),
             )
             transform_output.write(settings)
-            keep(settings['staging_dir'], settings, root=PACKAGED_DIR)
+            keep(settings.staging_dir, settings, root=PACKAGED_DIR)
         print(f'wrote {os.path.join(PACKAGED_DIR, kind(**shipped)[0], _GRAPH)}')
 
 

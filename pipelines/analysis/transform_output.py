@@ -17,7 +17,8 @@ Where it runs: on a distributed runner (Dataflow), as steps of the build's pipel
 (`WriteTransformOutput`). On the local runner, `write` below, in a process of the launcher's
 (pipelines/local/transform_writer.py) with neutral statistics: TensorFlow and
 tensorflow_transform are then imported by that process alone, instead of by every worker
-process (each import costs ~4 s of CPU and ~850 MB on the 2-core machine of bench/RESULTS.md).
+process (each import costs seconds of CPU and hundreds of MB: bench/RESULTS.md, "Cost of the
+tf.Transform analysis").
 The launcher keeps that graph (pipelines/analysis/graph_cache.py) and writes the build's output
 from it with the build's own assets, as a later build of the same kind does with no TFT at all.
 """
@@ -33,27 +34,14 @@ class WriteTransformOutput(beam.PTransform):
 
     Args:
         analysis: a PCollection of dataset.json's `analysis` entry.
-        labels: the build's label names, by id.
-        fmt: the build's format (`examples` or `paths`).
-        levels: the build's label level names.
-        image_size: the side of the transform's `image` output.
-        staging_dir: where transform_fn/, transformed_metadata/ and metadata/ are written.
-        temp_dir: TFT's own temporary folder.
-        multi_label: a multi-label build (its labels and levels are lists).
+        settings: the build's TransformSettings (pipelines/core/settings.py): its labels,
+            format, levels, image size and multi-label, and where the output is staged.
     """
 
-    def __init__(
-        self, analysis, labels, fmt, levels, image_size, staging_dir, temp_dir, multi_label=False
-    ):
+    def __init__(self, analysis, settings):
         super().__init__()
         self._analysis = analysis
-        self._labels = tuple(labels)
-        self._format = fmt
-        self._levels = tuple(levels)
-        self._image_size = image_size
-        self._staging_dir = staging_dir
-        self._temp_dir = temp_dir
-        self._multi_label = multi_label
+        self._settings = settings
 
     def expand(self, pipeline):
         # pylint: disable=import-outside-toplevel
@@ -63,32 +51,33 @@ class WriteTransformOutput(beam.PTransform):
 
         from imageshards import transform
 
+        settings = self._settings
         schema = schema_utils.schema_from_feature_spec(
-            transform.raw_feature_spec(self._format, self._levels, self._multi_label)
+            transform.raw_feature_spec(settings.format, settings.levels, settings.multi_label)
         )
         tfxio = tf_example_record.TFExampleBeamRecord(
             physical_format='tfrecord', telemetry_descriptors=['imageshards'], schema=schema
         )
         preprocessing_fn = transform.make_preprocessing_fn(
-            self._labels,
+            settings.labels,
             self._analysis,
-            self._format,
-            self._levels,
-            self._image_size,
-            self._multi_label,
+            settings.format,
+            settings.levels,
+            settings.image_size,
+            settings.multi_label,
         )
         records = pipeline | 'NoRecords' >> beam.Create([]).with_output_types(bytes)
         batches = records | 'ToRecordBatches' >> tfxio.BeamSource()
-        with tft_beam.Context(temp_dir=self._temp_dir):
+        with tft_beam.Context(temp_dir=settings.temp_dir):
             transform_fn = (
                 batches,
                 tfxio.TensorAdapterConfig(),
             ) | 'AnalyzeDataset' >> tft_beam.AnalyzeDataset(preprocessing_fn)
             written = transform_fn | 'WriteTransformFn' >> tft_beam.WriteTransformFn(
-                self._staging_dir
+                settings.staging_dir
             )
         return written | 'WriteRawMetadata' >> beam.Map(
-            _write_raw_metadata, schema, storage.join(self._staging_dir, layout.RAW_METADATA_DIR)
+            _write_raw_metadata, schema, storage.join(settings.staging_dir, layout.RAW_METADATA_DIR)
         )
 
 
@@ -101,22 +90,8 @@ def _write_raw_metadata(unused_written, schema, path):
     return path
 
 
-def settings(labels, fmt, levels, image_size, staging_dir, temp_dir, multi_label=False):
-    """What it takes to write a build's graph (`write`, WriteTransformOutput), known once the
-    inputs are listed."""
-    return {
-        'labels': list(labels),
-        'format': fmt,
-        'levels': list(levels),
-        'image_size': image_size,
-        'staging_dir': staging_dir,
-        'temp_dir': temp_dir,
-        'multi_label': multi_label,
-    }
-
-
-def write(settings):
-    """Runs WriteTransformOutput for `settings` (as `settings()` made them) with neutral pixel
+def write(settings) -> None:
+    """Runs WriteTransformOutput for `settings` (a TransformSettings) with neutral pixel
     statistics, in a pipeline of this process: the graph, whose assets the launcher replaces
     with the build's (graph_cache.write)."""
     # pylint: disable=import-outside-toplevel
@@ -126,13 +101,4 @@ def write(settings):
 
     with beam.Pipeline(runner=fn_runner.FnApiRunner()) as pipeline:
         analysis = pipeline | 'NeutralStatistics' >> beam.Create([transform.NEUTRAL])
-        _ = pipeline | 'WriteTransformOutput' >> WriteTransformOutput(
-            analysis,
-            settings['labels'],
-            settings['format'],
-            settings['levels'],
-            settings['image_size'],
-            settings['staging_dir'],
-            settings['temp_dir'],
-            settings.get('multi_label', False),
-        )
+        _ = pipeline | 'WriteTransformOutput' >> WriteTransformOutput(analysis, settings)

@@ -13,7 +13,7 @@ images of each class, so retries, runners and worker counts cannot change the re
   images of a class go to which shard follows their rank, so it is uniformly random.
 * Order within a shard: a second salted hash, so it is a uniformly random permutation.
 
-Only metadata moves, in blocks (pipelines/assignment/blocks.py): `(group, label, bucket)` groups of
+Only metadata moves, in blocks (pipelines/core/blocks.py): `(group, label, bucket)` groups of
 them, where the bucket (top bits of the rank hash) bounds the size of one group on a large class,
 then one block per (group, shard) for the writer.
 """
@@ -27,11 +27,13 @@ import typing
 import apache_beam as beam
 
 from imageshards import file_names
-from pipelines.assignment import blocks
 from pipelines.assignment import plan as plan_lib
+from pipelines.core import blocks
 
-_RANK = 'rank'
-_ORDER = 'order'
+# The salts of shuffle_hash, one per purpose: an image's rank in its class, and its place in its
+# shard. Changing one changes every build's bytes.
+RANK_SALT = 'rank'
+ORDER_SALT = 'order'
 
 
 def shuffle_hash(seed, purpose, key):
@@ -51,7 +53,7 @@ def _salted(seed, purpose):
 
 def order_key(seed, meta):
     """Sort key of a record inside its shard."""
-    return shuffle_hash(seed, _ORDER, meta.key), meta.key
+    return shuffle_hash(seed, ORDER_SALT, meta.key), meta.key
 
 
 def bucket_bits_for(largest_class, target=50_000):
@@ -60,7 +62,7 @@ def bucket_bits_for(largest_class, target=50_000):
 
 
 def _rank_hash(seed, meta):
-    return shuffle_hash(seed, _RANK, meta.key)
+    return shuffle_hash(seed, RANK_SALT, meta.key)
 
 
 def rank_class(label):

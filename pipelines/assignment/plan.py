@@ -18,7 +18,7 @@ import math
 import typing
 
 from pipelines.assignment import splits as split_lib
-from pipelines.options import BuildConfig
+from pipelines.core.settings import BuildConfig
 
 DEFAULT_SHARD_BYTES = BuildConfig.shard_size_mb * 1e6
 

@@ -1,4 +1,4 @@
-"""What listing produces: the inputs of a build, and the path helpers every step shares.
+"""What listing produces: the inputs of a build, and the rules of their paths.
 
 Paths are local (absolute) or URIs that Beam's FileSystems read. A URL carrying credentials is
 never used, and `redact` removes them from anything shown.
@@ -6,24 +6,16 @@ never used, and `redact` removes them from anything shown.
 
 import collections
 import dataclasses
-import logging
-import posixpath
 import re
 import typing
 
-from imageshards import console
 from imageshards import file_names
-from imageshards import storage
-from imageshards.storage import is_uri
+from pipelines.core.context import ListingSummary
+from pipelines.core.sources import SMALL_INPUT_BYTES
 
-_LOG = logging.getLogger(__name__)
-MANY_LABEL_SETS = 2_000_000  # a multi-label plan this large is worth a word (docs/scaling.md)
 IMAGE_EXTENSIONS = frozenset(
     ['.jpg', '.jpeg', '.jpe', '.jfif', '.png', '.gif', '.bmp', '.webp', '.tif', '.tiff']
 )
-# Inputs of at most this many bytes are small: the local runner keeps their bytes beside the
-# build until the end (pipelines/local/spill.py), which the free-space check counts.
-SMALL_INPUT_BYTES = 16 << 10
 MANIFEST_COLUMNS = ('path', 'label', 'split')
 MULTI_LABEL_COLUMN = 'labels'  # in place of `label`: several labels per image
 # URL user info (user:password@), which must never be used or shown.
@@ -50,7 +42,7 @@ class InputEntry(typing.NamedTuple):
     levels: dict = {}  # label level -> value ('' or absent: missing); never mutated
     size: int = -1  # bytes, as listing found them (a local stat, an object store's listing)
 
-    def to_json(self):
+    def to_json(self) -> list:
         """The entry as a JSON list (a listing file's): a path or key that is not UTF-8 as
         file_names.to_json's object in its place."""
         fields = list(self)
@@ -60,7 +52,7 @@ class InputEntry(typing.NamedTuple):
         return fields
 
     @classmethod
-    def from_json(cls, fields):
+    def from_json(cls, fields) -> 'InputEntry':
         """An entry from its JSON list (`to_json`): lists, a multi-label entry's labels and
         level values, become tuples again."""
         for index in _PATH_FIELDS:
@@ -79,7 +71,7 @@ _LABEL_FIELD = InputEntry._fields.index('label')  # pylint: disable=protected-ac
 _LEVELS_FIELD = InputEntry._fields.index('levels')  # pylint: disable=protected-access
 
 
-def names_of(value):
+def names_of(value) -> tuple:
     """The names of a label or level value: a multi-label tuple as it is, a name as a 1-tuple,
     a missing ('') value as none."""
     if isinstance(value, tuple):
@@ -101,7 +93,7 @@ class Listing:
     label_levels: dict = dataclasses.field(default_factory=dict)  # level -> sorted names
 
     @property
-    def num_skipped(self):
+    def num_skipped(self) -> int:
         return sum(self.skipped.values())
 
 
@@ -120,7 +112,7 @@ class InputScan:
     levels: list = dataclasses.field(default_factory=list)
     multi_label: bool = False  # several labels per image (a manifest's `labels`)
 
-    def skip(self, reason, path):
+    def skip(self, reason, path) -> None:
         self.skipped[reason] += 1
         if len(self.skipped_examples) < 20:
             self.skipped_examples.append(path)
@@ -140,7 +132,7 @@ class ListingCounts:
         self._level_values = collections.defaultdict(set)  # level -> values seen
         self._multi_levels = set()  # levels where some image has several values
 
-    def add(self, entry):
+    def add(self, entry) -> InputEntry:
         self.num_inputs += 1
         if entry.reject:
             self.rejected[entry.reject] += 1
@@ -160,10 +152,10 @@ class ListingCounts:
         return entry
 
     @property
-    def labels(self):
+    def labels(self) -> list:
         return sorted(self._labels)
 
-    def to_json(self):
+    def to_json(self) -> dict:
         """The counts as JSON-ready data (`from_json` makes them again)."""
         return {
             'num_inputs': self.num_inputs,
@@ -177,7 +169,7 @@ class ListingCounts:
         }
 
     @classmethod
-    def from_json(cls, data):
+    def from_json(cls, data) -> 'ListingCounts':
         counts = cls()
         counts.num_inputs = data['num_inputs']
         counts.input_bytes = data['input_bytes']
@@ -192,11 +184,11 @@ class ListingCounts:
         counts._multi_levels.update(data['multi_levels'])  # pylint: disable=protected-access
         return counts
 
-    def label_levels(self, levels):
+    def label_levels(self, levels) -> dict:
         """{level: sorted names} for `levels` in order (a level may have no names)."""
         return {level: sorted(self._level_values[level]) for level in levels}
 
-    def summary(self, scan):
+    def summary(self, scan) -> ListingSummary:
         return ListingSummary(
             self.labels,
             self.num_inputs,
@@ -213,7 +205,7 @@ class ListingCounts:
         )
 
     @property
-    def manifest_splits(self):
+    def manifest_splits(self) -> dict:
         """{split: images} that a manifest's split column places (not by --splits)."""
         placed = collections.Counter()
         for (split, _), images in self._groups.items():
@@ -222,71 +214,11 @@ class ListingCounts:
         return dict(sorted(placed.items()))
 
 
-class ListingSummary(typing.NamedTuple):
-    labels: list
-    num_inputs: int
-    skipped: dict
-    base: str
-    largest_group: int  # images of the most common (manifest split, label), in a multi-label
-    # build (split, first label of the set): the groups the shuffle ranks
-    label_levels: dict = {}  # level -> sorted names (ids are positions), in level order
-    manifest_splits: dict = {}  # split -> images a manifest's split column places
-    multi_label: bool = False  # several labels per image
-    multi_label_levels: tuple = ()  # the levels where some image has several values
-    num_groups: int = 0  # distinct (manifest split, label or label set)
-    input_bytes: int = 0  # of the inputs whose size listing knows (ListingCounts)
-    small_input_bytes: int = 0  # of those of at most SMALL_INPUT_BYTES
-
-    @property
-    def num_skipped(self):
-        return sum(self.skipped.values())
-
-    def log(self):
-        """Logs what was listed: inputs, labels, levels, what a manifest placed, and what is
-        worth a warning (one label; a multi-label plan of very many label sets)."""
-        _LOG.info(
-            'listed %s with %s (skipped %s%s)',
-            console.plural(self.num_inputs, 'input'),
-            console.plural(len(self.labels), 'label'),
-            console.plural(self.num_skipped, 'file'),
-            f': {self.skipped}' if self.num_skipped else '',
-        )
-        for level, names in self.label_levels.items():
-            _LOG.info('label level %s: %s', level, console.plural(len(names), 'name'))
-        if self.manifest_splits:
-            _LOG.info(
-                "the manifest's split column places %s itself (%s), whatever --splits says; "
-                '--splits divides the rest',
-                console.plural(sum(self.manifest_splits.values()), 'input'),
-                ', '.join(f'{split} {n:,}' for split, n in self.manifest_splits.items()),
-            )
-        if self.multi_label and self.num_groups > MANY_LABEL_SETS:
-            _LOG.warning(
-                'the inputs hold %s distinct label sets: the split plan holds each (~100 bytes '
-                'and ~40 us of one core apiece, docs/scaling.md), so planning takes ~%s',
-                f'{self.num_groups:,}',
-                console.duration(self.num_groups * 40e-6),
-            )
-        if len(self.labels) == 1:
-            _LOG.warning(
-                'every input has the label %r: a classifier cannot learn from one class, and '
-                'the trainer refuses such a build; give images of two or more labels',
-                self.labels[0],
-            )
-
-
-def source_path(base, key):
-    """The path or URI of the input with this stable key (see `InputEntry.key`)."""
-    if is_uri(key) or posixpath.isabs(key):
-        return key
-    return storage.join(base, key)
-
-
-def is_manifest(spec):
+def is_manifest(spec) -> bool:
     return spec.lower().endswith(('.csv', '.jsonl'))
 
 
-def redact(path):
+def redact(path) -> str:
     """`path` without credentials: URL user info, and the query of web URLs (signed URLs)."""
     path = USERINFO.sub(r'\1***@', path)
     if path.lower().startswith(_WEB_SCHEMES) and '?' in path:
@@ -294,5 +226,5 @@ def redact(path):
     return path
 
 
-def inside(path, root):
+def inside(path, root) -> bool:
     return path == root or path.startswith(root.rstrip('/') + '/')

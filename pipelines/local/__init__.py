@@ -1,4 +1,13 @@
-"""What only the local runner needs: the FnApiRunner on every core (direct.py), processes started
-before Beam is imported (early.py: the listing, warm workers, the tf.Transform graph process),
-blocks spilled to files (spill.py) and progress across worker processes. May import the stages;
-no stage imports it."""
+"""What only the local runner needs, kept apart from what runs everywhere. Imports the
+foundation, the base (pipelines/core/) and the stages; no stage imports it, only
+pipelines/runner.py.
+
+    direct.py            the FnApiRunner on every core, and its workers' log lines condensed
+    early.py             what the command starts before Beam is imported
+    early_listing.py     a local tree listed in a process of its own meanwhile
+    warm_workers.py      worker processes whose imports are done meanwhile
+    transform_writer.py  the tf.Transform output written by the launcher (a graph process)
+    spill.py             blocks spilled to files, and the bytes of small images kept
+    progress.py          the live display of the workers' counts
+    worker_watch.py      a worker process lost mid-run stops the build in one line
+"""

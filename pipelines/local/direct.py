@@ -109,8 +109,8 @@ def removing_tempdir(pipeline):
 
 
 # Below this many inputs, a 2-core machine builds faster in one process, leaving the other core to
-# the tf.Transform graph process, than with a worker per core (bench/RESULTS.md: 20,000 photos 9.7 s
-# against 12.9 s; 200,000 small images 22 s against 17.5 s).
+# the tf.Transform graph process, than with a worker per core; above it, slower
+# (bench/RESULTS.md, "Against the peers: TFDS, Hugging Face `datasets`, Keras").
 IN_MEMORY_BELOW = 50_000
 
 

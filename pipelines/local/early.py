@@ -8,7 +8,7 @@ Each is a guess from the command line alone; a build that turns out not to want 
 and `stop_untaken` stops whatever no build took. No Beam here: imported before Beam is.
 """
 
-from pipelines import options
+from pipelines.core import options
 from pipelines.local import early_listing
 from pipelines.local import transform_writer
 from pipelines.local import warm_workers
@@ -17,7 +17,7 @@ from pipelines.local import warm_workers
 _NO_LOCAL_ANALYSIS = ('--no-analyze', '--analysis-in-pipeline', '--dry_run', '--help', '-h')
 
 
-def start(argv):
+def start(argv) -> None:
     """Starts what a build of `argv` (the build's arguments) will likely want."""
     config = options.peek_build_config(argv)
     if config is None:
@@ -32,7 +32,7 @@ def start(argv):
         warm_workers.start_early(argv)  # else its imports take the time the workers' would
 
 
-def stop_untaken():
+def stop_untaken() -> None:
     """Stops what `start` started and no build took (or a build is done with)."""
     transform_writer.stop_untaken()
     early_listing.stop_untaken()

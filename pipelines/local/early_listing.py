@@ -1,8 +1,8 @@
 """Listing a local tree in a process of its own, while the build's launcher imports Beam.
 
-The launcher's first seconds go to importing Beam (~1 s of CPU on the 2-core machine of
-bench/RESULTS.md) and then to listing the inputs (0.9 s for 200,000 files), one after the other, on
-one core. So the `imageshards build` command starts this process first (`start_early`), where its
+The launcher's first seconds go to importing Beam and then to listing the inputs, one after the
+other, on one core (bench/RESULTS.md, "Against the peers, after the early listing", has the
+figures). So the `imageshards build` command starts this process first (`start_early`), where its
 input is a local folder: it walks the tree into a listing file of its own, through the same code
 (pipelines/inputs/listing.py, which imports no Beam), and the build takes the file (`take`) in place
 of listing itself, once its options are parsed and are those the listing was made for. Where this

@@ -1,5 +1,5 @@
 """The local runner's progress display: the launcher's side of the live counts that each
-worker process keeps in a file of its own (pipelines/counters.py `advance`), summed and shown
+worker process keeps in a file of its own (pipelines/core/counters.py `advance`), summed and shown
 by a thread (`Watch`) through imageshards/progress.py.
 """
 
@@ -11,7 +11,7 @@ import tempfile
 import threading
 
 from imageshards import progress as display_lib
-from pipelines import counters
+from pipelines.core import counters
 
 _LOG = logging.getLogger(__name__)
 

@@ -2,25 +2,29 @@
 for the writer.
 
 The local FnApiRunner holds every element of its shuffles in the launching process, so its
-builds pass blocks (pipelines/assignment/blocks.py) as byte ranges `(name, offset, length)` of
+builds pass blocks (pipelines/core/blocks.py) as byte ranges `(name, offset, length)` of
 files under the build's temporary folder (OUT/.imageshards-tmp/blocks/). The files go through
-`FileSystems`, so an output on gs:// works too, and Finalize deletes them with the rest of
-`OUT/.imageshards-tmp/`.
+`FileSystems`, and Finalize deletes them with the rest of `OUT/.imageshards-tmp/`. A build whose
+output is not on this machine (gs://) spills to a temporary folder of this machine's instead
+(`temporary`), which the store removes when closed: its blocks are read back many times, and
+each read from Cloud Storage would wait for a request or three.
 
-The store also keeps the bytes that records of small images will store ("payloads"):
-validation, which has just read and checked them, appends each work item's to one file, and
-the writer reads them back by byte range, a few files per shard, instead of opening every input
-a second time (at 200,000 images of 2 KB, half of the writer's time went to opening and reading
-files). An ImageMeta then names its payload (`payload`, a file number, and `payload_offset`).
-Larger images (over PAYLOAD_MAX_BYTES) are read again from their inputs, as on Dataflow: for
-them, copying the bytes out and back costs more than opening the file (20,000 photos of 47 KB
-built 0.5 to 2 s faster without payloads). A resize (--resize-shorter-side) is kept whatever its
-size: making it again would decode the input again. A payload file writes each image out as
-it comes, so that a work item of large resizes costs bounded memory.
+The store also keeps the bytes that records of small images will store ("payloads"): validation,
+which has just read and checked them, appends each work item's to one file, and the writer reads
+them back by byte range, a few files per shard, instead of opening every input a second time, which
+for small images is most of the writer's time (bench/RESULTS.md, "Against the peers: TFDS, Hugging
+Face `datasets`, Keras", its payload files). An ImageMeta then names its payload (`payload`, a file
+number, and `payload_offset`). Larger images (over PAYLOAD_MAX_BYTES) are read again from their
+inputs, as on Dataflow: for them, copying the bytes out and back costs more than opening the file. A
+resize (--resize-shorter-side) is kept whatever its size: making it again would decode the input
+again. A payload file writes each image out as it comes, so that a work item of large resizes costs
+bounded memory.
 """
 
 import collections
 import os
+import shutil
+import tempfile
 import threading
 import uuid
 
@@ -28,8 +32,8 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from imageshards import storage
-from pipelines.assignment import blocks
-from pipelines.inputs.entries import SMALL_INPUT_BYTES
+from pipelines.core import blocks
+from pipelines.core.sources import SMALL_INPUT_BYTES
 
 PAYLOAD_MAX_BYTES = SMALL_INPUT_BYTES
 
@@ -41,8 +45,14 @@ class SpillingStore(blocks.BlockStore):
     Configuration only, so that it pickles into every DoFn that puts or gets blocks.
     """
 
-    def __init__(self, spill_dir):
+    def __init__(self, spill_dir, owned=False):
         self.spill_dir = spill_dir
+        self._owned = owned  # a temporary folder of its own, removed on close
+
+    @classmethod
+    def temporary(cls):
+        """A store in a new temporary folder of this machine's, removed when it is closed."""
+        return cls(tempfile.mkdtemp(prefix='imageshards-blocks-'), owned=True)
 
     def put(self, prefix, blocks):
         """Refs of `blocks`: byte ranges of one new file named after `prefix`."""
@@ -81,6 +91,8 @@ class SpillingStore(blocks.BlockStore):
         with _OPEN_LOCK:
             for path in [path for path in _OPEN if path.startswith(self.spill_dir)]:
                 os.close(_OPEN.pop(path))
+        if getattr(self, '_owned', False):  # pickled copies own nothing
+            shutil.rmtree(self.spill_dir, ignore_errors=True)
 
     def payloads(self):
         """A PayloadFile for one work item's stored bytes."""
@@ -144,7 +156,8 @@ def payload_name(number):
 
 # Open descriptors of local spill files, by path, oldest first: a step reads the blocks of many
 # groups from the same few files (one per work item that put them), and opening a file again
-# for each of a multi-label build's thousands of label-set groups cost ~45 us a block.
+# for each of a multi-label build's thousands of label-set groups costs a system call or two
+# per block.
 _OPEN = collections.OrderedDict()
 _MAX_OPEN = 256
 _OPEN_LOCK = threading.Lock()

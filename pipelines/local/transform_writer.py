@@ -3,13 +3,13 @@ kind written before (pipelines/analysis/graph_cache.py), else from the graph tha
 its own writes with TFT beside the build (`GraphProcess`); either way with the build's own
 assets, its labels and pixel statistics (graph_cache.write).
 
-The graph process's first seconds go to importing TensorFlow and tensorflow_transform (5.3 s of
-CPU on the 2-core machine of bench/RESULTS.md), which on a small build is the longest thing a
-build does. So the `imageshards build` command starts it (`start_early`, pipelines/local/early.py)
-before it imports Beam itself, where its arguments leave the analysis on and the runner local
-and no graph of the build's kind is cached; the build takes it (`take`) once its options are
-parsed, and stops it unless it needs it. What the process works on, it learns later from its
-work folder: SETTINGS once the inputs are listed. It then writes the graph with neutral
+The graph process's first seconds go to importing TensorFlow and tensorflow_transform, which on a
+small build is the longest thing a build does (bench/RESULTS.md, "Against the peers: TFDS, Hugging
+Face `datasets`, Keras"). So the `imageshards build` command starts it (`start_early`,
+pipelines/local/early.py) before it imports Beam itself, where its arguments leave the analysis on
+and the runner local and no graph of the build's kind is cached; the build takes it (`take`) once
+its options are parsed, and stops it unless it needs it. What the process works on, it learns later
+from its work folder: SETTINGS once the inputs are listed. It then writes the graph with neutral
 statistics (pipelines/analysis/transform_output.py `write`), waiting for nothing of the build.
 
     python -m pipelines.local.transform_writer WORK_DIR   the graph process
@@ -17,6 +17,7 @@ statistics (pipelines/analysis/transform_output.py `write`), waiting for nothing
 No Beam and no TensorFlow at module level: the build command imports this before Beam.
 """
 
+import dataclasses
 import json
 import logging
 import os
@@ -45,14 +46,14 @@ class GraphProcess:
                 [sys.executable, '-m', __name__, self.work_dir], stdout=log, stderr=log
             )
 
-    def prepare(self, settings):
-        """Hands the process what it builds its pipeline from: labels, format, levels, image
-        size, and where it stages its output."""
+    def prepare(self, settings) -> None:
+        """Hands the process what it builds its pipeline from (a TransformSettings): labels,
+        format, levels, image size, and where it stages its output."""
         storage.write_atomically(
-            os.path.join(self.work_dir, SETTINGS), json.dumps(settings).encode('utf-8')
+            os.path.join(self.work_dir, SETTINGS), json.dumps(settings.to_json()).encode('utf-8')
         )
 
-    def lower_priority(self):
+    def lower_priority(self) -> None:
         """Lets the build's own processes go first: the graph process takes the time they
         leave."""
         try:
@@ -60,7 +61,7 @@ class GraphProcess:
         except OSError:  # gone already, or not allowed: it only runs a little slower
             pass
 
-    def finish(self):
+    def finish(self) -> None:
         """Waits for the graph; raises RuntimeError with the process's last lines if it
         failed."""
         if self._process.poll() is None:
@@ -71,16 +72,16 @@ class GraphProcess:
             raise RuntimeError(f'writing the tf.Transform graph failed:\n{tail}')
 
     @property
-    def exit_status(self):
+    def exit_status(self) -> int | None:
         """The process's exit status, or None while it runs."""
         return self._process.poll()
 
-    def stop(self):
+    def stop(self) -> None:
         if self._process.poll() is None:
             self._process.kill()
             self._process.wait()
 
-    def close(self):
+    def close(self) -> None:
         """Stops the process, if it still runs, and removes its folder."""
         self.stop()
         shutil.rmtree(self.work_dir, ignore_errors=True)
@@ -105,15 +106,15 @@ class LocalTransform:
         self.cached = None  # the cached output this build's comes from
 
     @property
-    def process(self):
+    def process(self) -> GraphProcess | None:
         """The GraphProcess, where TFT writes the graph; else None."""
         return self._process
 
-    def prepare(self, settings):
-        """Chooses, from `settings` (transform_output.settings()), between the cache and the
+    def prepare(self, settings) -> None:
+        """Chooses, from `settings` (the build's TransformSettings), between the cache and the
         graph process, and hands the process its settings."""
         self._settings = settings
-        if not storage.is_uri(settings['staging_dir']):
+        if not storage.is_uri(settings.staging_dir):
             self.cached = graph_cache.find(settings)
         if self.cached:
             _LOG.info('the tf.Transform graph: %s', graph_cache.describe(self.cached))
@@ -121,13 +122,13 @@ class LocalTransform:
             return
         if self._process is None:  # the cached graph went, or is not whole
             self._process = GraphProcess()
-        self._process.prepare({**settings, 'staging_dir': self._process_output})
+        self._process.prepare(dataclasses.replace(settings, staging_dir=self._process_output))
 
     @property
     def _process_output(self):
         return os.path.join(self._process.work_dir, 'output')
 
-    def finish(self, labels, analysis):
+    def finish(self, labels, analysis) -> None:
         """Writes the output into the settings' staging folder; raises RuntimeError if the
         graph process failed."""
         graph = self.cached
@@ -135,16 +136,16 @@ class LocalTransform:
             self._process.finish()
             graph = self._process_output
             graph_cache.keep(graph, self._settings)
-        graph_cache.write(graph, self._settings['staging_dir'], labels, analysis)
+        graph_cache.write(graph, self._settings.staging_dir, labels, analysis)
 
-    def close(self):
+    def close(self) -> None:
         """Stops the graph process, if it still runs, and removes its folder."""
         if self._process:
             self._process.close()
             self._process = None
 
 
-def start_early(config):
+def start_early(config) -> GraphProcess | None:
     """Starts the graph process now unless `config` (the build's BuildConfig, peeked from its
     arguments) will not want it: no analysis, the analysis in the pipeline, or a graph of the
     build's kind cached. Returns the GraphProcess, or None."""
@@ -157,14 +158,14 @@ def start_early(config):
     return _early
 
 
-def take():
+def take() -> GraphProcess | None:
     """The GraphProcess `start_early` started, or None; the caller owns it from now on."""
     global _early  # pylint: disable=global-statement
     early, _early = _early, None
     return early
 
 
-def stop_untaken():
+def stop_untaken() -> None:
     """Stops a GraphProcess `start_early` started for a build that ended before taking it."""
     early = take()
     if early:
@@ -178,16 +179,16 @@ def _wait_for(path, interval=0.05):
         return json.load(f)
 
 
-def main(argv=None):
+def main(argv=None) -> int:
     """The graph process: WORK_DIR."""
     work_dir = (sys.argv[1:] if argv is None else argv)[0]
     # pylint: disable=import-outside-toplevel
     from imageshards import console
 
     console.configure_logging()
-    # TensorFlow's import loads Keras's optimizers (and scikit-learn and matplotlib behind them:
-    # ~1 s of CPU and 80 MB on the machine of bench/RESULTS.md) only to register them for
-    # SavedModels that hold them. A transform graph holds none, and TensorFlow imports without
+    # TensorFlow's import loads Keras's optimizers (and scikit-learn and matplotlib behind them,
+    # a good part of the import's time and memory) only to register them for SavedModels that
+    # hold them. A transform graph holds none, and TensorFlow imports without
     # them where they cannot be imported.
     sys.modules.setdefault('keras.src.optimizers', None)
     # pylint: disable=unused-import
@@ -196,8 +197,10 @@ def main(argv=None):
 
     from imageshards import transform  # noqa: F401
     from pipelines.analysis import transform_output
+    from pipelines.core.settings import TransformSettings
 
-    transform_output.write(_wait_for(os.path.join(work_dir, SETTINGS)))
+    settings = _wait_for(os.path.join(work_dir, SETTINGS))
+    transform_output.write(TransformSettings.from_json(settings))
     return 0
 
 

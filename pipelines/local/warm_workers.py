@@ -1,10 +1,11 @@
 """The local runner's worker processes, their imports done while the launcher imports Beam.
 
 The FnApiRunner starts its workers (`python -m apache_beam.runners.worker.sdk_worker_main`,
-one per core) once the pipeline runs, and each then imports Beam (~1.2 s of CPU on the 2-core
-machine of bench/RESULTS.md) after the launcher has imported it too: on 20,000 photos the
-build's second core idled through most of the launcher's first 2 s, then both cores spent
-1.2 s on the same imports before any image was read. So the `imageshards build` command starts
+one per core) once the pipeline runs, and each then imports Beam after the launcher has
+imported it too: on a small machine, the build's second core idles through most of the
+launcher's first seconds, then every core spends a second more on the same imports before any
+image is read (bench/RESULTS.md, "Against the peers, with the workers' imports done early").
+So the `imageshards build` command starts
 one process first (`start_early`, beside the early listing) that imports what a worker needs,
 once, and waits. The runner's worker command then is `python -m pipelines.local.warm_workers claim
 FOLDER`, a process of no imports that takes a slot and hands it the environment the runner gave
@@ -23,6 +24,7 @@ leaves. No Beam at module level: the build command imports this before Beam.
 """
 
 import gc
+import importlib
 import json
 import logging
 import os
@@ -40,6 +42,22 @@ CLAIMED = 'claimed-'  # FOLDER/free/N, once taken
 SERVER = 'server.pid'  # the serving process's
 BEAM_WORKER = 'apache_beam.runners.worker.sdk_worker_main'
 _POLL_SECONDS = 0.01
+# What a worker unpickles the build's steps from: the modules of their DoFns and functions
+# (pipelines/steps.py composes them; a test checks that this names every stage module it
+# imports), and the local runner's block store, pickled into them.
+WORKER_MODULES = (
+    'pipelines.inputs.listing',
+    'pipelines.validation.validate',
+    'pipelines.validation.dedup',
+    'pipelines.assignment.assign',
+    'pipelines.writing.encode',
+    'pipelines.writing.sample',
+    'pipelines.writing.write',
+    'pipelines.writing.finalize',
+    'pipelines.analysis.analyze',
+    'pipelines.analysis.transform_output',
+    'pipelines.local.spill',
+)
 _early = None  # the WarmWorkers `start_early` started, until the build ends
 
 
@@ -60,16 +78,16 @@ class WarmWorkers:
             open(os.path.join(self.folder, 'free', str(index)), 'wb').close()
 
     @property
-    def command(self):
+    def command(self) -> str:
         """The runner's worker command line (a shell command, as Beam's environments take)."""
         return shlex.join([sys.executable, '-m', __name__, 'claim', self.folder])
 
     @property
-    def claimed(self):
+    def claimed(self) -> int:
         """How many of the workers a claim has taken."""
         return sum(name.startswith(CLAIMED) for name in os.listdir(self.folder))
 
-    def close(self):
+    def close(self) -> None:
         """Stops the workers still running (a claimed one has ended with the pipeline) and
         removes the folder."""
         if self._process.poll() is None:
@@ -78,7 +96,7 @@ class WarmWorkers:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def start_early(argv):
+def start_early(argv) -> WarmWorkers | None:
     """Starts the workers now where `argv` (the build's arguments) runs the local runner with
     worker processes: no --runner, --dry_run, --config (it may name another runner) or help,
     and `--direct_running_mode`, if given, multi_processing; and on Linux (pidfds, and forking
@@ -101,7 +119,7 @@ def start_early(argv):
     return _early
 
 
-def worker_command(num_workers):
+def worker_command(num_workers) -> str | None:
     """The worker command for a local run of `num_workers` worker processes: the early workers',
     where they were started for as many; else None (Beam's own)."""
     if _early is not None and _early.count == num_workers:
@@ -109,7 +127,7 @@ def worker_command(num_workers):
     return None
 
 
-def stop_untaken():
+def stop_untaken() -> None:
     """Stops the early workers, once the build is done with them, or does not want them."""
     global _early  # pylint: disable=global-statement
     early, _early = _early, None
@@ -119,14 +137,14 @@ def stop_untaken():
         early.close()
 
 
-def serve(folder):
+def serve(folder) -> int:
     """The waiting workers: imports what a worker needs once; then, as claims hand the slots
     their environments, forks a worker for each, and waits for them to end."""
-    # pylint: disable=import-outside-toplevel,unused-import
+    # pylint: disable=import-outside-toplevel
     from apache_beam.runners.worker import sdk_worker_main
 
-    from pipelines import steps  # noqa: F401  (the build's DoFns, unpickled by the worker)
-
+    for module in WORKER_MODULES:
+        importlib.import_module(module)
     # Out of the collector's sight, as in the build's own process (pipelines/build.py): the
     # objects of these imports, which every forked worker shares and would otherwise walk at
     # each full collection (and copy, page by page, as the walk touches them).
@@ -168,7 +186,7 @@ def _run_worker(sdk_worker_main, slot):
     return status
 
 
-def claim(folder):
+def claim(folder) -> int:
     """The runner's worker command: takes a waiting worker and waits for it; returns its exit
     status. Becomes Beam's worker where none is left."""
     free = os.path.join(folder, 'free')
@@ -221,7 +239,7 @@ def _write_atomically(path, data):
     os.replace(f'{path}.tmp', path)
 
 
-def main(argv=None):
+def main(argv=None) -> int:
     role, path = (sys.argv[1:] if argv is None else argv)[:2]
     return serve(path) if role == 'serve' else claim(path)
 

@@ -1,13 +1,13 @@
 """A worker process of the local runner that ends in the middle of a run (the out-of-memory
 killer, a person's `kill`) fails the build at once, in one line.
 
-The FnApiRunner has no answer to a worker that dies: the thread that started it raises (and
-prints a traceback), and the runner waits for the bundle it gave that worker, forever on 5 of 8
-runs whose worker was SIGKILLed late in the build, and then for the other workers as it closes
-them. So once a worker process has ended while a pipeline runs (`running_watched`), the other
-processes of the build below this one are ended too, and the main thread, wherever it waits,
-raises WorkerLost (a signal to it: Python runs its handler there); the build then says so in
-one line (pipelines/output_guard.py). Unless --verbose, the runner's threads that end with an
+The FnApiRunner has no answer to a worker that dies: the thread that started it raises (and prints a
+traceback), and the runner waits for the bundle it gave that worker, forever on 5 of 8 runs whose
+worker was SIGKILLed late in the build, and then for the other workers as it closes them. So once a
+worker process has ended while a pipeline runs (`running_watched`), the other processes of the build
+below this one are ended too, and the main thread, wherever it waits, raises WorkerLost (a signal to
+it: Python runs its handler there); the build then says so in one line
+(pipelines/writing/output_guard.py). Unless --verbose, the runner's threads that end with an
 exception say so in a debug line rather than a traceback each.
 """
 

@@ -1,3 +1,12 @@
 """Validating every listed input once (ValidateImages): JPEG and PNG by their structure, the
 rest by a Pillow decode, failures as reasons; then, with --dedup, one of each set of identical
-images. Imports the foundation, inputs/, assignment/'s blocks and the counters."""
+images. Imports the foundation, the base (pipelines/core/) and inputs/.
+
+    validate.py         ValidateImages: every input read and checked once, metadata kept
+    images.py           one encoded image validated, and which bytes its record stores
+    image_structure.py  JPEG validated by its structure, without decoding its pixels
+    png_structure.py    PNG validated by its structure
+    image_errors.py     what Pillow's failures on untrusted bytes mean, as reasons
+    resize.py           --resize-shorter-side: the smaller image a record stores
+    dedup.py            DropDuplicates: one of each set of byte-identical images
+"""

@@ -10,9 +10,9 @@ import typing
 import apache_beam as beam
 
 from imageshards import file_names
-from pipelines import counters
-from pipelines.assignment import blocks
-from pipelines.inputs.entries import source_path
+from pipelines.core import blocks
+from pipelines.core import counters
+from pipelines.core.sources import source_path
 
 DUPLICATES = 'duplicates'
 

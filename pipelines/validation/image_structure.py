@@ -1,15 +1,14 @@
 """Validating JPEG and PNG files by their structure, without decoding their pixels: the rules,
 and JPEG's check (PNG's is in pipelines/validation/png_structure.py).
 
-A full decode costs 0.4 to 0.9 ms of CPU per photo, most of a build's time, yet it finds little
-that the file's structure does not show. What makes libjpeg (behind both Pillow and TensorFlow)
-refuse a JPEG is in its markers: a bad or missing table, an impossible frame or scan, an
-unsupported coding process, no scan, too many scans. Damage inside the entropy-coded data only
-ever gives warnings: both decoders fill what they cannot decode with grey and go on (a flipped
-byte in a scan, a truncated file whose end marker is still there). A PNG carries a CRC per chunk
-and its pixels in one zlib stream: checking every CRC, inflating the stream to exactly the size
-the header promises and checking every row's filter byte is what a decode does, less the
-unfiltering.
+A full decode is most of a build's CPU time (bench/RESULTS.md, "Build throughput"), yet it finds
+little that the file's structure does not show. What makes libjpeg (behind both Pillow and
+TensorFlow) refuse a JPEG is in its markers: a bad or missing table, an impossible frame or scan, an
+unsupported coding process, no scan, too many scans. Damage inside the entropy-coded data only ever
+gives warnings: both decoders fill what they cannot decode with grey and go on (a flipped byte in a
+scan, a truncated file whose end marker is still there). A PNG carries a CRC per chunk and its
+pixels in one zlib stream: checking every CRC, inflating the stream to exactly the size the header
+promises and checking every row's filter byte is what a decode does, less the unfiltering.
 
 So a file that is plainly valid - every marker or chunk well formed, by the rules libjpeg and libpng
 apply - is accepted here without a decode, and anything else (an unusual but maybe valid file, or a
@@ -40,7 +39,7 @@ _MAX_SAMPLING = 4
 _MAX_BLOCKS_IN_MCU = 10
 _TABLES = 4
 # In scan data, 0xFF 0x00 is a stuffed data byte; 0xFF and anything else starts a marker
-# (after fill bytes, more 0xFF). A search for this pattern runs in C, ~2 GB/s.
+# (after fill bytes, more 0xFF). A search for this pattern runs in C, not a Python loop.
 _MARKER_CANDIDATE = re.compile(rb'\xff[^\x00]')
 _EXIF = b'Exif\x00\x00'
 _XMP = b'http://ns.adobe.com/xap/1.0/\x00'

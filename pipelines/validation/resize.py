@@ -13,11 +13,11 @@ How an image is resized (`resize`):
   2. resampled to the target size with Pillow's Lanczos filter (a=3, antialiased), in Pillow's
      fixed-point arithmetic: the same bytes on every worker with the same Pillow;
   3. turned by its EXIF orientation (after resampling: fewer pixels to move);
-  4. encoded as JPEG at --resize-quality (DEFAULT_QUALITY: bench/RESULTS.md measures PSNR and
-     size per quality), baseline, 4:2:0 chroma, optimized Huffman tables, grey kept as one
-     channel, no EXIF or ICC profile; or, where the image has alpha or few colours (a palette
-     or 1-bit image: drawings, masks, icons, where JPEG's artefacts show), as a lossless PNG
-     (RGBA or LA with alpha; else RGB, or L for 1-bit).
+  4. encoded as JPEG at --resize-quality (pipelines/core/settings.py's DEFAULT_QUALITY:
+     bench/RESULTS.md measures PSNR and size per quality), baseline, 4:2:0 chroma, optimized
+     Huffman tables, grey kept as one channel, no EXIF or ICC profile; or, where the image has
+     alpha or few colours (a palette or 1-bit image: drawings, masks, icons, where JPEG's
+     artefacts show), as a lossless PNG (RGBA or LA with alpha; else RGB, or L for 1-bit).
 
 Validation judges the original bytes first; a valid image is resized where validation holds its
 bytes (pipelines/validation/validate.py), once. The local runner keeps the result for the writer
@@ -26,37 +26,18 @@ resizes it again, checking the digest (pipelines/writing/encode.py).
 """
 
 import io
-import typing
 
 from PIL import Image
 from PIL import ImageFile
 
 from pipelines.validation import images
 
-DEFAULT_QUALITY = 90
 FILTER = Image.Resampling.LANCZOS
 _ALPHA_MODES = frozenset(['LA', 'La', 'PA', 'RGBA', 'RGBa'])
 _CHANNELS = {'L': 1, 'LA': 2, 'RGB': 3, 'RGBA': 4}
 
 
-class ResizeSpec(typing.NamedTuple):
-    """A build's --resize-shorter-side and --resize-quality."""
-
-    shorter_side: int
-    quality: int = DEFAULT_QUALITY
-
-    def describe(self):
-        """dataset.json's `resize`: the setting, and how it is applied."""
-        return {
-            'shorter_side': self.shorter_side,
-            'quality': self.quality,
-            'filter': 'lanczos',
-            'jpeg': 'baseline, 4:2:0, optimized Huffman tables',
-            'png': 'images with alpha, a palette or 1-bit pixels',
-        }
-
-
-def target_size(width, height, shorter_side):
+def target_size(width, height, shorter_side) -> tuple | None:
     """(width, height) of an image of `width` x `height` resized to `shorter_side`; None where
     its shorter side is at most that (it is stored as it is)."""
     short, long = min(width, height), max(width, height)
@@ -66,14 +47,14 @@ def target_size(width, height, shorter_side):
     return (shorter_side, scaled) if width <= height else (scaled, shorter_side)
 
 
-def resize(data, info, spec):
+def resize(data, info, spec) -> tuple | None:
     """What a record stores of a valid image: (images.ImageInfo, bytes) of its resize, or None
     where it is not larger than `spec` (then it is stored as validation decided).
 
     Args:
         data: the input's bytes.
         info: their ImageInfo from images.inspect_image (sizes as a viewer shows the image).
-        spec: the ResizeSpec.
+        spec: the build's ResizeSpec (pipelines/core/settings.py).
     """
     if target_size(info.width, info.height, spec.shorter_side) is None:
         return None
@@ -87,7 +68,7 @@ def resize(data, info, spec):
     return info, stored
 
 
-def stored_image(data, info, stored, spec):
+def stored_image(data, info, stored, spec) -> tuple:
     """(ImageInfo, stored bytes or None for the input's own, whether resized) of a valid image,
     from images.inspect_image(data, ..., reencode=False)'s (info, stored): its resize where it
     is larger than `spec`, else what validation decided, the lossless PNG made now if one is
@@ -101,7 +82,7 @@ def stored_image(data, info, stored, spec):
     return info, stored, False
 
 
-def resized_bytes(data, spec):
+def resized_bytes(data, spec) -> bytes:
     """The bytes `resize` stores of `data` (an image larger than `spec`)."""
     image, fmt = _resized(data, spec)
     return _encode(image, fmt, spec.quality)

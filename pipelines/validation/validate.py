@@ -4,9 +4,12 @@ Work items are chunks of listed inputs: the byte range of one line of the listin
 here, so that the runner moves two numbers per chunk rather than the line. A chunk's local files
 are read and checked one after the other: the check is mostly Python holding the GIL, and the
 local runner has a worker process per core. On `gs://`, a thread pool reads concurrently to
-hide per-object latency. The metadata of a chunk's valid images leaves as one block
-(pipelines/assignment/blocks.py). With --resize-shorter-side, a valid image larger than that is
-resized here, from the bytes just checked (pipelines/validation/resize.py).
+hide per-object latency, a few work items at once: an image whose read is retried after a
+fault of the network holds up no other item. A read that Cloud Storage does not answer within
+its retries stops the build (StoreUnavailable): a fault of the network is never an image's.
+The metadata of a chunk's valid images leaves as one block (pipelines/core/blocks.py).
+With --resize-shorter-side, a valid image larger than that is resized here, from the bytes just
+checked (pipelines/validation/resize.py).
 """
 
 import concurrent.futures
@@ -16,35 +19,37 @@ import typing
 
 import apache_beam as beam
 import google_crc32c
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.timestamp import MIN_TIMESTAMP
+from apache_beam.utils.windowed_value import WindowedValue
 from PIL import Image
 
 from imageshards import features
 from imageshards import file_names
 from imageshards import layout
 from imageshards import storage
-from imageshards.pool import bounded_map
 from imageshards.storage import read_input
-from pipelines import counters
-from pipelines.assignment import blocks
-from pipelines.assignment.blocks import ImageMeta
-from pipelines.inputs.entries import SMALL_INPUT_BYTES
+from pipelines.core import blocks
+from pipelines.core import counters
+from pipelines.core.blocks import ImageMeta
+from pipelines.core.sources import SMALL_INPUT_BYTES
 from pipelines.inputs.listing import read_work_item
-from pipelines.options import BuildConfig
 from pipelines.validation import images
 from pipelines.validation import resize
 from pipelines.validation.image_errors import pillow_call
 
 REJECTED = 'rejected'
+ITEMS_IN_FLIGHT = 4  # work items a worker with a thread pool reads at once, at most
 MISSING_LEVEL_REASON = 'missing_label_level'
 TOO_LARGE_REASON = 'too_large'
 
 
-def rejection(entry, reason, detail):
+def rejection(entry, reason, detail) -> dict:
     """One line of rejected.jsonl (a path that is not UTF-8 with its bytes: file_names.py)."""
     return {'id': entry.id, **file_names.to_json(entry.path), 'reason': reason, 'detail': detail}
 
 
-def level_ids(entry, levels, allow_missing):
+def level_ids(entry, levels, allow_missing) -> tuple:
     """The label level ids of an entry, in level order; raises MissingLevel where one has no
     value, unless `allow_missing` (then its id is -1). A multi-label entry has a sorted tuple of
     ids per level, empty where it has no value (as an image may have no label).
@@ -68,7 +73,7 @@ def level_ids(entry, levels, allow_missing):
     )
 
 
-def label_id(label_ids, label):
+def label_id(label_ids, label) -> int | tuple:
     """An entry's label id; a multi-label entry's sorted tuple of ids."""
     if isinstance(label, tuple):
         return tuple(sorted(label_ids[name] for name in label))
@@ -85,32 +90,13 @@ class _ValidateWorkItem(beam.DoFn):
     Its arguments are those of ValidateImages.
     """
 
-    def __init__(
-        self,
-        listing_path,
-        label_ids,
-        store,
-        max_pixels,
-        max_image_bytes,
-        io_threads,
-        reencode_dir,
-        levels,
-        allow_missing_levels,
-        rank_groups,
-        resize_spec,
-    ):
+    def __init__(self, listing_path, settings, store, rank_groups):
         self._listing_path = listing_path
-        self._label_ids = label_ids
+        self._settings = settings
         self._store = store
-        self._max_pixels = max_pixels
-        self._max_image_bytes = max_image_bytes
-        self._io_threads = io_threads
-        self._reencode_dir = reencode_dir  # set for `paths` builds
-        self._levels = levels  # [(level, {name: id})]
-        self._allow_missing_levels = allow_missing_levels
         self._rank_groups = rank_groups
-        self._resize = resize_spec
         self._pool = None
+        self._in_flight = []  # (entries, [future of each's _validate]) of the items in flight
         self._listed = counters.counter('listed')
         self._valid = counters.counter('validated')
         self._reencoded = counters.counter('reencoded')
@@ -118,25 +104,66 @@ class _ValidateWorkItem(beam.DoFn):
 
     def setup(self):
         # Pillow refuses at open beyond twice this; our own check rejects beyond it.
-        Image.MAX_IMAGE_PIXELS = self._max_pixels
-        if self._io_threads > 1:
-            self._pool = concurrent.futures.ThreadPoolExecutor(self._io_threads)
+        Image.MAX_IMAGE_PIXELS = self._settings.max_pixels
+        if self._settings.io_threads > 1:
+            self._pool = concurrent.futures.ThreadPoolExecutor(self._settings.io_threads)
 
     def finish_bundle(self):
+        for output in self._finished(every=True):  # outside `process`: in a window of its own
+            if isinstance(output, beam.pvalue.TaggedOutput):
+                yield beam.pvalue.TaggedOutput(output.tag, _windowed(output.value))
+            else:
+                yield _windowed(output)
         counters.flush()  # the bundle's last counts shown before the runner stops this worker
 
     def teardown(self):
         if self._pool:
-            self._pool.shutdown()
+            self._pool.shutdown(cancel_futures=True)
 
     def process(self, item):
+        """A work item's outputs. With a thread pool, its inputs are read and checked there while
+        the next items' start: its outputs leave once all its inputs are done, from a later call
+        or at the bundle's end, so that an input whose read is retried after a fault of the
+        network holds up no other item."""
         entries = read_work_item(self._listing_path, item)
         self._listed.inc(len(entries))
+        if not self._pool:
+            to_read = functools.partial(_path_to_read, max_bytes=self._settings.max_image_bytes)
+            yield from self._outputs(
+                entries, map(self._validate, storage.prefetching(entries, to_read))
+            )
+            return
+        self._in_flight.append((entries, [self._pool.submit(self._validate, e) for e in entries]))
+        yield from self._finished(one=len(self._in_flight) > ITEMS_IN_FLIGHT)
+
+    def _finished(self, one=False, every=False):
+        """The outputs of the items in flight whose inputs are all done; with `one`, waits for
+        one at least, with `every` for all. The first error of any input is raised at once."""
+        while self._in_flight:
+            for _, futures in self._in_flight:
+                failed = next((f for f in futures if f.done() and f.exception()), None)
+                if failed:
+                    raise failed.exception()
+            ready = next((i for i in self._in_flight if all(f.done() for f in i[1])), None)
+            if ready is None and not (one or every):
+                return
+            if ready is None:
+                pending = [f for _, futures in self._in_flight for f in futures if not f.done()]
+                concurrent.futures.wait(pending, return_when=concurrent.futures.FIRST_COMPLETED)
+                continue
+            self._in_flight.remove(ready)
+            one = False
+            entries, futures = ready
+            yield from self._outputs(entries, (future.result() for future in futures))
+
+    def _outputs(self, entries, outcomes):
+        """The outputs of a work item from the `_validate` outcomes of its entries: its
+        rejections, and the block of its valid images' ImageMeta."""
         # The bytes each record will store, kept for the writer (local runner, examples).
-        payloads = None if self._reencode_dir else self._store.payloads()
+        payloads = None if self._settings.reencode_dir else self._store.payloads()
         valid = []
         try:
-            for outcome in self._outcomes(entries):
+            for outcome in outcomes:
                 if isinstance(outcome, dict):
                     counters.counter(f'rejected_{outcome["reason"]}').inc()
                     yield beam.pvalue.TaggedOutput(REJECTED, outcome)
@@ -160,34 +187,26 @@ class _ValidateWorkItem(beam.DoFn):
         elif valid:
             yield from self._store.put('validated', [blocks.pack(valid)])
 
-    def _outcomes(self, entries):
-        """`_validate` of each entry, in order."""
-        if self._pool:
-            # At most twice as many as run at once: those waiting to be taken hold no image
-            # bytes but small ones (a pool's `map` would run them all, and hold all their bytes).
-            return bounded_map(self._pool, self._validate, entries, 2 * self._io_threads)
-        to_read = functools.partial(_path_to_read, max_bytes=self._max_image_bytes)
-        return map(self._validate, storage.prefetching(entries, to_read))
-
     def _validate(self, entry):
         """(ImageMeta, the bytes its record stores where small, else None) of a valid input,
         else its rejection. Holds one input's bytes at most: no larger than --max-image-bytes,
         known by its size before it is read."""
         if entry.reject:
             return rejection(entry, entry.reject, entry.detail)
+        settings = self._settings
         try:  # before reading: a rejected row costs no read
-            levels = level_ids(entry, self._levels, self._allow_missing_levels)
+            levels = level_ids(entry, settings.levels, settings.allow_missing_levels)
         except MissingLevel as e:
             return rejection(entry, MISSING_LEVEL_REASON, str(e))
         data = self._read(entry)
         if isinstance(data, dict):
             return data
         try:
-            info, stored = images.inspect_image(data, self._max_pixels, not self._resize)
+            info, stored = images.inspect_image(data, settings.max_pixels, not settings.resize)
             original, resized = info, False
-            if self._resize:
+            if settings.resize:
                 info, stored, resized = pillow_call(
-                    data, resize.stored_image, data, info, stored, self._resize
+                    data, resize.stored_image, data, info, stored, settings.resize
                 )
         except images.Rejected as e:
             return rejection(entry, e.reason, e.detail)
@@ -198,14 +217,15 @@ class _ValidateWorkItem(beam.DoFn):
         if info.reencoded:
             self._reencoded.inc()
             source_sha256 = hashlib.sha256(data).digest()
-            if self._reencode_dir:
+            if settings.reencode_dir:
                 storage.write_once(
-                    storage.join(self._reencode_dir, layout.reencoded_file(info.sha256)), stored
+                    storage.join(settings.reencode_dir, layout.reencoded_file(info.sha256)),
+                    stored,
                 )
         meta = ImageMeta(
             id=entry.id,
             key=entry.key,
-            label=label_id(self._label_ids, entry.label),
+            label=label_id(settings.label_ids, entry.label),
             split=entry.split,
             format=info.format,
             height=info.height,
@@ -228,16 +248,23 @@ class _ValidateWorkItem(beam.DoFn):
     def _read(self, entry):
         """The input's bytes, or its rejection: too large by its size as listed or as read,
         missing or unreadable."""
-        if entry.size > self._max_image_bytes:  # its size as listed
-            too_large = storage.TooLarge(entry.path, entry.size, self._max_image_bytes)
+        if entry.size > self._settings.max_image_bytes:  # its size as listed
+            too_large = storage.TooLarge(entry.path, entry.size, self._settings.max_image_bytes)
             return rejection(entry, TOO_LARGE_REASON, str(too_large))
         try:
-            return read_input(entry.path, self._max_image_bytes)
+            return read_input(entry.path, self._settings.max_image_bytes)
         except storage.TooLarge as e:  # its size as read: unknown to listing, or it grew
             return rejection(entry, TOO_LARGE_REASON, str(e))
-        except Exception as e:  # every failure to read becomes a rejection with its cause
-            reason = 'missing_file' if not storage.input_exists(entry.path) else 'read_error'
+        except storage.StoreUnavailable:  # the network's fault, not the image's: the build stops
+            raise
+        except Exception as e:  # an answer about the input itself: a rejection with its cause
+            reason = 'missing_file' if storage.input_missing(entry.path, e) else 'read_error'
             return rejection(entry, reason, f'{type(e).__name__}: {e}')
+
+
+def _windowed(output):
+    """An output of `finish_bundle`, which has no element's window to inherit: the global one."""
+    return WindowedValue(output, MIN_TIMESTAMP, [GlobalWindow()])
 
 
 def _path_to_read(entry, max_bytes):
@@ -256,49 +283,15 @@ class ValidateImages(beam.PTransform):
 
     Args:
         listing_path: the listing file whose byte ranges the work items are.
-        label_ids: label name -> id.
+        settings: the ValidationSettings (pipelines/core/settings.py).
         store: the BlockStore that keeps the blocks.
-        max_pixels: images declaring more pixels are rejected (decompression bombs).
-        max_image_bytes: inputs larger than this are rejected as too_large, unread.
-        io_threads: inputs read and checked at once per worker (1: one after the other).
-        reencode_dir: for `paths` builds, the output folder of lossless copies.
-        levels: [(level, {name: id})] of a build with label levels, in level order.
-        allow_missing_levels: an input missing a level value gets id -1 instead of being
-            rejected as `missing_label_level`.
         rank_groups: an assign.RankGroups: the blocks keyed as AssignShards(keyed=True)
             takes them, with no step between (no --dedup); None: block refs.
-        resize_spec: a resize.ResizeSpec: images larger than it are stored resized.
     """
 
-    def __init__(
-        self,
-        listing_path,
-        label_ids,
-        store,
-        *,
-        max_pixels,
-        max_image_bytes=BuildConfig.max_image_bytes,
-        io_threads=1,
-        reencode_dir=None,
-        levels=(),
-        allow_missing_levels=False,
-        rank_groups=None,
-        resize_spec=None,
-    ):
+    def __init__(self, listing_path, settings, store, rank_groups=None):
         super().__init__()
-        self._fn = _ValidateWorkItem(
-            listing_path,
-            label_ids,
-            store,
-            max_pixels,
-            max_image_bytes,
-            io_threads,
-            reencode_dir,
-            levels,
-            allow_missing_levels,
-            rank_groups,
-            resize_spec,
-        )
+        self._fn = _ValidateWorkItem(listing_path, settings, store, rank_groups)
 
     def expand(self, items):
         outputs = items | 'Decode' >> beam.ParDo(self._fn).with_outputs(REJECTED, main='valid')

@@ -11,7 +11,7 @@ from imageshards import file_names
 from imageshards import layout
 from imageshards import storage
 from imageshards.storage import read_input
-from pipelines.inputs.entries import source_path
+from pipelines.core.sources import source_path
 from pipelines.validation import images
 from pipelines.validation import resize
 
@@ -32,7 +32,7 @@ class RecordEncoder:
         label_names: every label name, by id.
         label_levels: {level: names} of a build with label levels.
         multi_label: a multi-label build (a meta's label and level values are tuples of ids).
-        resize_spec: the build's resize.ResizeSpec, if any: records keep their original's size
+        resize_spec: the build's settings.ResizeSpec, if any: records keep their original's size
             and digest too.
     """
 

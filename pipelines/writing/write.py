@@ -1,5 +1,5 @@
 """WriteShards: one TFRecord file per (split, shard), its records in seeded random order, and
-the analysis's measure of each shard of the analysed split (pipelines/analysis/analyze.py).
+the analysis's measure of each shard of the analysed split (pipelines/writing/sample.py).
 
 Image bytes are read here, a second time, so that the shuffle before this step carries only
 metadata. Each shard is written under the build's temporary folder and stays there, complete,
@@ -14,7 +14,6 @@ import collections
 import concurrent.futures
 import hashlib
 import typing
-import uuid
 
 import apache_beam as beam
 from PIL import Image
@@ -26,28 +25,21 @@ from imageshards import tfrecord
 from imageshards.dataset_json import FORMATS_KEY
 from imageshards.dataset_json import format_counts
 from imageshards.pool import bounded_map
-from pipelines import counters
-from pipelines.analysis import analyze
-from pipelines.assignment import blocks
 from pipelines.assignment.assign import order_key
-from pipelines.inputs.entries import source_path
-from pipelines.options import BuildConfig
+from pipelines.core import blocks
+from pipelines.core import counters
+from pipelines.core.settings import BuildConfig
+from pipelines.core.sources import source_path
 from pipelines.validation import images
 from pipelines.writing.encode import read_checked
 from pipelines.writing.encode import stored_bytes
+from pipelines.writing.sample import sample_count
+from pipelines.writing.sample import shard_summary
 
 SUMMARIES = 'summaries'
 
 
-class Sample(typing.NamedTuple):
-    """What the writer measures for the analysis (pipelines/analysis/analyze.py)."""
-
-    split: str  # the split analysed
-    size: int  # images measured of it, at most
-    image_size: int  # the side they are measured at
-
-
-def count_labels(meta, class_counts, level_counts):
+def count_labels(meta, class_counts, level_counts) -> None:
     """Counts a record's label(s) by id, and its level values by (level index, id), a level
     without a value as features.MISSING_LEVEL; a multi-label record counts each of its ids."""
     if not isinstance(meta.label, tuple):
@@ -61,7 +53,7 @@ def count_labels(meta, class_counts, level_counts):
 
 class _WriteShard(beam.DoFn):
     """((split, shard), [block ref]) -> the shard's entry for dataset.json, and to SUMMARIES,
-    for a shard of the analysed split, its analyze.shard_summary (see WriteShards)."""
+    for a shard of the analysed split, its shard_summary (see WriteShards)."""
 
     def __init__(self, encoder, seed, temp_dir, store, io_threads, sample, max_image_bytes):
         self._encoder = encoder
@@ -100,13 +92,13 @@ class _WriteShard(beam.DoFn):
         (split, index), refs = keyed
         metas = sorted(self._store.metas(refs), key=lambda meta: order_key(self._seed, meta))
         relative = layout_lib.shard_path(split, index, layout.num_shards[split])
-        temporary = storage.join(self._temp_dir, f'{uuid.uuid4().hex}.tfrecord')
+        staged = storage.join(self._output_dir, layout_lib.staged_shard(relative))
         digest, num_bytes, lengths = hashlib.sha256(), 0, []
         class_counts = collections.Counter()
         level_counts = collections.Counter()  # (level index, id) -> records
         measured = self._measured(split, index, layout)
-        pixel_sums = []  # of the first `measured` records' images (pipelines/analysis/analyze.py)
-        with storage.create(temporary) as f:
+        pixel_sums = []  # of the first `measured` records' images (sample.py)
+        with storage.created_whole(staged, self._temp_dir) as f:
             for meta, (framed, stored) in zip(metas, self._framed_records(metas)):
                 f.write(framed)
                 digest.update(framed)
@@ -115,12 +107,8 @@ class _WriteShard(beam.DoFn):
                 count_labels(meta, class_counts, level_counts)
                 if len(pixel_sums) < measured:
                     pixel_sums.append(self._pixel_sums(meta, stored))
-        temporary_index = temporary + layout_lib.INDEX_SUFFIX
-        with storage.create(temporary_index) as f:
+        with storage.created_whole(staged + layout_lib.INDEX_SUFFIX, self._temp_dir) as f:
             f.write(tfrecord.index_text(lengths))
-        staged = storage.join(self._output_dir, layout_lib.staged_shard(relative))
-        storage.make_parent(staged)
-        storage.rename([temporary, temporary_index], [staged, staged + layout_lib.INDEX_SUFFIX])
         self._records.inc(len(metas))
         self._bytes.inc(num_bytes)
         self._shards.inc()
@@ -146,14 +134,14 @@ class _WriteShard(beam.DoFn):
             entry.update(self._level_counts(level_counts))
         yield entry
         if self._sample and split == self._sample.split:
-            summary = analyze.shard_summary(metas, class_counts, pixel_sums)
+            summary = shard_summary(metas, class_counts, pixel_sums)
             yield beam.pvalue.TaggedOutput(SUMMARIES, summary)
 
     def _measured(self, split, index, layout):
         """How many of the shard's first records the analysis measures (0: none)."""
         if not self._sample or split != self._sample.split:
             return 0
-        return analyze.sample_count(
+        return sample_count(
             layout.num_records[split], layout.num_shards[split], index, self._sample.size
         )
 
@@ -211,7 +199,7 @@ class Written(typing.NamedTuple):
     """WriteShards' outputs."""
 
     shards: beam.PCollection  # one dataset.json shard entry per shard
-    summaries: beam.PCollection  # analyze.shard_summary per shard of the analysed split
+    summaries: beam.PCollection  # shard_summary per shard of the analysed split
 
 
 class WriteShards(beam.PTransform):

@@ -7,75 +7,17 @@ file given with `--config` supplies defaults for both: its top-level keys are th
 """
 
 import contextlib
-import dataclasses
 import io
 
 from imageshards import configfile
 from imageshards import features
 from imageshards import flags
 from imageshards import layout
-from imageshards import storage
-from pipelines.validation import resize
+from pipelines.core import settings
+from pipelines.core.settings import BuildConfig
 
 
-@dataclasses.dataclass(frozen=True)
-class BuildConfig:
-    """What to build; pipeline (runner) options live apart, in Beam's PipelineOptions."""
-
-    input: str
-    output: str
-    format: str = features.EXAMPLES
-    seed: int = 0
-    splits: tuple = (('train', 1.0),)
-    num_shards: int = 0  # per split; 0 means derive from shard_size_mb
-    shard_size_mb: float = 128.0  # target image bytes per shard, when num_shards is 0
-    dedup: bool = False
-    overwrite: bool = False
-    max_pixels: int = 89_478_485  # Pillow's own decompression-bomb threshold
-    max_image_bytes: int = 256 << 20  # larger inputs are `too_large`, rejected before a read
-    space_check: bool = True  # refuse a local build whose inputs cannot fit on the output's disk
-    io_threads: int = 0  # 0: 1 for local inputs, 32 for remote ones (see `threads`)
-    chunk_size: int = 256
-    allow_roots: tuple = ()  # folders manifest rows may name besides the manifest's own
-    follow_symlinks: bool = False
-    label_levels: tuple = ()  # a tree's levels, one per nested folder; a manifest's, to check
-    allow_missing_levels: bool = False  # a missing level value gets id -1 instead of a rejection
-    label_separator: str = None  # between a multi-label CSV cell's labels; None: whitespace
-    analyze: bool = True  # the analysis of the train split and its tf.Transform output
-    analysis_size: int = 32  # images are measured resized to this square size
-    analysis_split: str = 'train'
-    analysis_sample: int = 1000  # images measured for the pixel statistics (analysis/analyze.py)
-    transform_image_size: int = 224  # the side of the tf.Transform graph's `image` output
-    analysis_in_pipeline: bool = False  # write the TFT output in pipeline steps on the local runner
-    resize_shorter_side: int = 0  # images with a longer shorter side are stored resized; 0: none
-    resize_quality: int = resize.DEFAULT_QUALITY  # the JPEG quality of the resized images
-
-    @property
-    def resize(self):
-        """The resize.ResizeSpec of --resize-shorter-side, or None."""
-        if not self.resize_shorter_side:
-            return None
-        return resize.ResizeSpec(self.resize_shorter_side, self.resize_quality)
-
-    @property
-    def split_names(self):
-        return tuple(name for name, _ in self.splits)
-
-    @property
-    def threads(self):
-        """Concurrent reads and checks per worker.
-
-        Locally, checking is CPU-bound Python (the local runner has a worker process per core),
-        and handing files to a thread pool costs more than it saves (~100 us per image in GIL
-        hand-offs); on gs:// every read waits tens of milliseconds for the network, which
-        concurrent reads hide.
-        """
-        if self.io_threads:
-            return self.io_threads
-        return 32 if storage.is_uri(self.input) else 1
-
-
-def parse_splits(text):
+def parse_splits(text) -> tuple:
     """Parses `train=0.8,val=0.1,test=0.1` into (('train', 0.8), ...); fractions must sum to 1."""
     splits = []
     for part in str(text).split(','):
@@ -108,7 +50,7 @@ def _separator(text):
     return text
 
 
-def build_arg_parser():
+def build_arg_parser() -> flags.ArgumentParser:
     parser = flags.ArgumentParser(
         prog='imageshards build',
         description='Globally shuffle labeled images into balanced TFRecord shards (Apache Beam). '
@@ -275,7 +217,7 @@ def build_arg_parser():
         type=flags.integer(minimum=1, maximum=100),
         default=None,
         metavar='Q',
-        help=f'JPEG quality of the resized images (default {resize.DEFAULT_QUALITY}; '
+        help=f'JPEG quality of the resized images (default {settings.DEFAULT_QUALITY}; '
         'bench/RESULTS.md measures PSNR and size per quality)',
     )
     parser.add_argument(
@@ -299,7 +241,7 @@ def _yaml_splits(value):
     return parse_splits(value)
 
 
-def beam_option_names():
+def beam_option_names() -> list:
     """Every flag of Beam's PipelineOptions classes (`--runner`, `--direct_num_workers`, ...)."""
     return flags.flag_names(_beam_parser())
 
@@ -316,7 +258,7 @@ def _beam_parser():
     return parser
 
 
-def check_beam_args(parser, beam_args):
+def check_beam_args(parser, beam_args) -> None:
     """Exits with a usage error naming the first of `beam_args` that no pipeline option knows.
 
     Beam itself only warns about a flag it does not know and goes on without it: a misspelt
@@ -347,14 +289,14 @@ def _check_resize(parser, values):
         values['resize_quality'] = BuildConfig.resize_quality
 
 
-def parse_build_args(argv):
+def parse_build_args(argv) -> tuple:
     """Returns (BuildConfig, beam_args) from a command line."""
     parser, config, beam_args = _parse(argv)
     check_beam_args(parser, beam_args)
     return config, beam_args
 
 
-def peek_build_config(argv):
+def peek_build_config(argv) -> BuildConfig | None:
     """The BuildConfig of a command line, without importing Beam and without a word on
     stdout or stderr; None where the command line is wrong or asks for --help (the build will
     say how, or print it: once)."""

@@ -2,8 +2,8 @@
 
 A block is the metadata of many images (`ImageMeta`) packed into one bytes value, about 100
 bytes per image. Every step between validation and writing passes blocks, never one element
-per image: Python objects of a million images cost the local runner ~0.5 KB each, and one
-element per image costs any shuffle its per-element overhead.
+per image: a Python object per image would cost the local runner several times its packed size,
+and one element per image costs any shuffle its per-element overhead.
 
 Steps pass a block as the `ref` a store gives for it. `BlockStore` keeps blocks inline: the ref
 is the block itself, and on Dataflow its shuffle service holds the data. The local runner,
@@ -23,7 +23,7 @@ class ImageMeta(typing.NamedTuple):
     """What the shuffle moves for one valid image: compact metadata, never pixels or bytes."""
 
     id: int
-    key: str  # the source is `entries.source_path(base, key)`; packed as the name's bytes
+    key: str  # the source is `sources.source_path(base, key)`; packed as the name's bytes
     label: int  # the label's id; in a multi-label build, the sorted tuple of the image's ids
     split: str  # a manifest's split, or '' to be assigned
     format: str
@@ -43,16 +43,16 @@ class ImageMeta(typing.NamedTuple):
     payload_offset: int = 0  # where in it (`num_bytes` long)
 
     @property
-    def resized(self):
+    def resized(self) -> bool:
         """Whether the record stores a resize of the source (pipelines/validation/resize.py)."""
         return self.original_height > 0
 
     @property
-    def content_digest(self):
+    def content_digest(self) -> bytes:
         """The sha256 digest of the source file's bytes."""
         return self.source_sha256 or self.sha256
 
-    def with_payload(self, payload, offset):
+    def with_payload(self, payload, offset) -> 'ImageMeta':
         """This ImageMeta with its stored bytes at `offset` in payload file `payload`."""
         return _new_meta(ImageMeta, (*self[:-2], payload, offset))
 
@@ -77,7 +77,7 @@ _LEVEL_ID = struct.Struct('<i')
 _ORIGINAL_SIZE = struct.Struct('<II')
 
 
-def pack(metas):
+def pack(metas) -> bytes:
     """One block of `metas`, in their order."""
     parts = []
     for meta in metas:
@@ -153,7 +153,7 @@ def _nested_levels(flat):
     return tuple(levels)
 
 
-def unpack(block):
+def unpack(block) -> list:
     """The ImageMeta of a block, in the order they were packed."""
     metas, position, size = [], 0, len(block)
     while position < size:
@@ -219,20 +219,20 @@ class BlockStore:
     """Keeps blocks inline: a ref is its block. The interface every store has; configuration
     only, so that it pickles into every DoFn that puts or gets blocks."""
 
-    def put(self, prefix, blocks):
+    def put(self, prefix, blocks) -> list:
         """Refs of `blocks` (`prefix` names where a spilling store puts them)."""
         del prefix
         return list(blocks)
 
-    def get(self, ref):
+    def get(self, ref) -> bytes:
         """The block a ref stands for."""
         return ref
 
-    def metas(self, refs):
+    def metas(self, refs) -> list:
         """Every ImageMeta of the blocks `refs` stand for."""
         return [meta for ref in refs for meta in unpack(self.get(ref))]
 
-    def close(self):
+    def close(self) -> None:
         """Releases what this process holds open of the store (an inline one: nothing)."""
 
     def payloads(self):
@@ -240,7 +240,7 @@ class BlockStore:
         inline store keeps none, and the writer reads the inputs again."""
         return None
 
-    def read_payloads(self, metas, read_input, path_of=None):
+    def read_payloads(self, metas, read_input, path_of=None) -> typing.Iterator[bytes]:
         """Yields the stored bytes of each of `metas`, in their order: `read_input(meta)`, the
         file `path_of(meta)` (if given) asked of the kernel ahead (`storage.prefetching`)."""
         for meta in storage.prefetching(metas, path_of or _nothing):

@@ -33,12 +33,12 @@ FLUSH_SECONDS = 0.5
 VALIDATE, WRITE = 'validating', 'writing'  # the phases of the live counts
 
 
-def counter(name):
+def counter(name) -> beam.metrics.metricbase.Counter:
     """The counter `name` of the build (create it in a DoFn's `__init__`)."""
     return beam.metrics.Metrics.counter(NAMESPACE, name)
 
 
-def totals(result):
+def totals(result) -> dict:
     """{counter name: value} of a finished pipeline's result; {} where the runner has none."""
     found = {}
     try:
@@ -75,7 +75,7 @@ class _Counts:
             pass
 
 
-def advance(phase, n, total=None):
+def advance(phase, n, total=None) -> None:
     """Counts `n` more units of `phase` done in this process (and the phase's total, if known)."""
     folder = os.environ.get(PROGRESS_ENV)
     if not folder:
@@ -94,7 +94,7 @@ def advance(phase, n, total=None):
             _counts.dirty = True
 
 
-def flush():
+def flush() -> None:
     """Writes this process's counts now if some are not yet in its file: at a bundle's end, as
     the runner may stop the worker before the next timed flush."""
     with _lock:

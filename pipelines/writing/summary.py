@@ -5,7 +5,7 @@ import logging
 
 from imageshards import console
 from imageshards import layout
-from pipelines import counters
+from pipelines.core import counters
 from pipelines.writing import overwrite
 
 _LOG = logging.getLogger(__name__)

@@ -1,0 +1,12 @@
+"""What every stage of the build shares: the base below the stages, importing only the
+foundation (imageshards/). What more than one stage needs goes here, not into one of them: a
+field of the image metadata, a setting of the build, a way to reach an input's bytes.
+
+    blocks.py    image metadata (ImageMeta) packed in blocks, and the BlockStore that keeps them
+    context.py   what every step knows once the inputs are listed: ListingSummary, BuildContext
+    counters.py  what the steps count: Beam counters, and live counts for the local display
+    options.py   the flags of `imageshards build` (and a --config file), parsed into a BuildConfig
+    sources.py   where an input's bytes are: its path from its stable key; small inputs
+    settings.py  the build's settings as frozen records: BuildConfig, ResizeSpec,
+                 ValidationSettings, TransformSettings; who writes the tf.Transform output
+"""

@@ -1,0 +1,171 @@
+"""The build's settings, each a frozen record written once: what a step is handed of the
+build's flags, so that a setting travels as one value instead of an argument list.
+
+    BuildConfig  what to build: every flag of `imageshards build` (pipelines/core/options.py
+                 parses them); pipeline (runner) options live apart, in Beam's PipelineOptions
+    ResizeSpec   --resize-shorter-side and --resize-quality (pipelines/validation/resize.py
+                 applies it)
+    TransformBy  who writes the tf.Transform output, as pipelines/runner.py decides it
+    ValidationSettings  what validation checks of every input and keeps of a valid one
+    TransformSettings   what the tf.Transform graph of a build is made of, and where it goes
+"""
+
+import dataclasses
+import enum
+
+from imageshards import features
+from imageshards import storage
+
+DEFAULT_QUALITY = 90  # --resize-quality's default (bench/RESULTS.md measures PSNR and size)
+
+
+class TransformBy(enum.Enum):
+    """Who writes a build's tf.Transform output: one choice, made once (pipelines/runner.py)."""
+
+    NOBODY = 'nobody'  # --no-analyze
+    PIPELINE = 'pipeline'  # steps of the build's pipeline: on Dataflow, --analysis-in-pipeline
+    LAUNCHER = 'launcher'  # the launcher, after the pipeline (the local runner): from a graph
+    # kept or shipped, or written beside the build (pipelines/local/transform_writer.py)
+
+
+@dataclasses.dataclass(frozen=True)
+class ResizeSpec:
+    """A build's --resize-shorter-side and --resize-quality."""
+
+    shorter_side: int
+    quality: int = DEFAULT_QUALITY
+
+    def describe(self) -> dict:
+        """dataset.json's `resize`: the setting, and how it is applied."""
+        return {
+            'shorter_side': self.shorter_side,
+            'quality': self.quality,
+            'filter': 'lanczos',
+            'jpeg': 'baseline, 4:2:0, optimized Huffman tables',
+            'png': 'images with alpha, a palette or 1-bit pixels',
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildConfig:
+    """What to build; pipeline (runner) options live apart, in Beam's PipelineOptions."""
+
+    input: str
+    output: str
+    format: str = features.EXAMPLES
+    seed: int = 0
+    splits: tuple = (('train', 1.0),)
+    num_shards: int = 0  # per split; 0 means derive from shard_size_mb
+    shard_size_mb: float = 128.0  # target image bytes per shard, when num_shards is 0
+    dedup: bool = False
+    overwrite: bool = False
+    max_pixels: int = 89_478_485  # Pillow's own decompression-bomb threshold
+    max_image_bytes: int = 256 << 20  # larger inputs are `too_large`, rejected before a read
+    space_check: bool = True  # refuse a local build whose inputs cannot fit on the output's disk
+    io_threads: int = 0  # 0: 1 for local inputs, 32 for remote ones (see `threads`)
+    chunk_size: int = 256
+    allow_roots: tuple = ()  # folders manifest rows may name besides the manifest's own
+    follow_symlinks: bool = False
+    label_levels: tuple = ()  # a tree's levels, one per nested folder; a manifest's, to check
+    allow_missing_levels: bool = False  # a missing level value gets id -1 instead of a rejection
+    label_separator: str = None  # between a multi-label CSV cell's labels; None: whitespace
+    analyze: bool = True  # the analysis of the train split and its tf.Transform output
+    analysis_size: int = 32  # images are measured resized to this square size
+    analysis_split: str = 'train'
+    analysis_sample: int = 1000  # images measured for the pixel statistics (analysis/analyze.py)
+    transform_image_size: int = 224  # the side of the tf.Transform graph's `image` output
+    analysis_in_pipeline: bool = False  # write the TFT output in pipeline steps on the local runner
+    resize_shorter_side: int = 0  # images with a longer shorter side are stored resized; 0: none
+    resize_quality: int = DEFAULT_QUALITY  # the JPEG quality of the resized images
+
+    @property
+    def resize(self) -> ResizeSpec | None:
+        """The ResizeSpec of --resize-shorter-side, or None."""
+        if not self.resize_shorter_side:
+            return None
+        return ResizeSpec(self.resize_shorter_side, self.resize_quality)
+
+    @property
+    def split_names(self) -> tuple:
+        return tuple(name for name, _ in self.splits)
+
+    @property
+    def threads(self) -> int:
+        """Concurrent reads and checks per worker.
+
+        Locally, checking is CPU-bound Python (the local runner has a worker process per core),
+        and handing files to a thread pool costs more than it saves (GIL hand-offs for every
+        image); on gs:// every read waits tens of milliseconds for the network, which
+        concurrent reads hide.
+        """
+        if self.io_threads:
+            return self.io_threads
+        return 32 if storage.is_uri(self.input) else 1
+
+
+@dataclasses.dataclass(frozen=True)
+class ValidationSettings:
+    """What validation checks of every input and keeps of a valid one (pipelines/validation/).
+
+    Attributes:
+        label_ids: {label name: id}.
+        levels: ((level, {name: id}), ...) of a build with label levels, in level order.
+        allow_missing_levels: an input missing a level value gets id -1 instead of being
+            rejected as `missing_label_level`.
+        max_pixels: images declaring more pixels are rejected (decompression bombs).
+        max_image_bytes: inputs larger than this are rejected as too_large, unread.
+        io_threads: inputs read and checked at once per worker (1: one after the other).
+        reencode_dir: a `paths` build's output folder, where lossless copies go; else None.
+        resize: the ResizeSpec of a build that stores images larger than it resized, or None.
+    """
+
+    label_ids: dict
+    levels: tuple = ()
+    allow_missing_levels: bool = False
+    max_pixels: int = BuildConfig.max_pixels
+    max_image_bytes: int = BuildConfig.max_image_bytes
+    io_threads: int = 1
+    reencode_dir: str = None
+    resize: ResizeSpec = None
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformSettings:
+    """What a build's tf.Transform graph is made of, and where it is written
+    (pipelines/analysis/transform_output.py); its kind (`kind`) keys the graphs kept and shipped
+    (pipelines/analysis/graph_cache.py). Known once the inputs are listed.
+
+    Attributes:
+        labels: the build's label names, by id.
+        format: the build's format (`examples` or `paths`).
+        levels: the build's label level names.
+        image_size: the side of the transform's `image` output.
+        staging_dir: where transform_fn/, transformed_metadata/ and metadata/ are written.
+        temp_dir: TFT's own temporary folder.
+        multi_label: a multi-label build (its labels and levels are lists).
+    """
+
+    labels: tuple
+    format: str
+    levels: tuple = ()
+    image_size: int = BuildConfig.transform_image_size
+    staging_dir: str = None
+    temp_dir: str = None
+    multi_label: bool = False
+
+    @property
+    def kind(self) -> tuple:
+        """(format, levels, image size, multi_label): what the graph depends on of the build."""
+        return self.format, self.levels, self.image_size, self.multi_label
+
+    def to_json(self) -> dict:
+        """The settings as JSON-ready data, for the graph process (`from_json` reads them)."""
+        return {
+            **dataclasses.asdict(self),
+            'labels': list(self.labels),
+            'levels': list(self.levels),
+        }
+
+    @classmethod
+    def from_json(cls, data) -> 'TransformSettings':
+        return cls(**{**data, 'labels': tuple(data['labels']), 'levels': tuple(data['levels'])})
