@@ -2,10 +2,10 @@
 
 A training or evaluation batch of an `examples` build is decoded in one call (`decode_batch`,
 a `tf.map_fn` over its records): tf.data's map schedules each call on its thread pool and is
-woken when it completes, and per image that cost 8% of the CPU on 2 cores (bench/RESULTS.md,
-"Phase 3"). Record by record (`decode`) where an undecodable image must drop alone
-(skip_bad_images, counted in `SkippedImages`), where images are files read in parallel (a
-`paths` build), and for patches.
+woken when it completes, which per image is a measurable share of the CPU (bench/RESULTS.md,
+"Storing images at the size training uses", its phase 3). Record by record (`decode`) where
+an undecodable image must drop alone (skip_bad_images, counted in `SkippedImages`), where
+images are files read in parallel (a `paths` build), and for patches.
 """
 
 import tensorflow as tf
@@ -55,8 +55,8 @@ def decode(parsed, to_image, opts, skipped) -> tf.data.Dataset:
 def decode_batch(batch, to_image, image_size, opts) -> tuple:
     """A parsed batch -> (images, labels[, ids]): the same images as decode's, decoded in one
     function call by a loop. tf.data's map schedules each call on its thread pool and is woken
-    when it completes: per image, that cost 8% of the CPU on 2 cores (bench/RESULTS.md). An
-    undecodable image fails the batch, so skip_bad_images keeps the per-image map."""
+    when it completes, a cost per call (bench/RESULTS.md, "Storing images at the size training
+    uses"). An undecodable image fails the batch, so skip_bad_images keeps the per-image map."""
     positions = batch.get('position', tf.zeros_like(batch['id']))  # evaluation has none
     images = tf.map_fn(
         lambda record: to_image(*record),
