@@ -110,9 +110,9 @@ def test_the_dry_run_prints_the_custom_job_vertex_would_run(capsys, multi_worker
     # What every replica's `python -m trainer.task` makes of them: the YAML, then `--` flags.
     config = config_lib.parse_train_args(args)
     assert (config.data, config.job_dir) == ('gs://my-data/shards', 'gs://my-jobs/run-7')
-    assert config.image_size == (24, 32) and config.crop_area == (0.5, 1.0)
+    assert config.image_size == (24, 32) and config.input.crop_area == (0.5, 1.0)
     assert config.epochs == 7  # the flag after `--` wins over the YAML's 5
-    assert config.xla and not config.deterministic and config.require_gpu
+    assert config.xla and not config.input.deterministic and config.require_gpu
     assert config.log_dir == ''  # an empty YAML value leaves the default
 
 

@@ -40,6 +40,7 @@ from imageshards.cli import report_text
 from imageshards.cli import shuffle_metrics
 from imageshards.lock_holder import being_written_message
 from trainer import config as config_lib
+from trainer import input_options
 
 # TensorFlow (and the trainer's input pipeline) are imported where used, so that `--help` and
 # argument errors come at once.
@@ -313,8 +314,9 @@ def build_arg_parser():
     add('--out', help='directory to write into (default BUILD/report)')
     add('--seed', type=flags.integer(), default=trainer.seed, help="the trainer's --seed")
     count = flags.integer(minimum=1)
-    add('--shuffle-buffer', type=count, default=trainer.shuffle_buffer, help="the trainer's")
-    add('--cycle-length', type=count, default=trainer.cycle_length, help="the trainer's")
+    reading = input_options.InputOptions()
+    add('--shuffle-buffer', type=count, default=reading.shuffle_buffer, help="the trainer's")
+    add('--cycle-length', type=count, default=reading.cycle_length, help="the trainer's")
     add(
         '--baseline-buffer',
         type=count,
