@@ -27,6 +27,7 @@ import stat
 import struct
 import sys
 
+from imageshards import gcs_objects
 from imageshards import storage
 from imageshards.file_names import display
 from imageshards.storage import absolute
@@ -196,9 +197,13 @@ def _candidates(root, pattern, follow_symlinks, scan):
     (size: in bytes, or -1 where the file cannot be read).
 
     A local tree is walked in that order, one folder's names in memory at a time. An object
-    store's listing comes whole from FileSystems.match and is sorted here.
+    store's listing comes whole (from FileSystems.match; gs://'s from imageshards/gcs_objects.py,
+    whose requests are retried and whose failure is one line) and is sorted here.
     """
     # pylint: disable=import-outside-toplevel
+    if root.startswith('gs://'):
+        found = [(path, '', '', size) for path, size in gcs_objects.match(pattern)]
+        return iter(sorted(_classify(root, found, scan)))
     if is_uri(root):
         from apache_beam.io.filesystems import FileSystems
 
@@ -378,10 +383,7 @@ def work_items(listing_path):
 def read_work_item(listing_path, item):
     """The InputEntry of one work item: a (start, end) byte range of a listing file."""
     start, end = item
-    with storage.open_read(listing_path) as f:
-        f.seek(start)
-        line = f.read(end - start)
-    return parse_listing_line(line)
+    return parse_listing_line(storage.read_range(listing_path, start, end))
 
 
 def parse_listing_line(line):
@@ -390,5 +392,4 @@ def parse_listing_line(line):
 
 def copy_listing(source, destination):
     """Copies a listing file and its index (local or gs://, either way)."""
-    for src, dst in ((source, destination), (index_path(source), index_path(destination))):
-        storage.copy(src, dst)
+    storage.copy_many([(source, destination), (index_path(source), index_path(destination))])
