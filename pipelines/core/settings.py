@@ -19,8 +19,9 @@ from imageshards import features
 from imageshards import storage
 
 DEFAULT_QUALITY = 90  # --resize-quality's default (bench/RESULTS.md measures PSNR and size)
-# --near-duplicate-distance's default: bench/RESULTS.md, "Near-duplicates", measures it.
-NEAR_DUPLICATE_DISTANCE = 8
+# --near-duplicate-distance's default, imagededup's: bench/RESULTS.md, "Splits you can trust",
+# measures it.
+NEAR_DUPLICATE_DISTANCE = 10
 
 
 class TransformBy(enum.Enum):
