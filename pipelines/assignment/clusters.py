@@ -46,11 +46,11 @@ def make_clusters(packed_edges, num_images, max_cluster_size=0) -> Clusters:
     edges = edges[np.lexsort((edges['b'], edges['a'], edges['distance']))]
     parent, joined = {}, []
     for a, b, distance in edges.tolist():
-        root_a, root_b = _root(parent, a), _root(parent, b)
+        root_a, root_b = root(parent, a), root(parent, b)
         if root_a != root_b:
             parent[max(root_a, root_b)] = min(root_a, root_b)
             joined.append((min(a, b), max(a, b), distance))
-    cluster_of = {image: _root(parent, image) for image in parent}
+    cluster_of = {image: root(parent, image) for image in parent}
     sizes, pairs = {}, {}
     for cluster in cluster_of.values():
         sizes[cluster] = sizes.get(cluster, 0) + 1
@@ -61,8 +61,10 @@ def make_clusters(packed_edges, num_images, max_cluster_size=0) -> Clusters:
     return Clusters(cluster_of, sizes, capped, pairs, cap)
 
 
-def _root(parent, node):
-    """The least id of `node`'s component so far (a node not seen yet is its own)."""
+def root(parent, node):
+    """The root of `node` in a union-find forest `parent` (dict), halving the path; a node
+    not seen yet is its own. Joined by making the larger root point at the smaller, the root
+    is the least node of a component."""
     parent.setdefault(node, node)
     while parent[node] != node:
         parent[node] = parent[parent[node]]

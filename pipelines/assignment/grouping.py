@@ -100,7 +100,7 @@ def place_nodes(summaries, links, fractions, seed=0) -> dict:
     """
     parent = {}
     for a, b in links:
-        root_a, root_b = _root(parent, a), _root(parent, b)
+        root_a, root_b = cluster_lib.root(parent, a), cluster_lib.root(parent, b)
         if root_a != root_b:
             parent[max(root_a, root_b)] = min(root_a, root_b)
     units = collections.defaultdict(list)
@@ -112,7 +112,7 @@ def place_nodes(summaries, links, fractions, seed=0) -> dict:
                 f'group {node[1]!r}: its manifest rows name the splits {named}; the images of a '
                 f'group share one split: give its rows one split, or none'
             )
-        units[_root(parent, node)].append((node, summary))
+        units[cluster_lib.root(parent, node)].append((node, summary))
     order = {name: i for i, (name, _) in enumerate(fractions)}
     made = []
     for key, members in units.items():
@@ -127,14 +127,6 @@ def place_nodes(summaries, links, fractions, seed=0) -> dict:
 def _unit_key(node):
     kind, name = node
     return f'{kind}:{name:012d}' if kind == 'c' else f'{kind}:{name}'
-
-
-def _root(parent, node):
-    parent.setdefault(node, node)
-    while parent[node] != node:
-        parent[node] = parent[parent[node]]
-        node = parent[node]
-    return node
 
 
 class _ApplySplits(beam.DoFn):
