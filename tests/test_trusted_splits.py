@@ -381,3 +381,21 @@ def test_verify_recounts_groups_clusters_and_leaks_from_the_records(tmp_path):
     rows[0]['images'].pop()  # a cluster said smaller than it is
     listed.write_text(''.join(json.dumps(row) + '\n' for row in rows))
     assert verify.verify(str(out)) >= 1
+
+
+def test_a_multi_label_build_keeps_groups_whole(tmp_path):
+    paths = imgs.write_tree(tmp_path / 'in', 15, ('a', 'b'))
+    label_sets = ['x', 'x y', 'y', 'z', 'x z', '']
+    with open(tmp_path / 'm.csv', 'w', newline='', encoding='utf-8') as f:
+        writer = csv.writer(f)
+        writer.writerow(['path', 'labels', 'group'])
+        for i, path in enumerate(paths):
+            writer.writerow([str(path), label_sets[i % 6], f'g{i % 7}'])
+    argv = ['--input', str(tmp_path / 'm.csv'), '--output', str(tmp_path / 'out')]
+    dataset = _run(*argv, '--no-analyze')  # the analysis of label lists loads TensorFlow
+    by_group = collections.defaultdict(set)
+    for split, group in _records(tmp_path / 'out').values():
+        by_group[group].add(split)
+    assert len(by_group) == 7 and all(len(splits) == 1 for splits in by_group.values())
+    assert dataset['multi_label'] and dataset['grouping']['groups']['leaked'] == 0
+    assert {split for splits in by_group.values() for split in splits} == {'train', 'val', 'test'}
