@@ -19,8 +19,8 @@ built with --no-analyze):
     features                               the records' schema (imageshards/features.py)
     grouping                               a build with groups, --near-duplicates or
                                            --splits-from: what keeps images in one split, and
-                                           how well it held (`trust.py`'s GROUPING keys; each
-                                           split then has its own: SPLIT_GROUPING_KEYS)
+                                           how well it held (imageshards/grouping_facts.py; each
+                                           split then has its own: its SPLIT_KEYS)
     analysis                               the analysis split's statistics
     imageshards_version, created
 Readers take shard paths from here, never from a glob.

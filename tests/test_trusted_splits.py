@@ -399,3 +399,13 @@ def test_a_multi_label_build_keeps_groups_whole(tmp_path):
     assert len(by_group) == 7 and all(len(splits) == 1 for splits in by_group.values())
     assert dataset['multi_label'] and dataset['grouping']['groups']['leaked'] == 0
     assert {split for splits in by_group.values() for split in splits} == {'train', 'val', 'test'}
+
+
+def test_a_group_name_too_long_to_be_one_is_rejected_with_its_reason(tmp_path):
+    paths = imgs.write_tree(tmp_path / 'in', 3, ('cat', 'dog'))
+    rows = [(str(p), p.parent.name, '', f'g{i % 2}') for i, p in enumerate(paths)]
+    rows[1] = (*rows[1][:3], 'x' * 2000)  # a whole row pasted into one cell
+    _manifest(tmp_path / 'm.csv', rows)
+    dataset = _run('--input', str(tmp_path / 'm.csv'), '--output', str(tmp_path / 'out'))
+    assert dataset['counts']['rejected_by_reason'] == {'invalid_group': 1}
+    assert dataset['counts']['written'] == 5
