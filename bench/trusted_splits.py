@@ -253,6 +253,10 @@ def grow(data, work):
     _build(['--input', _plain_manifest(data, work, everything), *flags], fresh)
     before, after = _split_of_paths(v1, data), _split_of_paths(v2, data)
     moved = sum(before[p] != after[p] for p in before)
+    earlier_groups = {row['group'] for row in rows if row['path'] in first and row['group']}
+    new = [row for row in rows if row['path'] not in first]
+    bound = sum(row['group'] in earlier_groups for row in new)
+    print(f'new images: {len(new)}, {bound} of them in groups v1 already placed')
     print(
         f'v1 {len(before)} images, v2 {len(after)}; moved {moved}; '
         f'dataset.json: {dataset["grouping"]["previous"]}'
