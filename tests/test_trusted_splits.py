@@ -264,3 +264,20 @@ def test_a_group_name_too_long_to_be_one_is_rejected_with_its_reason(tmp_path):
     dataset = _run('--input', str(tmp_path / 'm.csv'), '--output', str(tmp_path / 'out'))
     assert dataset['counts']['rejected_by_reason'] == {'invalid_group': 1}
     assert dataset['counts']['written'] == 5
+
+
+def test_a_manifest_that_moves_an_earlier_image_stops_the_build_in_one_line(tmp_path, caplog):
+    paths = imgs.write_tree(tmp_path / 'in', 6, ('cat', 'dog'))
+    _manifest(tmp_path / 'v1.csv', [(str(p), p.parent.name, '', '') for p in paths])
+    _run('--input', str(tmp_path / 'v1.csv'), '--output', str(tmp_path / 'v1'))
+    first = _records(tmp_path / 'v1')
+    key, (split, _) = sorted(first.items())[0]
+    other = next(name for name in ('train', 'val', 'test') if name != split)
+    rows = [(str(p), p.parent.name, '', '') for p in paths]
+    rows = [(*row[:2], other if row[0].endswith(key) else '', '') for row in rows]
+    _manifest(tmp_path / 'v2.csv', rows)
+    argv = ['--input', str(tmp_path / 'v2.csv'), '--output', str(tmp_path / 'v2')]
+    argv += ['--splits', SPLITS, '--splits-from', str(tmp_path / 'v1')]
+    assert build.main(['--direct_running_mode=in_memory', *argv]) != 0
+    assert f'{key} was in split {split} of --splits-from' in caplog.text
+    assert not (tmp_path / 'v2' / '_SUCCESS').exists()
