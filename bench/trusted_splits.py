@@ -9,6 +9,11 @@ groups of skewed sizes, planted near-duplicates).
     python -m bench.trusted_splits build DATA   the build with and without --near-duplicates,
                                                 alternated (whole commands, CPU and wall)
 
+imagededup is not a dependency of the project: it requires torch and torchvision, which pip
+takes as CUDA builds of several GB. To compare with it, install a CPU torch first
+(`pip install torch --index-url https://download.pytorch.org/whl/cpu`), then
+`pip install --no-deps imagededup PyWavelets`; without it, `pairs` prints our hash alone.
+
 Pairs are counted pair by pair: a planted pair is found where its hashes are within the distance;
 a found pair is false where its images are not of one planted cluster (bench/trusted_data.py
 draws distinct images so that no other pair is a near-duplicate).
