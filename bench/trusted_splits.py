@@ -6,6 +6,7 @@ groups of skewed sizes, planted near-duplicates).
     python -m bench.trusted_splits splits DATA  LD and leaks: a plain build, a build with groups
                                                 and --near-duplicates, StratifiedGroupKFold
     python -m bench.trusted_splits grow DATA    80% then 100% with --splits-from: moved, LD
+                                                (--grow-by groups: the new 20% are new groups)
     python -m bench.trusted_splits build DATA   the build with and without --near-duplicates,
                                                 alternated (whole commands, CPU and wall)
 
@@ -22,6 +23,7 @@ draws distinct images so that no other pair is a near-duplicate).
 import argparse
 import collections
 import csv
+import hashlib
 import json
 import os
 import resource
@@ -189,7 +191,7 @@ def _measures(split_of, rows, truth):
         if row['group']:
             groups[row['group']].add(split)
     spread = stratification.measures([(sum(c.values()), c) for c in parts.values()])
-    clusters = [{split_of[p] for p in members} for members in truth['clusters']]
+    clusters = [{split_of[p] for p in members if p in split_of} for members in truth['clusters']]
     leaked_groups = sum(len(s) > 1 for s in groups.values())
     return spread['label_distribution'], leaked_groups, sum(len(s) > 1 for s in clusters)
 
@@ -242,10 +244,30 @@ def _plain_manifest(data, work, keep=None):
     return path
 
 
-def grow(data, work):
+def _hashed(rows, seed):
+    """{path: split} the way stable splits are often made by hand: a hash of the group (an
+    image without one alone) against the fractions 0.6/0.2/0.2. Nothing ever moves, and
+    nothing balances the labels."""
+    split_of = {}
+    for row in rows:
+        digest = hashlib.sha256(f'{seed}:{row["group"] or row["path"]}'.encode()).digest()
+        where = int.from_bytes(digest[:8], 'big') / 2**64
+        split_of[row['path']] = 'train' if where < 0.6 else 'val' if where < 0.8 else 'test'
+    return split_of
+
+
+def grow(data, work, by='images'):
+    """v1 of a random 80% of the images (`by='images'`) or of the groups (`by='groups'`: what
+    arrives later is new patients, new sessions; an image without a group is its own), v2 of all
+    of them with --splits-from v1, and a fresh build of all of them."""
     truth, rows = _truth(data)
     rng = np.random.default_rng(1)
-    first = {row['path'] for row in rows if rng.random() < 0.8}
+    if by == 'images':
+        first = {row['path'] for row in rows if rng.random() < 0.8}
+    else:
+        units = sorted({row['group'] or row['path'] for row in rows})
+        kept = {unit for unit in units if rng.random() < 0.8}
+        first = {row['path'] for row in rows if (row['group'] or row['path']) in kept}
     everything = {row['path'] for row in rows}
     v1 = os.path.join(work, 'v1')
     flags = ['--splits', SPLITS, '--no-analyze', '--near-duplicates']
@@ -258,6 +280,8 @@ def grow(data, work):
     _build(['--input', _plain_manifest(data, work, everything), *flags], fresh)
     before, after = _split_of_paths(v1, data), _split_of_paths(v2, data)
     moved = sum(before[p] != after[p] for p in before)
+    rebuilt = _split_of_paths(fresh, data)
+    moved_fresh = sum(before[p] != rebuilt[p] for p in before)
     earlier_groups = {row['group'] for row in rows if row['path'] in first and row['group']}
     new = [row for row in rows if row['path'] not in first]
     bound = sum(row['group'] in earlier_groups for row in new)
@@ -266,11 +290,21 @@ def grow(data, work):
         f'v1 {len(before)} images, v2 {len(after)}; moved {moved}; '
         f'dataset.json: {dataset["grouping"]["previous"]}'
     )
-    for name, out in (('v2 --splits-from v1', v2), ('fresh build of v2', fresh)):
-        ld, groups, clusters = _measures(_split_of_paths(out, data), rows, truth)
+    runs = (('v1', v1), ('v2 --splits-from v1', v2), ('fresh build of v2', fresh))
+    for name, out in runs:
+        included = [row for row in rows if name != 'v1' or row['path'] in first]
+        ld, groups, clusters = _measures(_split_of_paths(out, data), included, truth)
         print(
             f'{name}: LD {ld:.4g}, groups across splits {groups}, clusters across splits {clusters}'
         )
+    print(f"the fresh build would move {moved_fresh} of v1's {len(before)} images")
+    hashed = [_measures(_hashed(rows, seed), rows, truth) for seed in range(5)]
+    print(
+        'a hash of the group, seeds 0-4 (never moves): LD '
+        + ', '.join(f'{ld:.4g}' for ld, _, _ in hashed)
+        + '; clusters across splits '
+        + ', '.join(str(clusters) for _, _, clusters in hashed)
+    )
 
 
 def build_times(data, work, rounds):
@@ -304,13 +338,14 @@ def main(argv=None):
     parser.add_argument('data')
     parser.add_argument('--work', default='/tmp/trusted_splits')
     parser.add_argument('--rounds', type=int, default=3)
+    parser.add_argument('--grow-by', choices=('images', 'groups'), default='images')
     args = parser.parse_args(argv)
     if args.what == 'pairs':
         pairs(args.data)
     elif args.what == 'splits':
         splits(args.data, args.work)
     elif args.what == 'grow':
-        grow(args.data, args.work)
+        grow(args.data, args.work, args.grow_by)
     else:
         build_times(args.data, args.work, args.rounds)
 
