@@ -6,15 +6,17 @@ for a dataset that grows by new groups (bench/trusted_splits.py grow --grow-by g
 DATA is bench/trusted_data.py's dataset; V1_OUTPUT the build of its first 80% of groups that
 `trusted_splits grow --grow-by groups` made (the same random choice is made again here). Units
 are the manifest's groups (an image without one alone); near-duplicate clusters are left out,
-so the figures bound what the placement does with groups alone. v1's units keep their splits;
-the new ones are placed by `placement.place_units`, then moved one at a time to whichever split
-lowers a score: LD itself (stratification.measures), or LD plus the mean of how far each split's
-share of the images is from its fraction, times a weight. What it prints: each result's LD and
-split sizes, so that the trade between the label mix and the split sizes can be read.
+so the figures bound what the placement does with groups alone. v1's units keep their
+splits; the new ones are placed by `placement.place_units`, then moved one at a time (with
+--swaps, also swapped in pairs) to whichever split lowers a score: LD itself
+(stratification.measures), or LD plus the mean of how far each split's share of the images is
+from its fraction, times a weight. What it prints: each result's LD and split sizes, so that the
+trade between the label mix and the split sizes can be read.
 """
 
 import argparse
 import collections
+import itertools
 
 import numpy as np
 
@@ -68,11 +70,31 @@ def _moves(assign, free, labels, weight):
     return assign
 
 
+def _swaps(assign, free, labels, weight):
+    """Single moves, then pair swaps of new units in different splits, while either lowers the
+    score (pairs: quadratic in the new units; fine for this bench's ~90)."""
+    best, improved = None, True
+    while improved:
+        assign = _moves(assign, free, labels, weight)
+        best, improved = _score(assign, labels, weight), False
+        for a, b in itertools.combinations(free, 2):
+            if assign[a] == assign[b]:
+                continue
+            assign[a], assign[b] = assign[b], assign[a]
+            value = _score(assign, labels, weight)
+            if value < best - 1e-15:
+                best, improved = value, True
+            else:
+                assign[a], assign[b] = assign[b], assign[a]
+    return assign
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('data')
     parser.add_argument('--v1', required=True)
     parser.add_argument('--weights', type=float, nargs='+', default=[0.0, 0.1, 0.3, 1.0])
+    parser.add_argument('--swaps', type=float, default=1.0, help='the weight for moves and swaps')
     args = parser.parse_args(argv)
     _, rows = trusted_splits._truth(args.data)  # pylint: disable=protected-access
     rng = np.random.default_rng(1)  # trusted_splits.grow's choice of v1's groups
@@ -97,6 +119,12 @@ def main(argv=None):
         print(
             f'moves scored by LD + {weight} x size error: LD {_ld(found, labels):.4g}, '
             f'sizes {_sizes(found, labels)}'
+        )
+    if args.swaps:
+        found = _swaps(dict(placed), free, labels, args.swaps)
+        print(
+            f'moves and swaps scored by LD + {args.swaps} x size error: '
+            f'LD {_ld(found, labels):.4g}, sizes {_sizes(found, labels)}'
         )
 
 
