@@ -7,6 +7,8 @@ field of the image metadata, a setting of the build, a way to reach an input's b
     counters.py  what the steps count: Beam counters, and live counts for the local display
     options.py   the flags of `imageshards build` (and a --config file), parsed into a BuildConfig
     sources.py   where an input's bytes are: its path from its stable key; small inputs
+    groups.py    which group an image belongs to: a manifest's column, --group-pattern
     settings.py  the build's settings as frozen records: BuildConfig, ResizeSpec,
-                 ValidationSettings, TransformSettings; who writes the tf.Transform output
+                 ValidationSettings, TransformSettings, GroupingSettings; who writes the
+                 tf.Transform output
 """

@@ -14,6 +14,7 @@ from imageshards import features
 from imageshards import flags
 from imageshards import layout
 from pipelines.core import settings
+from pipelines.core.groups import parse_group_pattern
 from pipelines.core.settings import BuildConfig
 
 
@@ -63,7 +64,7 @@ def build_arg_parser() -> flags.ArgumentParser:
     parser.add_argument(
         '--input',
         help='directory tree <root>/<class>/..., a glob, or a .csv/.jsonl '
-        'manifest with path,label[,split]; local or gs://',
+        'manifest with path,label[,split][,group]; local or gs://',
     )
     parser.add_argument('--output', help='output directory (local or gs://)')
     parser.add_argument(
@@ -220,6 +221,7 @@ def build_arg_parser() -> flags.ArgumentParser:
         help=f'JPEG quality of the resized images (default {settings.DEFAULT_QUALITY}; '
         'bench/RESULTS.md measures PSNR and size per quality)',
     )
+    _add_split_flags(parser)
     parser.add_argument(
         '--chunk-size',
         type=flags.integer(minimum=1),
@@ -232,6 +234,60 @@ def build_arg_parser() -> flags.ArgumentParser:
         help="also show Beam's, TensorFlow's and the workers' own log lines",
     )
     return parser
+
+
+def _add_split_flags(parser):
+    """The flags that keep images together in one split (README, "Splits you can trust")."""
+    parser.add_argument(
+        '--group-pattern',
+        type=flags.words(parse_group_pattern),
+        default=BuildConfig.group_pattern,
+        metavar='REGEX',
+        help="the group of an image whose manifest row names none: the pattern's group named "
+        "'group', or its first, in the image's key (its path below the input root); every "
+        'image of a group lands in one split',
+    )
+    parser.add_argument(
+        '--near-duplicates',
+        action='store_true',
+        help='find near-duplicates (re-encoded, resized, cropped, brightened, blurred copies) '
+        'by a perceptual hash of every image, and keep each cluster of them in one split; '
+        'OUT/near_duplicates.jsonl lists the clusters',
+    )
+    parser.add_argument(
+        '--near-duplicate-distance',
+        type=flags.integer(minimum=0, maximum=16),
+        default=BuildConfig.near_duplicate_distance,
+        metavar='BITS',
+        help='two images are near-duplicates when their 64-bit hashes differ in at most this '
+        'many bits (bench/RESULTS.md measures the default)',
+    )
+    parser.add_argument(
+        '--max-cluster-size',
+        type=flags.integer(minimum=2),
+        default=None,
+        metavar='N',
+        help='a near-duplicate cluster of more images (blank or uniform ones share a hash) is '
+        'reported, not kept in one split (default: 1%% of the images, at least 16)',
+    )
+    parser.add_argument(
+        '--splits-from',
+        metavar='PREVIOUS_OUTPUT',
+        default=BuildConfig.splits_from,
+        help='an earlier build (local or gs://): its images (matched by key, or by content for '
+        'a renamed file) keep their splits; new images join their group or cluster, the others '
+        "fill each split's label mix",
+    )
+
+
+def _check_split_flags(parser, values):
+    """Usage errors of the near-duplicate flags; fills in the automatic cluster cap."""
+    distance = values['near_duplicate_distance'] != BuildConfig.near_duplicate_distance
+    if distance and not values['near_duplicates']:
+        parser.error('--near-duplicate-distance tunes --near-duplicates; give both')
+    if values['max_cluster_size'] is not None and not values['near_duplicates']:
+        parser.error('--max-cluster-size caps --near-duplicates clusters; give both')
+    values['max_cluster_size'] = values['max_cluster_size'] or 0
 
 
 def _yaml_splits(value):
@@ -329,5 +385,6 @@ def _parse(argv):
     values.pop('verbose')
     values['allow_roots'] = tuple(values['allow_roots'] or ())
     _check_resize(parser, values)
+    _check_split_flags(parser, values)
     # Config-file pipeline options first, so the same flag on the command line overrides them.
     return parser, BuildConfig(**values), config_beam_args + beam_args

@@ -129,6 +129,14 @@ def _check(spec, scan, counts):
         _LOG.warning('listing rejected %d inputs: %s', sum(rejected.values()), dict(rejected))
 
 
+def input_base(spec) -> str:
+    """What the keys of an --input are relative to, without listing it: a manifest's folder, a
+    glob's fixed folder, a tree's root."""
+    if is_manifest(spec):
+        return absolute(spec).rsplit('/', 1)[0]
+    return _glob_base(spec) if is_glob(spec) else absolute(spec).rstrip('/')
+
+
 def is_glob(spec):
     """Whether --input is a glob (`data/*/*.jpg`)."""
     return bool(_GLOB_CHARS.search(spec))

@@ -9,7 +9,8 @@ fault of the network holds up no other item. A read that Cloud Storage does not 
 its retries stops the build (StoreUnavailable): a fault of the network is never an image's.
 The metadata of a chunk's valid images leaves as one block (pipelines/core/blocks.py).
 With --resize-shorter-side, a valid image larger than that is resized here, from the bytes just
-checked (pipelines/validation/resize.py).
+checked (pipelines/validation/resize.py); with --near-duplicates, every valid image's
+perceptual hash is taken here too (pipelines/validation/perceptual.py).
 """
 
 import concurrent.futures
@@ -32,9 +33,12 @@ from imageshards.storage import read_input
 from pipelines.core import blocks
 from pipelines.core import counters
 from pipelines.core.blocks import ImageMeta
+from pipelines.core.groups import MAX_GROUP_BYTES
+from pipelines.core.groups import group_of
 from pipelines.core.sources import SMALL_INPUT_BYTES
 from pipelines.inputs.listing import read_work_item
 from pipelines.validation import images
+from pipelines.validation import perceptual
 from pipelines.validation import resize
 from pipelines.validation.image_errors import pillow_call
 
@@ -42,6 +46,7 @@ REJECTED = 'rejected'
 ITEMS_IN_FLIGHT = 4  # work items a worker with a thread pool reads at once, at most
 MISSING_LEVEL_REASON = 'missing_label_level'
 TOO_LARGE_REASON = 'too_large'
+INVALID_GROUP_REASON = 'invalid_group'
 
 
 def rejection(entry, reason, detail) -> dict:
@@ -194,10 +199,10 @@ class _ValidateWorkItem(beam.DoFn):
         if entry.reject:
             return rejection(entry, entry.reject, entry.detail)
         settings = self._settings
-        try:  # before reading: a rejected row costs no read
-            levels = level_ids(entry, settings.levels, settings.allow_missing_levels)
-        except MissingLevel as e:
-            return rejection(entry, MISSING_LEVEL_REASON, str(e))
+        facts = self._levels_and_group(entry)  # before reading: a rejected row costs no read
+        if isinstance(facts, dict):
+            return facts
+        levels, group = facts
         data = self._read(entry)
         if isinstance(data, dict):
             return data
@@ -208,6 +213,7 @@ class _ValidateWorkItem(beam.DoFn):
                 info, stored, resized = pillow_call(
                     data, resize.stored_image, data, info, stored, settings.resize
                 )
+            phash = perceptual.perceptual_hash(data) if settings.near_duplicates else -1
         except images.Rejected as e:
             return rejection(entry, e.reason, e.detail)
         source_sha256 = b''
@@ -239,11 +245,27 @@ class _ValidateWorkItem(beam.DoFn):
             levels=levels,
             original_height=original.height if resized else 0,
             original_width=original.width if resized else 0,
+            group=group,
+            phash=phash,
         )
         stored = data if stored is None else stored
         # Only a small image's bytes, or a resize, are kept (pipelines/local/spill.py): a
         # larger one's go now, not when the thread pool's results are taken in order.
         return meta, stored if len(stored) <= SMALL_INPUT_BYTES or resized else None
+
+    def _levels_and_group(self, entry):
+        """(label level ids, group) of an entry, or its rejection: a missing level value, a
+        group name too long to be one."""
+        settings = self._settings
+        try:
+            levels = level_ids(entry, settings.levels, settings.allow_missing_levels)
+        except MissingLevel as e:
+            return rejection(entry, MISSING_LEVEL_REASON, str(e))
+        group = group_of(entry.key, entry.group, settings.group_pattern)
+        if len(group.encode('utf-8', 'surrogateescape')) > MAX_GROUP_BYTES:
+            detail = f'its group name is longer than {MAX_GROUP_BYTES} bytes'
+            return rejection(entry, INVALID_GROUP_REASON, detail)
+        return levels, group
 
     def _read(self, entry):
         """The input's bytes, or its rejection: too large by its size as listed or as read,
