@@ -3,7 +3,8 @@
 The peers bench compares tools within one run; this compares two versions of this one, which
 drift alone cannot tell apart in figures taken an hour apart. Each side runs from its own
 checkout with its own interpreter (a fresh clone's `.venv`, made by the README's first command),
-the image pages warmed before each build, the tf.Transform graph cache shared.
+the image pages warmed before each build, the tf.Transform graph cache shared. Wall time, and
+CPU seconds of each build's whole process tree (bench/measure.py) with their ratio per round.
 
     git clone -q . /tmp/before && (cd /tmp/before && git checkout -q HEAD~1 && \\
         python3 -m venv .venv && .venv/bin/pip install -q -e .)
@@ -18,7 +19,7 @@ import statistics
 import sys
 
 from bench import datasets
-from bench.measure import run_measured
+from bench.measure import measure
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -42,6 +43,7 @@ def main(argv=None):
     )
     data = os.path.abspath(args.data)
     seconds = {name: [] for name in sides}
+    cpu = {name: [] for name in sides}
     for round_ in range(args.rounds):
         for name in list(sides) if round_ % 2 == 0 else list(sides)[::-1]:
             out = os.path.join(args.work_dir, f'ab-{name}')
@@ -50,13 +52,25 @@ def main(argv=None):
             python = os.path.join(sides[name], '.venv', 'bin', 'python')
             command = [python, '-m', 'imageshards.cli', 'build', '--input', data]
             command += ['--output', out, '--num-shards', '16', '--seed', '0', *flags]
-            taken, peak = run_measured(command, env=env, cwd=sides[name])[:2]
-            seconds[name].append(taken)
-            print(f'  round {round_ + 1}: {name:<7}{taken:>7.1f} s {peak / 2**20:>7.0f} MiB')
+            measured = measure(command, env=env, cwd=sides[name])
+            seconds[name].append(measured.seconds)
+            cpu[name].append(measured.cpu)
+            print(
+                f'  round {round_ + 1}: {name:<7}{measured.seconds:>7.1f} s '
+                f'{measured.cpu:>7.1f} s CPU {measured.peak / 2**20:>7.0f} MiB',
+                flush=True,
+            )
             shutil.rmtree(out, ignore_errors=True)
     for name, values in seconds.items():
         each = ', '.join(f'{value:.1f}' for value in values)
         print(f'{name:<7} median {statistics.median(values):.2f} s  ({each})')
+        print(f'{"":<7} CPU median {statistics.median(cpu[name]):.2f} s')
+    # Each round's pair ran back to back: their ratio is what holds under a shared machine's load.
+    ratios = [after / before for after, before in zip(cpu['after'], cpu['before'])]
+    print(
+        f'CPU after/before, median of the rounds: {statistics.median(ratios):.3f} '
+        f'({min(ratios):.3f}-{max(ratios):.3f})'
+    )
 
 
 if __name__ == '__main__':

@@ -1,11 +1,23 @@
-"""Wall time and peak resident memory of a command's whole process tree."""
+"""Wall time, CPU seconds and peak resident memory of a command's whole process tree.
 
+CPU seconds are user + system time of every process of the tree, as the kernel accounts them
+when each is reaped (what a Dataflow job is billed by: vCPU time). This process makes itself a
+child subreaper (Linux's PR_SET_CHILD_SUBREAPER), so that a descendant whose parent ended first
+is reaped here and counted too, not lost to init.
+"""
+
+import ctypes
 import dataclasses
+import os
+import resource
 import subprocess
+import sys
 import threading
 import time
 
 import psutil
+
+_PR_SET_CHILD_SUBREAPER = 36
 
 
 @dataclasses.dataclass
@@ -14,6 +26,7 @@ class Measurement:
     peak: int  # bytes: the largest sum of RSS over the process tree at one sample
     output: str
     process_peaks: list  # [(role, peak bytes)] of each process, largest first
+    cpu: float = 0.0  # user + system seconds of every process of the tree
 
 
 def run_measured(command, env=None, interval=0.1, cwd=None):
@@ -25,6 +38,8 @@ def run_measured(command, env=None, interval=0.1, cwd=None):
 def measure(command, env=None, interval=0.1, cwd=None):
     """Runs `command` (in `cwd`), sampling the RSS of its process tree every `interval` s; a
     Measurement."""
+    become_subreaper()
+    before = children_cpu()
     start = time.perf_counter()
     process = subprocess.Popen(
         command, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
@@ -59,10 +74,41 @@ def measure(command, env=None, interval=0.1, cwd=None):
     seconds = time.perf_counter() - start
     done.set()
     sampler.join()
+    reap_orphans(command)
+    cpu = children_cpu() - before
     if process.returncode:
         raise RuntimeError(f'{command} failed ({process.returncode}):\n{output[-4000:]}')
     process_peaks = sorted((tuple(value) for value in peaks.values()), key=lambda p: -p[1])
-    return Measurement(seconds, peak[0], output, process_peaks)
+    return Measurement(seconds, peak[0], output, process_peaks, cpu)
+
+
+def children_cpu():
+    """User + system seconds of this process's reaped descendants so far."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def become_subreaper():
+    if sys.platform.startswith('linux'):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def reap_orphans(command, timeout=60.0):
+    """Waits for the descendants of `command` that outlived their parents (reparented here),
+    so that their CPU time counts; raises RuntimeError for one still running after `timeout`
+    seconds (a build's processes end with its command)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid:
+            continue
+        if time.monotonic() > deadline:
+            left = [child.pid for child in psutil.Process().children()]
+            raise RuntimeError(f'{command}: processes {left} outlived it')
+        time.sleep(0.05)
 
 
 def _role(member, parent):

@@ -13,7 +13,10 @@ contenders alternated round by round so that the machine's drift hits all alike:
                  graph, as for the first build of a kind the package does not ship (each round)
   --no-analyze   `imageshards build --no-analyze`
   naive          list, random.shuffle, tf.io.TFRecordWriter, no validation (--naive)
-Wall time and peak RSS of each contender's whole process tree (launcher and workers).
+Wall time, CPU seconds (user + system of every process, what Dataflow bills) and peak RSS of
+each contender's whole process tree (launcher and workers). The CPU ratio to TFDS is taken
+round by round (each round's contenders ran back to back), then its median is printed: under a
+shared machine's load that pairing is the figure to quote.
 
 Reading (`read`): images/s delivered at 224x224 in batches of 64, in one process, contenders
 alternated: the trainer's `make_dataset(training=True)` on an imageshards build,
@@ -37,7 +40,7 @@ import statistics
 from bench import datasets
 from bench.build_throughput import imageshards_build
 from bench.build_throughput import python_module
-from bench.measure import run_measured
+from bench.measure import measure
 from pipelines.analysis import graph_cache
 
 SHARDS = 16
@@ -96,25 +99,42 @@ def run_builds(args):
             if 'new kind' in name:
                 own_env = dict(env, IMAGESHARDS_CACHE_DIR=first)
                 own_env[graph_cache.PACKAGED_ENV] = '0'
-            seconds, peak = run_measured(command(out), env=own_env)[:2]
-            runs[name].append((seconds, peak))
-            print(f'  round {round_ + 1}: {name:<26}{seconds:>7.1f} s {peak / 2**20:>7.0f} MiB')
+            measured = measure(command(out), env=own_env)
+            runs[name].append((measured.seconds, measured.peak, measured.cpu))
+            print(
+                f'  round {round_ + 1}: {name:<26}{measured.seconds:>7.1f} s '
+                f'{measured.cpu:>7.1f} s CPU {measured.peak / 2**20:>7.0f} MiB',
+                flush=True,
+            )
             if not args.keep:
                 shutil.rmtree(out, ignore_errors=True)
     _print_builds(runs, args.count)
 
 
 def _print_builds(runs, count):
-    results = {
-        name: (statistics.median(s for s, _ in measured), max(p for _, p in measured))
-        for name, measured in runs.items()
-    }
-    base = results.get('tfds')
+    """Medians of the rounds; `vs tfds`: TFDS's seconds over the contender's (higher is faster);
+    `CPU/tfds`: the contender's CPU seconds over TFDS's in the same round, median (lower is
+    cheaper), with its range."""
+    tfds = runs.get('tfds')
     print(f'\nmedian of {len(next(iter(runs.values())))} round(s); peak RSS is the largest seen')
-    print(f'{"contender":<26}{"seconds":>9}{"images/s":>10}{"vs tfds":>9}{"peak RSS":>11}')
-    for name, (seconds, peak) in results.items():
-        ratio = f'{base[0] / seconds:>8.2f}x' if base else f'{"-":>9}'
-        print(f'{name:<26}{seconds:>9.1f}{count / seconds:>10.0f}{ratio}{peak / 2**20:>7.0f} MiB')
+    print(
+        f'{"contender":<26}{"seconds":>9}{"images/s":>10}{"vs tfds":>9}'
+        f'{"CPU s":>8}{"us/image":>10}{"CPU/tfds":>10}{"(range)":>14}{"peak RSS":>11}'
+    )
+    for name, measured in runs.items():
+        seconds = statistics.median(s for s, _, _ in measured)
+        cpu = statistics.median(c for _, _, c in measured)
+        peak = max(p for _, p, _ in measured)
+        speed = cost = spread = '-'
+        if tfds:
+            speed = f'{statistics.median(s for s, _, _ in tfds) / seconds:.2f}x'
+            ratios = [ours[2] / theirs[2] for ours, theirs in zip(measured, tfds)]
+            cost = f'{statistics.median(ratios):.3f}'
+            spread = f'{min(ratios):.2f}-{max(ratios):.2f}'
+        print(
+            f'{name:<26}{seconds:>9.1f}{count / seconds:>10.0f}{speed:>9}{cpu:>8.1f}'
+            f'{cpu / count * 1e6:>10.0f}{cost:>10}{spread:>14}{peak / 2**20:>7.0f} MiB'
+        )
 
 
 def run_reads(args):

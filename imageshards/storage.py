@@ -20,13 +20,18 @@ import contextlib
 import os
 import re
 import shutil
+import stat
 import threading
 import time
 import uuid
 
 from imageshards import gcs
 from imageshards import gcs_objects
+from imageshards import local_reads
 from imageshards.gcs import StoreUnavailable  # noqa: F401  (raised by the reads and writes here)
+from imageshards.local_reads import PREFETCH_MAX_BYTES  # noqa: F401  (the steps' reads ahead)
+from imageshards.local_reads import prefetch_local  # noqa: F401
+from imageshards.local_reads import prefetching  # noqa: F401
 
 URI_SCHEME = re.compile(r'^[a-zA-Z][a-zA-Z0-9+.-]*://')
 _COPY_BUFFER = 1 << 20
@@ -307,9 +312,16 @@ def _read_local(path, max_bytes=None):
     """A local file's bytes in as few calls as the OS allows (a third of `open().read()`'s
     cost, which goes to Python's buffered file objects); TooLarge, unread, beyond
     `max_bytes`."""
-    fd = os.open(path, os.O_RDONLY)
+    fd = handed = local_reads.take(path)  # opened to ask the kernel for it ahead
+    if fd is None:
+        fd = os.open(path, os.O_RDONLY)
     try:
-        size = os.fstat(fd).st_size
+        status = os.fstat(fd)
+        if handed is not None and not stat.S_ISREG(status.st_mode):  # a FIFO, opened not blocking
+            os.close(fd)
+            fd = None
+            return _read_local(path, max_bytes)  # opened as a read opens it
+        size = status.st_size
         if max_bytes is not None and size > max_bytes:
             raise TooLarge(path, size, max_bytes)
         parts = [os.read(fd, size)]
@@ -317,44 +329,7 @@ def _read_local(path, max_bytes=None):
             parts.append(os.read(fd, size - sum(map(len, parts))))
         return b''.join(parts) if len(parts) > 1 else parts[0]
     finally:
-        os.close(fd)
-
-
-PREFETCH_AHEAD = 64  # files asked for ahead of the one being read
-PREFETCH_MAX_BYTES = 64 << 20  # of each
-
-
-def prefetching(items, path_of, ahead=PREFETCH_AHEAD):
-    """Yields `items` (a sequence), having asked the kernel for the local files of the next
-    `ahead` of them (`prefetch_local`) before each run of `ahead`: a file is then read from the
-    page cache while the disk fetches those after it. `path_of(item)` may be None: nothing to
-    fetch."""
-    for start in range(0, len(items), ahead):
-        if start == 0:
-            prefetch_local(map(path_of, items[:ahead]))
-        prefetch_local(map(path_of, items[start + ahead : start + 2 * ahead]))
-        yield from items[start : start + ahead]
-
-
-def prefetch_local(paths):
-    """Asks the kernel to start reading the local files among `paths` into the page cache, and
-    returns at once: the reads that follow find them there instead of each waiting on the disk
-    in turn (on a cold cache, this halved a build of 200,000 small JPEGs: bench/RESULTS.md).
-    Files that cannot be opened are left to the read that reports them."""
-    if not hasattr(os, 'posix_fadvise'):
-        return
-    for path in paths:
-        if path is None or is_uri(path):
-            continue
-        try:  # not blocking: a FIFO among the inputs must not hang the build here
-            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-        except OSError:
-            continue
-        try:  # at most PREFETCH_MAX_BYTES: a huge file is rejected by its size, never read
-            os.posix_fadvise(fd, 0, PREFETCH_MAX_BYTES, os.POSIX_FADV_WILLNEED)
-        except OSError:
-            pass
-        finally:
+        if fd is not None:
             os.close(fd)
 
 

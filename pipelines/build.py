@@ -225,6 +225,7 @@ def command(argv) -> int:
         # process: out of the collector's sight, a collection walks only what the build makes.
         # bench/RESULTS.md, "The build's processes freeze what their imports made", measures it.
         gc.freeze()
+        gc.enable()  # off while the imports ran (imageshards/cli/main.py)
         return main(argv)
     return supervise.run_supervised('pipelines.build', argv, lambda: interrupted_message(argv))
 

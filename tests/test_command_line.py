@@ -271,3 +271,29 @@ def test_what_workers_print_to_stderr_is_filtered_to_what_a_person_needs():
         noise = console._Noise()  # pylint: disable=protected-access
         noise.tracebacks = tracebacks
         assert [line for line in printed if not noise.drops(line)] == kept
+
+
+def test_the_build_collects_garbage_again_once_its_imports_are_frozen(tmp_path):
+    """The collector is off while Beam is imported (imageshards/cli/main.py), back on for the
+    build itself."""
+    script = (
+        'import gc, sys\n'
+        'from imageshards.cli import main\n'
+        'from pipelines import build\n'
+        'seen = []\n'
+        'build.run = lambda argv: seen.append(gc.isenabled())\n'
+        'main.main(["build", "--input", sys.argv[1], "--output", sys.argv[2]])\n'
+        'print(seen, gc.isenabled())\n'
+    )
+    env, _ = _environment(tmp_path)
+    env[supervise.ENV] = '1'  # the supervised child, in this process
+    done = subprocess.run(
+        [sys.executable, '-c', script, str(tmp_path / 'in'), str(tmp_path / 'out')],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPOSITORY,
+        check=True,
+        start_new_session=True,  # a supervised child ends its process group's stragglers
+    )
+    assert done.stdout.split() == ['[True]', 'True'], done.stderr

@@ -209,3 +209,16 @@ def test_without_credentials_a_gs_build_is_one_line(no_credentials):
         'application-default login`, set GOOGLE_APPLICATION_CREDENTIALS to the key file of a '
         'service account, or pass --no_auth to read public data anonymously'
     )
+
+
+def test_no_auth_is_read_once_per_options_and_follows_new_ones(no_credentials):
+    parsed = []
+    view_as = PipelineOptions.view_as
+    no_credentials.setattr(
+        PipelineOptions, 'view_as', lambda o, c: parsed.append(c) or view_as(o, c)
+    )
+    no_credentials.setattr(FileSystems, '_pipeline_options', PipelineOptions(['--no_auth']))
+    assert [cloud.anonymous() for _ in range(3)] == [True] * 3
+    no_credentials.setattr(FileSystems, '_pipeline_options', PipelineOptions([]))
+    assert [cloud.anonymous() for _ in range(3)] == [False] * 3
+    assert len(parsed) == 2  # once per options object, not once per request or file

@@ -47,3 +47,37 @@ def test_prefetch_takes_what_it_cannot_open_in_its_stride(tmp_path):
     worker.join(timeout=10)
     assert done.is_set(), 'prefetch_local blocked'
     assert real.read_bytes() == b'x' * 100
+
+
+def _open_descriptors():
+    return len(os.listdir('/proc/self/fd'))
+
+
+def test_a_read_after_prefetching_uses_the_descriptor_opened_ahead(tmp_path):
+    paths = []
+    for i in range(10):
+        path = tmp_path / f'{i}.jpg'
+        path.write_bytes(bytes([i]) * 100)
+        paths.append(str(path))
+    before = _open_descriptors()
+    read = []
+    for path in storage.prefetching(paths, lambda path: path, ahead=4):
+        os.unlink(path)  # gone by its name: only the descriptor opened ahead still reads it
+        read.append(storage.read_input(path, max_bytes=1000))
+    assert read == [bytes([i]) * 100 for i in range(10)]
+    assert _open_descriptors() == before
+
+
+def test_descriptors_no_read_took_are_closed_when_prefetching_ends(tmp_path):
+    paths = []
+    for i in range(10):
+        path = tmp_path / f'{i}.jpg'
+        path.write_bytes(b'x')
+        paths.append(str(path))
+    before = _open_descriptors()
+    for i, _ in enumerate(storage.prefetching(paths, lambda path: path, ahead=4)):
+        if i == 5:  # a step that stops early, its next files asked for
+            assert _open_descriptors() > before
+            break
+    assert _open_descriptors() == before
+    assert storage.read_input(paths[7]) == b'x'  # read by its name, as without prefetching

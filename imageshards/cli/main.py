@@ -1,6 +1,7 @@
 """The `imageshards` command: one subcommand per tool, each a thin hand-off to its module."""
 
 import difflib
+import gc
 import importlib
 import os
 import sys
@@ -72,6 +73,10 @@ def main(argv=None):
         # workers among them) write to it through its filter (imageshards/console.py).
         console.configure_logging(verbose='--verbose' in rest, child_tracebacks=False)
         early.start(rest)
+        # Beam's imports make objects that live as long as the process: collecting while they
+        # are made walks them again and again (a fifth of the imports' CPU). pipelines/build.py
+        # freezes them and turns the collector back on before the build makes anything.
+        gc.disable()
     # Imported on demand: `imageshards verify` need not load Beam, nor `build` TensorFlow.
     module = _module(command)
     try:
