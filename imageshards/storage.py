@@ -143,6 +143,24 @@ def open_read(path, guess_compression=False):
     return _fs().open(path, compression_type=_compression(guess_compression))
 
 
+def read_range(path, start, end):
+    """Bytes `start` to `end` (excluded) of a file; of an object on gs://, in one request."""
+    if end <= start:
+        return b''
+    if path.startswith('gs://'):
+        bucket, _, name = path[len('gs://') :].partition('/')
+        blob = _gcs_client().bucket(bucket).blob(name)
+        from google.api_core import exceptions  # pylint: disable=import-outside-toplevel
+
+        try:
+            return blob.download_as_bytes(start=start, end=end - 1)
+        except exceptions.RequestRangeNotSatisfiable:  # a range past the object's end
+            return b''
+    with open_read(path) as f:
+        f.seek(start)
+        return f.read(end - start)
+
+
 def read(path):
     """All bytes of a file of a build (through FileSystems)."""
     with open_read(path) as f:

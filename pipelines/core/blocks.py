@@ -23,7 +23,7 @@ class ImageMeta(typing.NamedTuple):
     """What the shuffle moves for one valid image: compact metadata, never pixels or bytes."""
 
     id: int
-    key: str  # the source is `sources.source_path(base, key)`; packed as the name's bytes
+    key: str  # the file is `sources.source_path(base, key)`, unless `source`; packed as bytes
     label: int  # the label's id; in a multi-label build, the sorted tuple of the image's ids
     split: str  # a manifest's split, or '' to be assigned
     format: str
@@ -39,6 +39,7 @@ class ImageMeta(typing.NamedTuple):
     # of ids per level in a multi-label build
     original_height: int = 0  # the source's size (as shown) where the record stores a resize
     original_width: int = 0  # of it (--resize-shorter-side); 0 where it stores the source
+    source: str = ''  # an input inside a container: its encoded sources.Source; '' for a file
     payload: int = 0  # the number of the payload file holding the stored bytes; 0: none
     payload_offset: int = 0  # where in it (`num_bytes` long)
 
@@ -64,17 +65,19 @@ _new_meta = tuple.__new__
 
 # id, label, height, width, channels, num_bytes, source_crc32c, reencoded, payload,
 # payload_offset, then the byte lengths of key, split, format, sha256 and source_sha256, the
-# number of level int32s and flags (bit 0: a multi-label image; bit 1: a resized one); then key,
-# split, format, sha256 and source_sha256 and the level ids as int32, in that order, and for a
-# resized image its original height and width as uint32. A multi-label image's `label` field is
-# its number of label ids, which follow the strings as int32s, and its levels are each a count
-# and that many ids.
+# number of level int32s and flags (bit 0: a multi-label image; bit 1: a resized one; bit 2: one
+# inside a container); then key, split, format, sha256 and source_sha256 and the level ids as
+# int32, in that order, for a resized image its original height and width as uint32, and for
+# one inside a container its source's length (uint32) and bytes. A multi-label image's `label`
+# field is its number of label ids, which follow the strings as int32s, and its levels are each
+# a count and that many ids.
 _FIXED = struct.Struct('<qIIIHQI?QQIHBBBHB')
 # A key is the bytes of its file name (imageshards/file_names.py): UTF-8, as always, for a name
 # that is UTF-8; its own bytes for one that is not.
 to_bytes, from_bytes = file_names.to_bytes, file_names.from_bytes
 _LEVEL_ID = struct.Struct('<i')
 _ORIGINAL_SIZE = struct.Struct('<II')
+_SOURCE_LENGTH = struct.Struct('<I')
 
 
 def pack(metas) -> bytes:
@@ -102,7 +105,7 @@ def pack(metas) -> bytes:
                 len(meta.sha256),
                 len(meta.source_sha256),
                 len(levels),
-                multi | meta.resized << 1,
+                multi | meta.resized << 1 | bool(meta.source) << 2,
             )
         )
         parts += (key, split, fmt, meta.sha256, meta.source_sha256)
@@ -112,12 +115,15 @@ def pack(metas) -> bytes:
             parts.append(struct.pack(f'<{len(levels)}i', *levels))
         if meta.resized:
             parts.append(_ORIGINAL_SIZE.pack(meta.original_height, meta.original_width))
+        if meta.source:
+            source = to_bytes(meta.source)
+            parts += (_SOURCE_LENGTH.pack(len(source)), source)
     return b''.join(parts)
 
 
 def _labels(block, position, label, num_levels, flags):
-    """(label, levels, original size, position after them) of an image whose strings end at
-    `position`."""
+    """(label, levels, original size, source, position after them) of an image whose strings
+    end at `position`."""
     multi = flags & 1
     if multi:
         label = struct.unpack_from(f'<{label}i', block, position) if label else ()
@@ -125,7 +131,13 @@ def _labels(block, position, label, num_levels, flags):
     levels = struct.unpack_from(f'<{num_levels}i', block, position) if num_levels else ()
     position += _LEVEL_ID.size * num_levels
     original, position = _original_size(block, position, flags)
-    return label, _nested_levels(levels) if multi else levels, original, position
+    source = ''
+    if flags & 4:
+        (length,) = _SOURCE_LENGTH.unpack_from(block, position)
+        position += _SOURCE_LENGTH.size
+        source = from_bytes(block[position : position + length])
+        position += length
+    return label, _nested_levels(levels) if multi else levels, original, source, position
 
 
 def _original_size(block, position, flags):
@@ -157,25 +169,10 @@ def unpack(block) -> list:
     """The ImageMeta of a block, in the order they were packed."""
     metas, position, size = [], 0, len(block)
     while position < size:
-        (
-            image_id,
-            label,
-            height,
-            width,
-            channels,
-            num_bytes,
-            crc,
-            reencoded,
-            payload,
-            payload_offset,
-            key_len,
-            split_len,
-            format_len,
-            sha_len,
-            source_len,
-            num_levels,
-            flags,
-        ) = _FIXED.unpack_from(block, position)
+        fixed = _FIXED.unpack_from(block, position)
+        image_id, label, height, width, channels, num_bytes, crc = fixed[:7]
+        reencoded, payload, payload_offset, key_len, split_len = fixed[7:12]
+        format_len, sha_len, source_len, num_levels, flags = fixed[12:]
         position += _FIXED.size
         key = from_bytes(block[position : position + key_len])
         position += key_len
@@ -187,7 +184,9 @@ def unpack(block) -> list:
         position += sha_len
         source_sha256 = block[position : position + source_len]
         position += source_len
-        label, levels, original, position = _labels(block, position, label, num_levels, flags)
+        label, levels, original, source, position = _labels(
+            block, position, label, num_levels, flags
+        )
         metas.append(
             _new_meta(
                 ImageMeta,
@@ -207,6 +206,7 @@ def unpack(block) -> list:
                     reencoded,
                     levels,
                     *original,
+                    source,
                     payload,
                     payload_offset,
                 ),

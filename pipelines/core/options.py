@@ -50,6 +50,14 @@ def _separator(text):
     return text
 
 
+def _template(text):
+    """--path-template: a path with one `{}`, where the path column's value goes."""
+    text = str(text)
+    if text.count('{}') != 1:
+        raise ValueError(f"--path-template {text!r}: give a path with one {{}}: 'train/{{}}.png'")
+    return text
+
+
 def build_arg_parser() -> flags.ArgumentParser:
     parser = flags.ArgumentParser(
         prog='imageshards build',
@@ -62,8 +70,19 @@ def build_arg_parser() -> flags.ArgumentParser:
     )
     parser.add_argument(
         '--input',
-        help='directory tree <root>/<class>/..., a glob, or a .csv/.jsonl '
-        'manifest with path,label[,split]; local or gs://',
+        help='directory tree <root>/<class>/..., a glob, a .csv/.jsonl manifest with '
+        'path,label[,split], a .tar/.tar.gz/.tgz/.zip of a class tree, per-class tars named '
+        'after their class, WebDataset shards, MNIST IDX files, .npz/.npy arrays, or TFRecord '
+        'files of tf.train.Examples; local or gs://, alone or as a glob. Archives are read '
+        'in place, never extracted: a .tar or .zip by many workers at once, a .tar.gz (and a '
+        '.gz IDX file, a compressed .npz) in one sequential work item per file',
+    )
+    parser.add_argument(
+        '--input-form',
+        choices=settings.INPUT_FORMS,
+        default=BuildConfig.input_form,
+        help='what --input is, where its detection from names and content should be '
+        'overridden (the log says what was detected)',
     )
     parser.add_argument('--output', help='output directory (local or gs://)')
     parser.add_argument(
@@ -159,6 +178,48 @@ def build_arg_parser() -> flags.ArgumentParser:
         default=BuildConfig.label_separator,
         help='what separates the labels in one cell of a multi-label CSV manifest (a labels '
         'column, and its label/<level> cells) (default: whitespace)',
+    )
+    parser.add_argument(
+        '--path-column',
+        default=BuildConfig.path_column,
+        metavar='NAME',
+        help='the column (JSONL key) of a manifest or --labels-file that holds the image path '
+        '(default: path); with it, --label-column or --labels-column, or --path-template, '
+        'every other column is ignored',
+    )
+    labels = parser.add_mutually_exclusive_group()
+    labels.add_argument(
+        '--label-column',
+        default=BuildConfig.label_column,
+        metavar='NAME',
+        help='the column that holds the label (default: label), e.g. diagnosis',
+    )
+    labels.add_argument(
+        '--labels-column',
+        default=BuildConfig.labels_column,
+        metavar='NAME',
+        help='the column that holds several labels per image (default: labels), e.g. tags',
+    )
+    parser.add_argument(
+        '--path-template',
+        type=flags.words(_template),
+        default=BuildConfig.path_template,
+        metavar='TEMPLATE',
+        help="forms each path from the path column's value: train_images/{}.png",
+    )
+    parser.add_argument(
+        '--labels-file',
+        default=BuildConfig.labels_file,
+        metavar='FILE',
+        help='a CSV or JSONL file that gives the labels of a tree or archive by file name (its '
+        'path below the root, or its name alone), instead of its folders',
+    )
+    parser.add_argument(
+        '--class-names',
+        default=BuildConfig.class_names,
+        metavar='FILE',
+        help='names of integer labels (of arrays, TFRecords, WebDataset .cls files, a label '
+        'column), one per line, line i naming label i; default: the integer is the name',
     )
     parser.add_argument(
         '--allow-missing-levels',

@@ -13,6 +13,7 @@ wrong in its own words.
 """
 
 import collections
+import dataclasses
 import json
 import logging
 import os
@@ -22,6 +23,7 @@ import sys
 import tempfile
 
 from imageshards import storage
+from pipelines.core.settings import InputSettings
 from pipelines.inputs import entries
 from pipelines.inputs import listing
 
@@ -38,7 +40,9 @@ def parameters(config):
         'allow_roots': list(config.allow_roots),
         'follow_symlinks': config.follow_symlinks,
         'label_levels': list(config.label_levels),
+        'label_separator': config.label_separator,
         'chunk_size': config.chunk_size,
+        'inputs': dataclasses.asdict(config.inputs),
     }
 
 
@@ -69,6 +73,8 @@ class EarlyListing:
             collections.Counter(result['skipped']),
             result['skipped_examples'],
             result['levels'],
+            result['multi_label'],
+            result['form'],
         )
         counts = entries.ListingCounts.from_json(result['counts'])
         return os.path.join(self.folder, LISTING), counts, scan
@@ -149,7 +155,12 @@ def main(argv=None):
     logging.getLogger().addHandler(kept)
     logging.getLogger().setLevel(logging.INFO)
     scan = listing.scan_inputs(
-        params['input'], params['allow_roots'], params['follow_symlinks'], params['label_levels']
+        params['input'],
+        params['allow_roots'],
+        params['follow_symlinks'],
+        params['label_levels'],
+        params['label_separator'],
+        InputSettings(**params['inputs']),
     )
     counts = listing.write_counted(scan, os.path.join(folder, LISTING), params['chunk_size'])
     result = {
@@ -158,6 +169,8 @@ def main(argv=None):
         'skipped': dict(scan.skipped),
         'skipped_examples': scan.skipped_examples,
         'levels': scan.levels,
+        'multi_label': scan.multi_label,
+        'form': scan.form,
         'logged': kept.logged,
     }
     with open(os.path.join(folder, RESULT), 'w', encoding='utf-8') as f:

@@ -23,12 +23,13 @@ from imageshards import file_names
 from imageshards import layout
 from imageshards import storage
 from imageshards.pool import bounded_map
-from imageshards.storage import read_input
 from pipelines.core import blocks
 from pipelines.core import counters
+from pipelines.core import reading
+from pipelines.core import sources
 from pipelines.core.blocks import ImageMeta
 from pipelines.core.sources import SMALL_INPUT_BYTES
-from pipelines.inputs.listing import read_work_item
+from pipelines.inputs.listing import read_work_item_lines
 from pipelines.validation import images
 from pipelines.validation import resize
 from pipelines.validation.image_errors import pillow_call
@@ -109,23 +110,34 @@ class _ValidateWorkItem(beam.DoFn):
             self._pool.shutdown()
 
     def process(self, item):
-        entries = read_work_item(self._listing_path, item)
+        # A work item is one line of the listing, or (a sequential source's) several, whose
+        # entries are read in order through one Reader.
+        reader = reading.Reader(contiguous=True)
+        try:
+            for entries in read_work_item_lines(self._listing_path, item):
+                yield from self._validate_chunk(entries, reader)
+        finally:
+            reader.close()
+
+    def _validate_chunk(self, entries, reader):
+        """The outputs of one line's entries: rejections, and one block of the valid ones."""
         self._listed.inc(len(entries))
         # The bytes each record will store, kept for the writer (local runner, examples).
         payloads = None if self._settings.reencode_dir else self._store.payloads()
         valid = []
         try:
-            for outcome in self._outcomes(entries):
+            for outcome in self._outcomes(entries, reader):
                 if isinstance(outcome, dict):
                     counters.counter(f'rejected_{outcome["reason"]}').inc()
                     yield beam.pvalue.TaggedOutput(REJECTED, outcome)
                     continue
                 meta, stored = outcome
                 # A resize is kept whatever its size: making it again would decode the input
-                # again.
+                # again; so is an input of a sequential source, which cannot be read alone.
                 kept = None
                 if payloads and stored is not None:
-                    kept = payloads.add(stored, always=meta.resized)
+                    always = meta.resized or sources.is_sequential(meta.source)
+                    kept = payloads.add(stored, always=always)
                 if kept:
                     meta = meta.with_payload(*kept)
                 valid.append(meta)
@@ -139,19 +151,23 @@ class _ValidateWorkItem(beam.DoFn):
         elif valid:
             yield from self._store.put('validated', [blocks.pack(valid)])
 
-    def _outcomes(self, entries):
-        """`_validate` of each entry, in order."""
+    def _outcomes(self, entries, reader):
+        """`_validate` of each entry, in order (those inside containers one after the other,
+        through `reader`)."""
+        validate = functools.partial(self._validate, reader=reader)
+        if any(entry.source for entry in entries):
+            return map(validate, entries)
         if self._pool:
             # At most twice as many as run at once: those waiting to be taken hold no image
             # bytes but small ones (a pool's `map` would run them all, and hold all their bytes).
-            return bounded_map(self._pool, self._validate, entries, 2 * self._settings.io_threads)
+            return bounded_map(self._pool, validate, entries, 2 * self._settings.io_threads)
         to_read = functools.partial(_path_to_read, max_bytes=self._settings.max_image_bytes)
-        return map(self._validate, storage.prefetching(entries, to_read))
+        return map(validate, storage.prefetching(entries, to_read))
 
-    def _validate(self, entry):
-        """(ImageMeta, the bytes its record stores where small, else None) of a valid input,
-        else its rejection. Holds one input's bytes at most: no larger than --max-image-bytes,
-        known by its size before it is read."""
+    def _validate(self, entry, reader=None):
+        """(ImageMeta, the bytes its record stores where small, else None) of a valid input read
+        by `reader` (default: this thread's), else its rejection. Holds one input's bytes at
+        most: no larger than --max-image-bytes, known by its size before it is read."""
         if entry.reject:
             return rejection(entry, entry.reject, entry.detail)
         settings = self._settings
@@ -159,7 +175,7 @@ class _ValidateWorkItem(beam.DoFn):
             levels = level_ids(entry, settings.levels, settings.allow_missing_levels)
         except MissingLevel as e:
             return rejection(entry, MISSING_LEVEL_REASON, str(e))
-        data = self._read(entry)
+        data = self._read(entry, reader or reading.thread_reader())
         if isinstance(data, dict):
             return data
         try:
@@ -200,29 +216,37 @@ class _ValidateWorkItem(beam.DoFn):
             levels=levels,
             original_height=original.height if resized else 0,
             original_width=original.width if resized else 0,
+            source=entry.source,
         )
         stored = data if stored is None else stored
-        # Only a small image's bytes, or a resize, are kept (pipelines/local/spill.py): a
-        # larger one's go now, not when the thread pool's results are taken in order.
-        return meta, stored if len(stored) <= SMALL_INPUT_BYTES or resized else None
+        # Only a small image's bytes, a resize or a sequential source's input are kept (spill.py):
+        # a larger one's go now, not when the thread pool's results are taken in order.
+        keep = len(stored) <= SMALL_INPUT_BYTES or resized or sources.is_sequential(entry.source)
+        return meta, stored if keep else None
 
-    def _read(self, entry):
+    def _read(self, entry, reader):
         """The input's bytes, or its rejection: too large by its size as listed or as read,
-        missing or unreadable."""
+        missing or unreadable; inside a container, in a paths build (which names files)."""
+        if entry.source and self._settings.reencode_dir:
+            detail = 'a paths build names files training reads; build examples to store it'
+            return rejection(entry, 'inside_container', detail)
         if entry.size > self._settings.max_image_bytes:  # its size as listed
             too_large = storage.TooLarge(entry.path, entry.size, self._settings.max_image_bytes)
             return rejection(entry, TOO_LARGE_REASON, str(too_large))
         try:
-            return read_input(entry.path, self._settings.max_image_bytes)
+            return reader.read(entry.path, entry.source, self._settings.max_image_bytes)
         except storage.TooLarge as e:  # its size as read: unknown to listing, or it grew
             return rejection(entry, TOO_LARGE_REASON, str(e))
+        except reading.Unreadable as e:  # a container that does not hold it as listed
+            return rejection(entry, e.reason, e.detail)
         except Exception as e:  # every failure to read becomes a rejection with its cause
-            reason = 'missing_file' if not storage.input_exists(entry.path) else 'read_error'
+            where = sources.Source.decode(entry.source).container if entry.source else entry.path
+            reason = 'missing_file' if not storage.input_exists(where) else 'read_error'
             return rejection(entry, reason, f'{type(e).__name__}: {e}')
 
 
 def _path_to_read(entry, max_bytes):
-    return None if entry.reject or entry.size > max_bytes else entry.path
+    return None if entry.reject or entry.size > max_bytes or entry.source else entry.path
 
 
 class Validated(typing.NamedTuple):
