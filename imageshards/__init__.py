@@ -17,6 +17,8 @@ commands in imageshards/cli/.
     stratification.py    how evenly the labels of a multi-label build spread over its parts
     storage.py           files local and on gs://: join, list, read, write, delete
     folder_top.py        what is at the top of a folder, without listing below it
+    gcs.py               Cloud Storage clients, retries, and a network fault told from an answer
+    gcs_objects.py       objects on gs:// in as few requests as Cloud Storage allows
     file_names.py        file names as bytes, kept and written to JSON
     output_lock.py       one build per output: the lock a build holds on its output
     gcs_lock.py          the lock of a gs:// output

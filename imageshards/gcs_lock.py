@@ -10,7 +10,9 @@ machine's clock: clocks a minute apart shorten or lengthen the expiry by that mi
 
 A holder whose lock was taken over or removed, or that could not refresh it for EXPIRY_SECONDS,
 has lost it: `check` raises LockLost, and the build must not mark its output finished. A build
-that ends releases its lock (deletes it, if still its version); one killed leaves it to expire.
+that ends releases its lock (deletes it, if still its version); one killed leaves it to expire,
+and so does one whose release Cloud Storage does not answer: a warning says so, and whatever
+stopped the build stays the error it reports.
 """
 
 import logging
@@ -20,6 +22,7 @@ import time
 from google.api_core import exceptions
 from google.auth import exceptions as auth_exceptions
 
+from imageshards import gcs
 from imageshards import layout
 from imageshards.lock_holder import Holder
 from imageshards.lock_holder import LockLost
@@ -35,16 +38,10 @@ _TRANSIENT = (exceptions.GoogleAPIError, auth_exceptions.GoogleAuthError, OSErro
 _CONTENT_TYPE = 'application/json'
 
 
-def _client():
-    from google.cloud import storage as gcs  # pylint: disable=import-outside-toplevel
-
-    return gcs.Client()
-
-
 def _blob(uri, client):
     bucket, _, prefix = uri[len('gs://') :].partition('/')
     name = f'{prefix.rstrip("/")}/{layout.LOCK_FILE}' if prefix.strip('/') else layout.LOCK_FILE
-    return (client or _client()).bucket(bucket).blob(name)
+    return (client or gcs.client()).bucket(bucket).blob(name)
 
 
 def acquire(uri, me, log=_LOG, client=None, expiry=EXPIRY_SECONDS, refresh=REFRESH_SECONDS):
@@ -151,14 +148,23 @@ class GcsLock:
             raise LockLost(self._lost)
 
     def release(self):
-        """Stops refreshing and removes the lock, if it is still this build's version."""
+        """Stops refreshing and removes the lock, if it is still this build's version; where
+        Cloud Storage does not answer, leaves it to expire, saying so (never raises for that:
+        a release runs as a build ends, also when it ends with an error of its own)."""
         self._stop.set()
         self._thread.join()
         if self._lost is None and not self._released:
             try:
-                self._blob.delete(if_generation_match=self._generation)
+                self._blob.delete(if_generation_match=self._generation, retry=gcs.retry())
             except (exceptions.NotFound, exceptions.PreconditionFailed):
                 pass
+            except _TRANSIENT as e:
+                self._log.warning(
+                    'could not remove the lock of %s (%s); it lapses %.0f s after its last refresh',
+                    self.uri,
+                    ' '.join(str(e).split())[:200],
+                    self._expiry,
+                )
         self._released = True
 
     def __enter__(self):

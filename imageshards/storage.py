@@ -1,37 +1,43 @@
 """Files of a build, local or on `gs://`: joining, listing, reading, writing, deleting.
 
-Everything goes through Beam's `FileSystems` (local paths, `gs://` and a Cloud Storage emulator
-alike), which a Pipeline configures with its options: the launcher's own listing and output
-steps then reach `gs://` with the pipeline's credentials. Two readers avoid it on purpose:
-`read_input`, which reads every input image (a per-thread Cloud Storage client, or plain
-`os.read`), and `read_text`, which reads the YAML files of both commands without Beam.
+Local paths and other schemes go through Beam's `FileSystems`, which a Pipeline configures with
+its options. `gs://` goes to imageshards/gcs_objects.py for what a build does often or many at
+once (reading an input, writing, listing, deleting and renaming its files: one request each,
+batched or sent at once, a fault of the network told from an answer about an object), and to
+FileSystems for streams (manifests, the listing). `read_text` reads the YAML files of both
+commands without Beam.
 
 Beam's FileSystems is imported on first use (`_fs`): the trainer and the YAML loader use this
 module without paying ~1.5 s for Beam.
 
 Writes that others must not see half done go to a temporary name, renamed when complete
-(`write_atomically`); a content-addressed file is written once (`write_once`). Object stores
-have no folders: `make_parent` and `remove_empty_folders` act on local paths only.
+(`write_atomically`; an object on gs:// needs none: it exists once its upload is complete); a
+content-addressed file is written once (`write_once`). Object stores have no folders:
+`make_parent` and `remove_empty_folders` act on local paths only.
 """
 
-import functools
-import logging
+import contextlib
 import os
 import re
 import shutil
 import threading
 import time
+import uuid
 
-_LOG = logging.getLogger(__name__)
+from imageshards import gcs
+from imageshards import gcs_objects
+from imageshards.gcs import StoreUnavailable  # noqa: F401  (raised by the reads and writes here)
 
 URI_SCHEME = re.compile(r'^[a-zA-Z][a-zA-Z0-9+.-]*://')
 _COPY_BUFFER = 1 << 20
 
 
 def _fs():
-    """Beam's FileSystems (imported here, once, rather than by whoever imports this module)."""
+    """Beam's FileSystems (imported here, once, rather than by whoever imports this module),
+    told not to look up credentials where gs:// requests go without (gcs.quiet_beam)."""
     from apache_beam.io.filesystems import FileSystems  # pylint: disable=import-outside-toplevel
 
+    gcs.quiet_beam()
     return FileSystems
 
 
@@ -71,6 +77,8 @@ def join(base, *parts):
 def exists(path):
     if not is_uri(path):
         return os.path.exists(path)
+    if path.startswith('gs://'):
+        return gcs_objects.exists(path)
     return _fs().exists(path)
 
 
@@ -80,6 +88,8 @@ def list_files(directory):
     Object stores have no folders; the empty objects named `folder/` that consoles and tools
     create to show one are not files, and do not make a directory non-empty.
     """
+    if directory.startswith('gs://'):
+        return gcs_objects.list_below(directory)
     results = _fs().match([join(directory, '**')])
     return [
         metadata.path
@@ -102,11 +112,13 @@ def relative_files(directory):
 
 
 def delete(paths):
-    """Deletes those of `paths` that exist; returns how many that was."""
-    existing = [path for path in paths if exists(path)]
+    """Deletes those of `paths` that exist; returns how many that was. Objects on gs:// go in
+    batches, without asking first whether each exists."""
+    objects = [path for path in paths if path.startswith('gs://')]
+    existing = [path for path in paths if not path.startswith('gs://') and exists(path)]
     if existing:
         _fs().delete(existing)
-    return len(existing)
+    return len(existing) + (gcs_objects.delete(objects) if objects else 0)
 
 
 def delete_tree(directory):
@@ -144,25 +156,19 @@ def open_read(path, guess_compression=False):
 
 
 def read_range(path, start, end):
-    """Bytes `start` to `end` (excluded) of a file; of an object on gs://, in one request."""
-    if end <= start:
-        return b''
+    """Bytes `start` to `end` (excluded) of a file of a build; of an object on gs://, in one
+    request."""
     if path.startswith('gs://'):
-        bucket, _, name = path[len('gs://') :].partition('/')
-        blob = _gcs_client().bucket(bucket).blob(name)
-        from google.api_core import exceptions  # pylint: disable=import-outside-toplevel
-
-        try:
-            return blob.download_as_bytes(start=start, end=end - 1)
-        except exceptions.RequestRangeNotSatisfiable:  # a range past the object's end
-            return b''
+        return gcs_objects.read_range(path, start, end) if end > start else b''
     with open_read(path) as f:
         f.seek(start)
         return f.read(end - start)
 
 
 def read(path):
-    """All bytes of a file of a build (through FileSystems)."""
+    """All bytes of a file of a build (of an object on gs://, in one request)."""
+    if path.startswith('gs://'):
+        return gcs_objects.read(path)
     with open_read(path) as f:
         return f.read()
 
@@ -174,15 +180,44 @@ def create(path):
         if os.path.dirname(path):
             os.makedirs(os.path.dirname(path), exist_ok=True)
         return open(path, 'wb')  # pylint: disable=consider-using-with
+    if path.startswith('gs://'):
+        return gcs_objects.open_write(path)
     return _fs().create(path, compression_type=_compression())
 
 
+@contextlib.contextmanager
+def created_whole(path, temp_dir):
+    """A binary file object writing `path`, which appears there only once complete: an object
+    on gs:// is written in place (it exists once its upload completes), another file under a
+    temporary name in `temp_dir`, renamed when closed."""
+    if path.startswith('gs://'):
+        with create(path) as f:
+            yield f
+        return
+    temporary = join(temp_dir, f'{uuid.uuid4().hex}-{path.rsplit("/", 1)[-1]}')
+    with create(temporary) as f:
+        yield f
+    make_parent(path)
+    rename([temporary], [path])
+
+
 def rename(sources, destinations):
-    _fs().rename(sources, destinations)
+    if all(path.startswith('gs://') for path in [*sources, *destinations]):
+        gcs_objects.rename(sources, destinations)  # in batches, not a copy and a delete each
+    else:
+        _fs().rename(sources, destinations)
+
+
+def copy_many(pairs):
+    """Copies (source, destination) pairs; to gs://, several at once."""
+    gcs.concurrently(lambda pair: copy(*pair), pairs)
 
 
 def copy(source, destination):
     """Copies one file, streamed (local or gs://, either way)."""
+    if destination.startswith('gs://') and not is_uri(source):
+        gcs_objects.upload_file(source, destination)
+        return
     with open_read(source) as f_in:
         with create(destination) as f_out:
             shutil.copyfileobj(f_in, f_out, _COPY_BUFFER)
@@ -200,15 +235,30 @@ def make_parent(path):
 
 
 def write_atomically(path, data):
-    """Writes `data` to `path` through a temporary name (`path.tmp`), renamed when complete."""
+    """Writes `data` to `path` through a temporary name (`path.tmp`), renamed when complete (an
+    object on gs:// is written in one request: it exists once complete)."""
+    if path.startswith('gs://'):
+        gcs_objects.write(path, data)
+        return
     temporary = f'{path}.tmp'
     with _fs().create(temporary) as f:
         f.write(data)
     rename([temporary], [path])
 
 
+def write_files(files):
+    """write_atomically of each of {path: bytes}, the objects on gs:// all at once."""
+    gcs_objects.write_many({path: data for path, data in files.items() if path.startswith('gs://')})
+    for path, data in files.items():
+        if not path.startswith('gs://'):
+            write_atomically(path, data)
+
+
 def write_once(path, data):
     """Content-addressed write: an existing file already holds these bytes."""
+    if path.startswith('gs://'):
+        gcs_objects.write(path, data, if_absent=True)
+        return
     fs = _fs()
     if fs.exists(path):
         return
@@ -235,13 +285,14 @@ def read_input(path, max_bytes=None):
     than that, having read none of a local file (its size first) and at most `max_bytes` + 1
     of any other.
 
-    gs:// objects are read with a google-cloud-storage client kept per thread, in one request.
-    Beam's FileSystems makes a new client for every call and fetches the object's metadata
-    before its bytes: about 6 ms of CPU per object, more than decoding the image (measured
-    against a GCS emulator; see docs/dataflow.md).
+    gs:// objects are read with a google-cloud-storage client kept per thread, in one request
+    (imageshards/gcs_objects.py): Beam's FileSystems makes a new client for every call and
+    fetches the object's metadata before its bytes, about 6 ms of CPU per object, more than
+    decoding the image (measured against a GCS emulator; see docs/dataflow.md). A read that
+    Cloud Storage does not answer within the retries raises StoreUnavailable.
     """
     if path.startswith('gs://'):
-        data = _read_gcs(path, max_bytes)
+        data = gcs_objects.read(path, max_bytes)
     elif not is_uri(path):  # Beam's FileSystems costs ~20 us per call to find the local one
         return _read_local(path, max_bytes)
     else:
@@ -250,20 +301,6 @@ def read_input(path, max_bytes=None):
     if max_bytes is not None and len(data) > max_bytes:
         raise TooLarge(path, None, max_bytes)
     return data
-
-
-def _read_gcs(path, max_bytes):
-    """An object's bytes (with `max_bytes`: its first max_bytes + 1, in one ranged request)."""
-    bucket, _, name = path[len('gs://') :].partition('/')
-    blob = _gcs_client().bucket(bucket).blob(name)
-    if max_bytes is None:
-        return blob.download_as_bytes()
-    from google.api_core import exceptions  # pylint: disable=import-outside-toplevel
-
-    try:
-        return blob.download_as_bytes(start=0, end=max_bytes)
-    except exceptions.RequestRangeNotSatisfiable:  # what a range of an empty object gets
-        return b''
 
 
 def _read_local(path, max_bytes=None):
@@ -321,12 +358,25 @@ def prefetch_local(paths):
             os.close(fd)
 
 
-def input_exists(path):
-    """Whether an input that could not be read exists (an unreachable store: assumed so)."""
-    try:
-        return exists(path)
-    except Exception:  # pylint: disable=broad-except
+def check_credentials(paths):
+    """Raises gcs.CredentialsMissing, in one line, where any of `paths` is on gs:// and this
+    machine has no credentials for requests that need them (see imageshards/gcs.py)."""
+    gcs.check_credentials(paths)
+
+
+def input_missing(path, error):
+    """Whether the failed read of an input (`error`) says it does not exist; where it says
+    nothing (another store), whether it does not exist now (an unreachable store: it does)."""
+    from google.api_core import exceptions  # pylint: disable=import-outside-toplevel
+
+    if isinstance(error, (FileNotFoundError, exceptions.NotFound)):
         return True
+    if path.startswith('gs://') or not is_uri(path):
+        return False
+    try:
+        return not exists(path)
+    except Exception:  # pylint: disable=broad-except
+        return False
 
 
 def read_text(path, what='--config'):
@@ -339,49 +389,11 @@ def read_text(path, what='--config'):
     if not path.startswith('gs://'):
         with open(path, encoding='utf-8') as f:
             return f.read()
-    # pylint: disable=import-outside-toplevel
-    from google.api_core import exceptions
-    from google.cloud import storage as gcs
+    from google.api_core import exceptions  # pylint: disable=import-outside-toplevel
 
-    bucket, _, name = path[len('gs://') :].partition('/')
-    if not name:
+    if not gcs.split(path)[1]:
         raise ValueError(f'{what} {path} names a bucket, not a file')
-    try:  # a client of its own: a file read once needs none kept
-        return gcs.Client().bucket(bucket).blob(name).download_as_text()
+    try:
+        return gcs_objects.read(path).decode('utf-8')
     except exceptions.NotFound as e:
         raise ValueError(f'{what} {path} does not exist') from e
-
-
-_THREAD_STATE = threading.local()
-
-
-def _gcs_client():
-    """This thread's GCS client (a client's connection pool is not meant to be shared)."""
-    client = getattr(_THREAD_STATE, 'gcs_client', None)
-    if client is None:
-        from google.cloud import storage as gcs  # pylint: disable=import-outside-toplevel
-
-        credentials, project = _gcs_credentials()
-        if credentials is None:
-            client = gcs.Client.create_anonymous_client()
-        else:
-            client = gcs.Client(project=project, credentials=credentials)
-        _THREAD_STATE.gcs_client = client
-    return client
-
-
-@functools.cache
-def _gcs_credentials():
-    """(credentials, project) of Application Default Credentials, looked up once per process.
-
-    On Dataflow, those of the worker service account. (None, None) where there are none: public
-    data can still be read anonymously, as Beam does.
-    """
-    import google.auth  # pylint: disable=import-outside-toplevel
-    from google.auth import exceptions as auth_exceptions  # pylint: disable=import-outside-toplevel
-
-    try:
-        return google.auth.default()
-    except auth_exceptions.DefaultCredentialsError as e:
-        _LOG.warning('no Google credentials (%s); reading gs:// anonymously', e)
-        return None, None

@@ -28,6 +28,7 @@ from imageshards import console
 from imageshards import dataset_json
 from imageshards import features
 from imageshards import file_names
+from imageshards import gcs
 from imageshards import layout
 from imageshards import output_errors
 from imageshards import storage
@@ -62,6 +63,8 @@ def run(argv=None, test_pipeline=None) -> dict | None:
     config, beam_args = options.parse_build_args(argv)
     _refuse_credentials(config)
     launch = runner.decide(config, beam_args, test_pipeline)
+    # Now that FileSystems has the options: no credentials missed or looked up in vain on gs://.
+    storage.check_credentials([config.input, config.output])
     output_dir = _output_dir(config)
     scan = listing_lib.scan_inputs(
         _listable(config.input),
@@ -177,7 +180,7 @@ def _listable(spec):
     ):
         return spec
     try:
-        is_object = FileSystems.exists(spec)
+        is_object = storage.exists(spec)
     except ValueError:  # a bucket without a path (gs://b) is no object
         is_object = False
     return spec if is_object else spec.rstrip('/') + '/**'
@@ -216,6 +219,11 @@ def main(argv=None) -> int:
     except (ValueError, FileExistsError, FileNotFoundError) as e:
         _LOG.error('%s', e)
         return 2
+    except Exception as e:  # pylint: disable=broad-except
+        if not gcs.is_transient(e):  # a bug: its traceback is what helps
+            raise
+        _LOG.error('%s', gcs.one_line(e))  # Cloud Storage, before the build had its output
+        return output_errors.EXIT_STATUS
     except KeyboardInterrupt:
         print(interrupted_message(argv), file=sys.stderr)
         return console.INTERRUPTED_EXIT_CODE

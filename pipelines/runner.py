@@ -124,11 +124,15 @@ class Launch:
 
     def block_store(self, output_dir) -> blocks.BlockStore:
         """Where metadata waits between steps: inline (a distributed runner's shuffle holds
-        it), or spilled to files under the build's temporary folder (pipelines/local/spill.py),
-        so that the launching process's memory does not grow with the number of images."""
-        if self.in_memory:
+        it), or spilled to files (pipelines/local/spill.py), so that the launching process's
+        memory does not grow with the number of images: under the build's temporary folder, or
+        for an output that is not local, in a temporary folder of this machine's, removed when
+        the store is closed (every block read from gs:// would wait for a request or three)."""
+        if not self.in_memory:
+            return blocks.BlockStore()
+        if storage.is_local(output_dir):
             return spill.SpillingStore(storage.join(output_dir, layout.TEMP_DIR, layout.BLOCKS_DIR))
-        return blocks.BlockStore()
+        return spill.SpillingStore.temporary()
 
     def watched(self, totals, units) -> progress.Watch:
         """A context manager showing the workers' live counts of a local run (`totals`: {phase:

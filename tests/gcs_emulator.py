@@ -2,10 +2,10 @@
 
 Test modules take the `gcs` fixture with `pytest_plugins = ['gcs_emulator']` (or
 `gcs_with_preconditions`: the emulator made to honour `ifGenerationMatch` as Cloud Storage does,
-tests/gcs_preconditions.py). It starts the
-emulator in a subprocess on a free loopback port, points Google's clients at it for the
-module's tests and Beam's workers (`STORAGE_EMULATOR_HOST`, which worker processes inherit),
-creates a bucket, and stops the server at the end; its objects live in its memory only.
+bench/gcs_preconditions.py). It starts the emulator in a subprocess on a free loopback port
+(bench/gcs_server.py), points Google's clients at it for the module's tests and Beam's workers
+(`STORAGE_EMULATOR_HOST`, which worker processes inherit), creates a bucket, and stops the
+server at the end; its objects live in its memory only.
 
 Beam's GCS client always looks up Application Default Credentials, and on a machine without
 any it retries for about 30 s before connecting anonymously. The fixture therefore hands it a
@@ -16,24 +16,15 @@ ignores the token. Builds still pass `--no_auth`, for the clients Beam creates w
 
 import contextlib
 import dataclasses
-import json
 import os
-import socket
-import subprocess
-import sys
-import time
-import urllib.error
-import urllib.request
 
 import pytest
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import storage
 
+from bench import gcs_server
+
 PROJECT = 'imageshards-test'
-_WITH_PRECONDITIONS = os.path.join(
-    os.path.dirname(os.path.abspath(__file__)), 'gcs_preconditions.py'
-)
-_START_SECONDS = 30
 
 
 @dataclasses.dataclass
@@ -78,83 +69,15 @@ class Emulator:
         return uri[len(bucket_prefix) :]
 
 
-def _free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
-
-
-def _wait_until_serving(process, url, log_path):
-    deadline = time.monotonic() + _START_SECONDS
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            return False  # most likely the port was taken in the meantime
-        try:
-            with urllib.request.urlopen(url + '/', timeout=1) as response:
-                if response.status == 200:
-                    return True
-        except (urllib.error.URLError, ConnectionError):
-            time.sleep(0.05)
-    process.kill()
-    with open(log_path, encoding='utf-8', errors='replace') as f:
-        log = f.read()[-2000:]
-    raise RuntimeError(f'the GCS emulator did not answer at {url} in {_START_SECONDS} s:\n{log}')
-
-
-@contextlib.contextmanager
-def running_server(work_dir, preconditions=False):
-    """Runs the emulator in a subprocess; yields its URL (http://127.0.0.1:PORT).
-
-    Args:
-        preconditions: whether it honours `ifGenerationMatch` (tests/gcs_preconditions.py).
-    """
-    log_path = os.path.join(work_dir, 'gcs-emulator.log')
-    for _ in range(3):  # another process may take the free port before the emulator does
-        port = _free_port()
-        url = f'http://127.0.0.1:{port}'
-        emulator = [_WITH_PRECONDITIONS] if preconditions else ['-m', 'gcp_storage_emulator']
-        command = [sys.executable, *emulator, 'start']
-        command += ['--host', '127.0.0.1', '--port', str(port), '--in-memory', '--quiet']
-        with open(log_path, 'wb') as log:
-            process = subprocess.Popen(command, cwd=work_dir, stdout=log, stderr=subprocess.STDOUT)
-        if _wait_until_serving(process, url, log_path):
-            break
-    else:
-        raise RuntimeError(f'the GCS emulator did not start; see {log_path}')
-    try:
-        yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
-def _credentials_file(work_dir):
-    path = os.path.join(work_dir, 'application_default_credentials.json')
-    with open(path, 'w', encoding='utf-8') as f:
-        json.dump(
-            {
-                'type': 'authorized_user',
-                'client_id': 'imageshards-tests',
-                'client_secret': 'unused',
-                'refresh_token': 'unused',
-                'token': 'emulator',
-                'expiry': '2999-01-01T00:00:00Z',
-            },
-            f,
-        )
-    return path
-
-
 @contextlib.contextmanager
 def _emulator(request, tmp_path_factory, preconditions):
     work_dir = str(tmp_path_factory.mktemp('gcs-emulator'))
-    with running_server(work_dir, preconditions) as url, pytest.MonkeyPatch.context() as env:
+    with (
+        gcs_server.running_server(work_dir, preconditions) as url,
+        pytest.MonkeyPatch.context() as env,
+    ):
         env.setenv('STORAGE_EMULATOR_HOST', url)
-        env.setenv('GOOGLE_APPLICATION_CREDENTIALS', _credentials_file(work_dir))
+        env.setenv('GOOGLE_APPLICATION_CREDENTIALS', gcs_server.credentials_file(work_dir))
         env.setenv('GOOGLE_CLOUD_PROJECT', PROJECT)
         client = storage.Client(project=PROJECT, credentials=AnonymousCredentials())
         bucket_name = request.module.__name__.rsplit('.', 1)[-1].replace('_', '-')

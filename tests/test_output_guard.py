@@ -8,10 +8,13 @@ import json
 import subprocess
 
 import pytest
+from apache_beam.io.filesystem import BeamIOError
+from google.api_core.exceptions import ServiceUnavailable
 
 from imageshards import layout
 from imageshards import lifeline
 from imageshards import output_lock
+from imageshards.gcs import StoreUnavailable
 from pipelines import build
 from pipelines.writing import finalize
 from pipelines.writing import output_guard
@@ -144,6 +147,21 @@ def test_a_failure_removes_this_builds_files_and_never_an_earlier_build(tmp_path
         (RuntimeError('RuntimeError: Channel closed prematurely.'), 'a worker process of'),
         (RuntimeError('Worker subprocess exited in the middle of the run'), 'a worker process'),
         (PermissionError(errno.EACCES, 'Permission denied', '/o/x'), 'permission denied'),
+        (
+            RuntimeError(
+                'imageshards.gcs.StoreUnavailable: Cloud Storage did not answer reading gs://b/x '
+                "within 120 s of retries (HTTP 503 Service Unavailable); ... [while running 'V']"
+            ),
+            'Cloud Storage did not answer reading gs://b/x within 120 s',
+        ),
+        (StoreUnavailable("Cloud Storage did not answer ... again [while running 'V']"), 'Cloud'),
+        (  # what Beam's FileSystems raises once its own retries run out
+            BeamIOError(
+                'Match operation failed',
+                {'gs://b/x/**': BeamIOError('List failed', {'gs://b/x/': ServiceUnavailable('')})},
+            ),
+            'Cloud Storage did not answer reaching gs://b/x/ within 120 s of retries (HTTP 503 ',
+        ),
         (ValueError('a bug'), None),
         (RuntimeError('a bug in a DoFn'), None),
     ],
@@ -154,3 +172,4 @@ def test_the_line_is_found_behind_what_a_runner_raises(raised, line):
         assert found is None
     else:
         assert found.startswith(line)
+        assert '[while running' not in found

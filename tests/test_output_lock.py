@@ -1,6 +1,6 @@
 """One build per output (imageshards/output_lock.py, imageshards/gcs_lock.py): real flock between
 real processes, and a lock object on the GCS emulator made to honour generation preconditions
-as Cloud Storage does (tests/gcs_preconditions.py)."""
+as Cloud Storage does (bench/gcs_preconditions.py)."""
 
 import logging
 import os

@@ -84,7 +84,8 @@ def detect(spec, form=AUTO, labels_file=None) -> Detected:
     if form == TREE:
         return Detected(TREE)
     path = storage.absolute(spec)
-    if path.endswith('/**') and storage.is_uri(path):  # an object store's folder, as listed
+    folder = path.endswith('/**') and storage.is_uri(path)  # an object store's folder, as listed
+    if folder:
         path, spec = path[: -len('/**')], spec[: -len('/**')]
     if is_glob(spec):
         if form == AUTO and _tree_glob(spec):
@@ -92,7 +93,7 @@ def detect(spec, form=AUTO, labels_file=None) -> Detected:
         files, base = storage.match(path), _glob_base(path)
         if form == AUTO and (not files or any(_kind(f) == 'image' for f in files)):
             return Detected(TREE)
-    elif _is_file(path):
+    elif not folder and _is_file(path):  # (a folder is no object: asked once, by the launcher)
         files, base = [path], posixpath.dirname(path)
     else:
         if not storage.is_uri(path) and not storage.exists(path):

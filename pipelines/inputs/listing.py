@@ -25,6 +25,7 @@ import re
 import struct
 import sys
 
+from imageshards import gcs_objects
 from imageshards import storage
 from imageshards.file_names import display
 from imageshards.storage import absolute
@@ -191,9 +192,13 @@ def _candidates(root, pattern, follow_symlinks, scan):
     (size: in bytes, or -1 where the file cannot be read).
 
     A local tree is walked in that order, one folder's names in memory at a time. An object
-    store's listing comes whole from FileSystems.match and is sorted here.
+    store's listing comes whole (from FileSystems.match; gs://'s from imageshards/gcs_objects.py,
+    whose requests are retried and whose failure is one line) and is sorted here.
     """
     # pylint: disable=import-outside-toplevel
+    if root.startswith('gs://'):
+        found = [(path, '', '', size) for path, size in gcs_objects.match(pattern)]
+        return iter(sorted(_classify(root, found, scan)))
     if is_uri(root):
         from apache_beam.io.filesystems import FileSystems
 
@@ -254,6 +259,7 @@ def write_listing(entries, path, chunk_size):
 
 
 _CONTINUES = 1 << 63
+READ_PIECE = 1 << 23  # bytes of a listing file read in one request
 
 
 def _chunks(entries, size):
@@ -300,14 +306,17 @@ def read_work_item(listing_path, item):
 def read_work_item_lines(listing_path, item):
     """The InputEntry of each line of a work item, a line at a time."""
     start, end = item
-    with storage.open_read(listing_path) as f:
-        f.seek(start)
-        while start < end:
-            line = f.readline()
-            if not line:
-                return
-            start += len(line)
-            yield parse_listing_line(line)
+    pending = b''
+    while start < end:  # in requests of READ_PIECE bytes: a stream's item may be long
+        piece = storage.read_range(listing_path, start, min(end, start + READ_PIECE))
+        if not piece:
+            break
+        start += len(piece)
+        *lines, pending = (pending + piece).split(b'\n')
+        for line in lines:
+            yield parse_listing_line(line + b'\n')
+    if pending:
+        yield parse_listing_line(pending)
 
 
 def parse_listing_line(line):
@@ -316,5 +325,4 @@ def parse_listing_line(line):
 
 def copy_listing(source, destination):
     """Copies a listing file and its index (local or gs://, either way)."""
-    for src, dst in ((source, destination), (index_path(source), index_path(destination))):
-        storage.copy(src, dst)
+    storage.copy_many([(source, destination), (index_path(source), index_path(destination))])

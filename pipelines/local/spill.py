@@ -4,8 +4,10 @@ for the writer.
 The local FnApiRunner holds every element of its shuffles in the launching process, so its
 builds pass blocks (pipelines/core/blocks.py) as byte ranges `(name, offset, length)` of
 files under the build's temporary folder (OUT/.imageshards-tmp/blocks/). The files go through
-`FileSystems`, so an output on gs:// works too, and Finalize deletes them with the rest of
-`OUT/.imageshards-tmp/`.
+`FileSystems`, and Finalize deletes them with the rest of `OUT/.imageshards-tmp/`. A build whose
+output is not on this machine (gs://) spills to a temporary folder of this machine's instead
+(`temporary`), which the store removes when closed: its blocks are read back many times, and
+each read from Cloud Storage would wait for a request or three.
 
 The store also keeps the bytes that records of small images will store ("payloads"): validation,
 which has just read and checked them, appends each work item's to one file, and the writer reads
@@ -21,6 +23,8 @@ bounded memory.
 
 import collections
 import os
+import shutil
+import tempfile
 import threading
 import uuid
 
@@ -41,8 +45,14 @@ class SpillingStore(blocks.BlockStore):
     Configuration only, so that it pickles into every DoFn that puts or gets blocks.
     """
 
-    def __init__(self, spill_dir):
+    def __init__(self, spill_dir, owned=False):
         self.spill_dir = spill_dir
+        self._owned = owned  # a temporary folder of its own, removed on close
+
+    @classmethod
+    def temporary(cls):
+        """A store in a new temporary folder of this machine's, removed when it is closed."""
+        return cls(tempfile.mkdtemp(prefix='imageshards-blocks-'), owned=True)
 
     def put(self, prefix, blocks):
         """Refs of `blocks`: byte ranges of one new file named after `prefix`."""
@@ -81,6 +91,8 @@ class SpillingStore(blocks.BlockStore):
         with _OPEN_LOCK:
             for path in [path for path in _OPEN if path.startswith(self.spill_dir)]:
                 os.close(_OPEN.pop(path))
+        if getattr(self, '_owned', False):  # pickled copies own nothing
+            shutil.rmtree(self.spill_dir, ignore_errors=True)
 
     def payloads(self):
         """A PayloadFile for one work item's stored bytes."""

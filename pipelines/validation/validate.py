@@ -4,25 +4,34 @@ Work items are chunks of listed inputs: the byte range of one line of the listin
 here, so that the runner moves two numbers per chunk rather than the line. A chunk's local files
 are read and checked one after the other: the check is mostly Python holding the GIL, and the
 local runner has a worker process per core. On `gs://`, a thread pool reads concurrently to
-hide per-object latency. The metadata of a chunk's valid images leaves as one block
-(pipelines/core/blocks.py). With --resize-shorter-side, a valid image larger than that is
-resized here, from the bytes just checked (pipelines/validation/resize.py).
+hide per-object latency, a few work items at once: an image whose read is retried after a
+fault of the network holds up no other item. A read that Cloud Storage does not answer within
+its retries stops the build (StoreUnavailable): a fault of the network is never an image's.
+Inputs inside containers (archive members, array rows, TFRecord records) are read in their
+containers' order through one reader (pipelines/core/reading.py), a sequential source's several
+lines in one work item. The metadata of a chunk's valid images leaves as one block
+(pipelines/core/blocks.py).
+With --resize-shorter-side, a valid image larger than that is resized here, from the bytes just
+checked (pipelines/validation/resize.py).
 """
 
 import concurrent.futures
 import functools
 import hashlib
+import itertools
 import typing
 
 import apache_beam as beam
 import google_crc32c
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.timestamp import MIN_TIMESTAMP
+from apache_beam.utils.windowed_value import WindowedValue
 from PIL import Image
 
 from imageshards import features
 from imageshards import file_names
 from imageshards import layout
 from imageshards import storage
-from imageshards.pool import bounded_map
 from pipelines.core import blocks
 from pipelines.core import counters
 from pipelines.core import reading
@@ -35,6 +44,7 @@ from pipelines.validation import resize
 from pipelines.validation.image_errors import pillow_call
 
 REJECTED = 'rejected'
+ITEMS_IN_FLIGHT = 4  # work items a worker with a thread pool reads at once, at most
 MISSING_LEVEL_REASON = 'missing_label_level'
 TOO_LARGE_REASON = 'too_large'
 
@@ -91,6 +101,7 @@ class _ValidateWorkItem(beam.DoFn):
         self._store = store
         self._rank_groups = rank_groups
         self._pool = None
+        self._in_flight = []  # (entries, [future of each's _validate]) of the items in flight
         self._listed = counters.counter('listed')
         self._valid = counters.counter('validated')
         self._reencoded = counters.counter('reencoded')
@@ -103,30 +114,79 @@ class _ValidateWorkItem(beam.DoFn):
             self._pool = concurrent.futures.ThreadPoolExecutor(self._settings.io_threads)
 
     def finish_bundle(self):
+        for output in self._finished(every=True):  # outside `process`: in a window of its own
+            if isinstance(output, beam.pvalue.TaggedOutput):
+                yield beam.pvalue.TaggedOutput(output.tag, _windowed(output.value))
+            else:
+                yield _windowed(output)
         counters.flush()  # the bundle's last counts shown before the runner stops this worker
 
     def teardown(self):
         if self._pool:
-            self._pool.shutdown()
+            self._pool.shutdown(cancel_futures=True)
 
     def process(self, item):
-        # A work item is one line of the listing, or (a sequential source's) several, whose
-        # entries are read in order through one Reader.
+        """A work item's outputs. A work item of files is one line of the listing: with a thread
+        pool, its inputs are read and checked there while the next items' start, and its outputs
+        leave once all its inputs are done, from a later call or at the bundle's end, so that an
+        input whose read is retried after a fault of the network holds up no other item. One of
+        inputs inside containers (one line, or a sequential source's several) is read in the
+        containers' order, through one Reader, a line at a time."""
+        lines = read_work_item_lines(self._listing_path, item)
+        first = next(lines, [])
+        if not any(entry.source for entry in first):
+            for entries in itertools.chain([first], lines):
+                yield from self._files(entries)
+            return
         reader = reading.Reader(contiguous=True)
         try:
-            for entries in read_work_item_lines(self._listing_path, item):
-                yield from self._validate_chunk(entries, reader)
+            for entries in itertools.chain([first], lines):
+                self._listed.inc(len(entries))
+                validate = functools.partial(self._validate, reader=reader)
+                yield from self._outputs(entries, map(validate, entries))
         finally:
             reader.close()
 
-    def _validate_chunk(self, entries, reader):
-        """The outputs of one line's entries: rejections, and one block of the valid ones."""
+    def _files(self, entries):
+        """The outputs of a line of files of their own (see `process`)."""
         self._listed.inc(len(entries))
+        if not self._pool:
+            to_read = functools.partial(_path_to_read, max_bytes=self._settings.max_image_bytes)
+            yield from self._outputs(
+                entries, map(self._validate, storage.prefetching(entries, to_read))
+            )
+            return
+        self._in_flight.append((entries, [self._pool.submit(self._validate, e) for e in entries]))
+        yield from self._finished(one=len(self._in_flight) > ITEMS_IN_FLIGHT)
+
+    def _finished(self, one=False, every=False):
+        """The outputs of the items in flight whose inputs are all done; with `one`, waits for
+        one at least, with `every` for all. The first error of any input is raised at once."""
+        while self._in_flight:
+            for _, futures in self._in_flight:
+                failed = next((f for f in futures if f.done() and f.exception()), None)
+                if failed:
+                    raise failed.exception()
+            ready = next((i for i in self._in_flight if all(f.done() for f in i[1])), None)
+            if ready is None and not (one or every):
+                return
+            if ready is None:
+                pending = [f for _, futures in self._in_flight for f in futures if not f.done()]
+                concurrent.futures.wait(pending, return_when=concurrent.futures.FIRST_COMPLETED)
+                continue
+            self._in_flight.remove(ready)
+            one = False
+            entries, futures = ready
+            yield from self._outputs(entries, (future.result() for future in futures))
+
+    def _outputs(self, entries, outcomes):
+        """The outputs of a work item from the `_validate` outcomes of its entries: its
+        rejections, and the block of its valid images' ImageMeta."""
         # The bytes each record will store, kept for the writer (local runner, examples).
         payloads = None if self._settings.reencode_dir else self._store.payloads()
         valid = []
         try:
-            for outcome in self._outcomes(entries, reader):
+            for outcome in outcomes:
                 if isinstance(outcome, dict):
                     counters.counter(f'rejected_{outcome["reason"]}').inc()
                     yield beam.pvalue.TaggedOutput(REJECTED, outcome)
@@ -150,19 +210,6 @@ class _ValidateWorkItem(beam.DoFn):
             yield from self._rank_groups.keyed_blocks(valid, self._store)
         elif valid:
             yield from self._store.put('validated', [blocks.pack(valid)])
-
-    def _outcomes(self, entries, reader):
-        """`_validate` of each entry, in order (those inside containers one after the other,
-        through `reader`)."""
-        validate = functools.partial(self._validate, reader=reader)
-        if any(entry.source for entry in entries):
-            return map(validate, entries)
-        if self._pool:
-            # At most twice as many as run at once: those waiting to be taken hold no image
-            # bytes but small ones (a pool's `map` would run them all, and hold all their bytes).
-            return bounded_map(self._pool, validate, entries, 2 * self._settings.io_threads)
-        to_read = functools.partial(_path_to_read, max_bytes=self._settings.max_image_bytes)
-        return map(validate, storage.prefetching(entries, to_read))
 
     def _validate(self, entry, reader=None):
         """(ImageMeta, the bytes its record stores where small, else None) of a valid input read
@@ -239,10 +286,17 @@ class _ValidateWorkItem(beam.DoFn):
             return rejection(entry, TOO_LARGE_REASON, str(e))
         except reading.Unreadable as e:  # a container that does not hold it as listed
             return rejection(entry, e.reason, e.detail)
-        except Exception as e:  # every failure to read becomes a rejection with its cause
+        except storage.StoreUnavailable:  # the network's fault, not the image's: the build stops
+            raise
+        except Exception as e:  # an answer about the input itself: a rejection with its cause
             where = sources.Source.decode(entry.source).container if entry.source else entry.path
-            reason = 'missing_file' if not storage.input_exists(where) else 'read_error'
+            reason = 'missing_file' if storage.input_missing(where, e) else 'read_error'
             return rejection(entry, reason, f'{type(e).__name__}: {e}')
+
+
+def _windowed(output):
+    """An output of `finish_bundle`, which has no element's window to inherit: the global one."""
+    return WindowedValue(output, MIN_TIMESTAMP, [GlobalWindow()])
 
 
 def _path_to_read(entry, max_bytes):

@@ -26,16 +26,22 @@ def _jsonl(rows):
 
 
 def _publish_shards(output_dir, shards):
-    """Moves staged shards and their index files to their contract names; ones already moved
-    (a rerun) stay."""
-    moves = []
+    """Moves staged shards and their index files to their contract names (on gs://, in
+    batches); ones already moved (a rerun) stay. What is staged is listed once, not asked of
+    each file."""
+    staged_dir = storage.join(output_dir, layout.TEMP_DIR, layout.STAGED_SHARDS_DIR)
+    staged_now = set(storage.list_files(staged_dir))
+    moves, unstaged = [], []
     for relative in (path for shard in shards for path in (shard['path'], shard['index_file'])):
         staged = storage.join(output_dir, layout.staged_shard(relative))
         final = storage.join(output_dir, relative)
-        if storage.exists(staged):
+        if staged in staged_now:
             moves.append((staged, final))
-        elif not storage.exists(final):
-            raise FileNotFoundError(f'{relative} is neither staged nor in place')
+        else:
+            unstaged.append(final)
+    for final in unstaged:  # a rerun's: looked up one by one, as only a rerun has them
+        if not storage.exists(final):
+            raise FileNotFoundError(f'{final} is neither staged nor in place')
     for _, final in moves:
         storage.make_parent(final)
     if moves:
@@ -66,8 +72,7 @@ def publish_transform(output_dir, staging, analysis):
     if moves and storage.scheme(staging) == storage.scheme(output_dir):
         storage.rename([staged for staged, _ in moves], [final for _, final in moves])
     elif moves:
-        for staged, final in moves:
-            storage.copy(staged, final)
+        storage.copy_many(moves)
         storage.delete_tree(staging)
     path = storage.join(output_dir, layout.ANALYSIS_JSON)
     storage.make_parent(path)
@@ -101,15 +106,13 @@ def _finalize(
         if context.analysis_in_pipeline:
             publish_transform(output_dir, context.transform_staging, analysis[0])
     _publish_shards(output_dir, shards)
-    storage.write_atomically(storage.join(output_dir, layout.REJECTED_JSONL), _jsonl(rejections))
+    files = {layout.REJECTED_JSONL: _jsonl(rejections)}
     if context.config.dedup:
-        path = storage.join(output_dir, layout.DUPLICATES_JSONL)
-        storage.write_atomically(path, _jsonl(duplicates))
-    storage.write_atomically(
-        storage.join(output_dir, layout.DATASET_JSON), dataset_json.encode(summary)
-    )
-    for name, data in tfds_metadata.files(summary).items():  # tfds.builder_from_directory
-        storage.write_atomically(storage.join(output_dir, name), data)
+        files[layout.DUPLICATES_JSONL] = _jsonl(duplicates)
+    files[layout.DATASET_JSON] = dataset_json.encode(summary)
+    files.update(tfds_metadata.files(summary))  # tfds.builder_from_directory
+    # Each complete before it appears; on gs://, all written at once (_SUCCESS, last, below).
+    storage.write_files({storage.join(output_dir, name): data for name, data in files.items()})
     if context.completes_in_pipeline:  # else the launcher does, after the tf.Transform output
         complete(output_dir, context.lock_build)
     yield summary['counts']

@@ -6,15 +6,18 @@ until it ends, however it ends; a second build is refused in one line (`OutputBu
 `--dry_run` only checks that no build holds it. A local build whose listed inputs cannot fit on
 the output's disk is refused before it writes anything (`check_space`). What stops a build
 that has started in a way a person can act on (a full disk, a read-only or removed output, a
-permission error, its lock lost, a worker process killed) becomes `BuildFailed`, whose message
-is the one line to show; its temporary files are removed first, and where the output had been
-prepared, every file the build wrote there, so that nothing looks finished
-(imageshards/output_errors.py has the lines).
+permission error, its lock lost, a worker process killed, Cloud Storage not answering within
+its retries) becomes `BuildFailed`, whose message is the one line to show; its temporary files
+are removed first, and where the output had been prepared, every file the build wrote there, so
+that nothing looks finished (imageshards/output_errors.py has the lines). Cleaning up after a
+failure, or releasing the lock, never replaces the error that stopped the build: what goes wrong
+then is a warning.
 """
 
 import logging
 import re
 
+from imageshards import gcs
 from imageshards import layout
 from imageshards import lifeline
 from imageshards import output_errors
@@ -26,20 +29,14 @@ from pipelines.writing import overwrite
 _LOG = logging.getLogger(__name__)
 SKIP_SPACE_CHECK_FLAG = '--no-space-check'
 # Raised in a worker, these reach the launcher only as text: `...LockLost: <line> [while ...`.
-_ONE_LINE_ERRORS = re.compile(r'\b(?:LockLost|CommandGone): ([^\n\[]+)')
+_ONE_LINE_ERRORS = re.compile(
+    r'\b(?:LockLost|CommandGone|StoreUnavailable|CredentialsMissing): ([^\n\[]+)'
+)
 # What the local runner raises when one of its worker processes ended in the middle of a bundle
 # (the out-of-memory killer, a person's kill), in the launcher or as a worker's text; and what
 # pipelines/local/worker_watch.py raises in its place.
 _WORKER_GONE = ('Channel closed prematurely', 'Worker subprocess exited')
-
-
-# Errors whose message is the line, raised in the launcher (or in its process: in_memory).
-_SAID_ALREADY = (
-    OutputBusy,
-    output_lock.LockLost,
-    lifeline.CommandGone,
-    output_errors.OutputError,
-)
+_RUNNER_STEP = re.compile(r" \[while running '[^\n]*'\]$")
 
 
 class BuildFailed(Exception):
@@ -74,10 +71,16 @@ class OutputGuard:
             self._lock = output_lock.acquire(self.output_dir, self._command)
         return self
 
-    def __exit__(self, *exc):
-        if self._lock is not None:
-            self._lock.release()
-            self._lock = None
+    def __exit__(self, exc_type, *exc):
+        if self._lock is None:
+            return
+        lock, self._lock = self._lock, None
+        try:
+            lock.release()
+        except Exception as e:  # pylint: disable=broad-except
+            if exc_type is None:
+                raise
+            _LOG.warning('could not release the lock of %s: %s', self.output_dir, e)
 
     @property
     def build(self):
@@ -117,7 +120,7 @@ class OutputGuard:
             return BuildFailed(line)
         try:
             self._remove_build()
-        except OSError as e:  # the line says what went wrong; this only what is left
+        except Exception as e:  # pylint: disable=broad-except  # the line says what stopped it
             _LOG.warning('could not remove the unfinished build from %s: %s', self.output_dir, e)
         return BuildFailed(line)
 
@@ -140,12 +143,16 @@ def one_line(error, output_dir, needed_bytes=None):
         output_lock.LockLost,
         lifeline.CommandGone,
         output_errors.OutputError,
+        gcs.StoreUnavailable,
+        gcs.CredentialsMissing,
     )
-    if isinstance(error, said_already):
-        return str(error)
+    if isinstance(error, said_already):  # but the step the local runner adds to the text
+        return _RUNNER_STEP.sub('', str(error))
     os_error = output_errors.find_os_error(error)
     if os_error is not None:
         return output_errors.describe(os_error, output_dir, needed_bytes)
+    if gcs.is_transient(error):  # raised where no StoreUnavailable said it (Beam's FileSystems)
+        return gcs.one_line(error)
     text = str(error)
     said = _ONE_LINE_ERRORS.search(text)
     if said:

@@ -14,7 +14,6 @@ import collections
 import concurrent.futures
 import hashlib
 import typing
-import uuid
 
 import apache_beam as beam
 from PIL import Image
@@ -96,13 +95,13 @@ class _WriteShard(beam.DoFn):
         (split, index), refs = keyed
         metas = sorted(self._store.metas(refs), key=lambda meta: order_key(self._seed, meta))
         relative = layout_lib.shard_path(split, index, layout.num_shards[split])
-        temporary = storage.join(self._temp_dir, f'{uuid.uuid4().hex}.tfrecord')
+        staged = storage.join(self._output_dir, layout_lib.staged_shard(relative))
         digest, num_bytes, lengths = hashlib.sha256(), 0, []
         class_counts = collections.Counter()
         level_counts = collections.Counter()  # (level index, id) -> records
         measured = self._measured(split, index, layout)
         pixel_sums = []  # of the first `measured` records' images (sample.py)
-        with storage.create(temporary) as f:
+        with storage.created_whole(staged, self._temp_dir) as f:
             for meta, (framed, stored) in zip(metas, self._framed_records(metas)):
                 f.write(framed)
                 digest.update(framed)
@@ -111,12 +110,8 @@ class _WriteShard(beam.DoFn):
                 count_labels(meta, class_counts, level_counts)
                 if len(pixel_sums) < measured:
                     pixel_sums.append(self._pixel_sums(meta, stored))
-        temporary_index = temporary + layout_lib.INDEX_SUFFIX
-        with storage.create(temporary_index) as f:
+        with storage.created_whole(staged + layout_lib.INDEX_SUFFIX, self._temp_dir) as f:
             f.write(tfrecord.index_text(lengths))
-        staged = storage.join(self._output_dir, layout_lib.staged_shard(relative))
-        storage.make_parent(staged)
-        storage.rename([temporary, temporary_index], [staged, staged + layout_lib.INDEX_SUFFIX])
         self._records.inc(len(metas))
         self._bytes.inc(num_bytes)
         self._shards.inc()
