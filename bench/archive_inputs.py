@@ -10,7 +10,8 @@ files.
 .tar.gz, and "extract, then build": `tar -xf` into a fresh folder, then the build of that
 folder (timed together). The tree and archives are warm in the page cache before each build.
 Printed per build: wall seconds, peak memory of the process tree, and for extract-then-build
-the extraction's share; then each contender's median and its ratio to the tree's.
+the seconds before the build (extracting; on gs://, also downloading and uploading); then each
+contender's median and its ratio to the tree's.
 
 `gcs`: the same tree and tar uploaded to a GCS emulator in this process (the
 `gcp-storage-emulator` package the test suite uses), built from gs:// to a local output;
@@ -99,7 +100,7 @@ def _rounds(contenders, repeat):
         for name in names:
             taken, peak, extra = contenders[name]()
             seconds[name].append(taken)
-            note = f'  (extracting {extra:.1f} s)' if extra else ''
+            note = f'  ({extra:.1f} s of it before the build)' if extra else ''
             print(
                 f'  round {round_ + 1}: {name:<22}{taken:7.1f} s {peak / 2**20:7.0f} MiB{note}',
                 flush=True,

@@ -211,7 +211,8 @@ def _npz_images(path):
             info = arrays[images]
             with archive.open(info) as f:
                 shape, header = _npy_header(f, f'{path}!{images}')
-            labels = _labels(np.load(io.BytesIO(archive.read(arrays[labels]))), shape, path)
+            stored = io.BytesIO(archive.read(arrays[labels]))
+            labels = _labels(np.load(stored, allow_pickle=False), shape, path)
             entry = ZipEntry(
                 info.header_offset, info.compress_size, info.file_size, info.CRC, info.compress_type
             )
@@ -297,5 +298,5 @@ def _npy_images(path):
     with storage.open_read(path) as f:
         shape, header = _npy_header(f, path)
     with storage.open_read(labels_path) as f:
-        labels = _labels(np.load(io.BytesIO(f.read())), shape, labels_path)
+        labels = _labels(np.load(io.BytesIO(f.read()), allow_pickle=False), shape, labels_path)
     return Images(name, path, sources.RANGE, header, shape[1:], labels, split_of(name))

@@ -30,6 +30,7 @@ from PIL import Image
 
 from imageshards import features
 from imageshards import file_names
+from imageshards import gcs
 from imageshards import layout
 from imageshards import storage
 from pipelines.core import blocks
@@ -290,6 +291,8 @@ class _ValidateWorkItem(beam.DoFn):
             raise
         except Exception as e:  # an answer about the input itself: a rejection with its cause
             where = sources.Source.decode(entry.source).container if entry.source else entry.path
+            if gcs.is_transient(e):  # a container's stream that outlasted its reader's retries
+                raise gcs.unavailable('reading', where, e) from e
             reason = 'missing_file' if storage.input_missing(where, e) else 'read_error'
             return rejection(entry, reason, f'{type(e).__name__}: {e}')
 
