@@ -7,8 +7,9 @@ files.
     python -m bench.archive_inputs idx --repeat 3
 
 `tar`: each round builds, in turn (the order alternated round by round), the tree, its tar, its
-.tar.gz, and "extract, then build": `tar -xf` into a fresh folder, then the build of that
-folder (timed together). The tree and archives are warm in the page cache before each build.
+.tar.gz (made with GNU tar, `tar -cf` and `tar -czf`), and "extract, then build": `tar -xf`
+into a fresh folder, then the build of that folder (timed together). The tree and archives
+are warm in the page cache before each build.
 Printed per build: wall seconds, peak memory of the process tree, and for extract-then-build
 the seconds before the build (extracting; on gs://, also downloading and uploading); then each
 contender's median and its ratio to the tree's.
@@ -41,7 +42,6 @@ import statistics
 import struct
 import subprocess
 import sys
-import tarfile
 import time
 
 import numpy as np
@@ -65,9 +65,10 @@ def _build(source, out, *extra, env=None):
 
 
 def _tar(root, path, compress=False):
+    """The tar of `root` as a user makes it: GNU tar (`tar -cf`, `tar -czf`), whose members
+    have no pax header each, as Python's `tarfile` writes for a float mtime."""
     if not os.path.exists(path):
-        with tarfile.open(path, 'w:gz' if compress else 'w') as tar:
-            tar.add(root, arcname='.')
+        subprocess.run(['tar', '-czf' if compress else '-cf', path, '-C', root, '.'], check=True)
     return path
 
 
