@@ -23,6 +23,8 @@ REQUIRED = [
     'google-cloud-aiplatform>=1.60,<2',
     'google-crc32c>=1.5',
     'numpy>=1.26',
+    # trainer/warm_start.py reads Keras' HDF5 weight files (--init-from x.h5); Keras needs it too.
+    'h5py>=3.10',
     'pyyaml>=6',
     'rich>=13',  # progress displays (imageshards/progress.py)
     'matplotlib>=3.8,<4',  # imageshards report and preview (figures, Agg backend)

@@ -27,6 +27,7 @@ from imageshards import features
 from trainer import dataset_info
 from trainer import input_pipeline
 from trainer import preprocess
+from trainer.input_options import IMAGENET_CROP_AREA
 
 SIZE = (224, 224)
 BATCH = 128
@@ -62,6 +63,7 @@ def main(argv=None):
     info = dataset_info.load(args.shards)
 
     def made(**options):
+        options.setdefault('crop_area', IMAGENET_CROP_AREA)  # as bench/RESULTS.md measured
         return lambda: input_pipeline.make_dataset(
             args.shards, 'train', BATCH, training=True, image_size=SIZE, info=info, **options
         )

@@ -26,6 +26,7 @@ from bench import datasets
 from bench import peer_dali
 from bench.input_throughput import rate_and_cpu
 from imageshards import layout
+from trainer.input_options import IMAGENET_CROP_AREA
 
 SIZE = (224, 224)
 BATCH = 64
@@ -95,12 +96,19 @@ def contenders(data, ours, theirs, work_dir):
 
     found = {
         # The same work as the peers below: shuffled images, cut and resized to 224x224.
+        # ImageNet's crop areas, as DALI's image_random_crop cuts (bench/peer_dali.py).
         'make_dataset': lambda: input_pipeline.make_dataset(
-            ours, 'train', BATCH, training=True, image_size=SIZE
+            ours, 'train', BATCH, training=True, image_size=SIZE, crop_area=IMAGENET_CROP_AREA
         ),
         # The trainer's `--augment standard` on top: a flip and random erasing.
         'make_dataset, standard augmentation': lambda: input_pipeline.make_dataset(
-            ours, 'train', BATCH, training=True, image_size=SIZE, augment='standard'
+            ours,
+            'train',
+            BATCH,
+            training=True,
+            image_size=SIZE,
+            augment='standard',
+            crop_area=IMAGENET_CROP_AREA,
         ),
         'keras image_dataset_from_directory': lambda: (
             keras.utils.image_dataset_from_directory(

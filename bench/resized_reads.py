@@ -31,6 +31,7 @@ from imageshards import dataset_json
 from imageshards import features
 from imageshards import records
 from imageshards import tfrecord
+from trainer.input_options import IMAGENET_CROP_AREA
 
 SIZE = (224, 224)
 BATCH = 64
@@ -117,7 +118,10 @@ def alternate(contenders, rounds, batches, warm=()):
 def _make_dataset(out):
     from trainer import input_pipeline  # pylint: disable=import-outside-toplevel
 
-    return lambda: input_pipeline.make_dataset(out, 'train', BATCH, training=True, image_size=SIZE)
+    # ImageNet's crop areas, as DALI's image_random_crop cuts (bench/peer_dali.py).
+    return lambda: input_pipeline.make_dataset(
+        out, 'train', BATCH, training=True, image_size=SIZE, crop_area=IMAGENET_CROP_AREA
+    )
 
 
 def _keras(tree):

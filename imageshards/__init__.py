@@ -15,6 +15,7 @@ commands in imageshards/cli/.
     transform_assets.py  what in a build's tf.Transform graph depends on its data
     decode.py            an encoded image decoded to the pixels Pillow shows (TensorFlow)
     stratification.py    how evenly the labels of a multi-label build spread over its parts
+    grouping_facts.py    dataset.json's `grouping`: groups and clusters per split, their leaks
     storage.py           files local and on gs://: join, list, read, write, delete
     folder_top.py        what is at the top of a folder, without listing below it
     gcs.py               Cloud Storage clients, retries, and a network fault told from an answer

@@ -8,6 +8,7 @@ import dataclasses
 import datetime
 
 import imageshards
+from imageshards import dataset_json
 from imageshards import features
 from imageshards import stratification
 from imageshards.dataset_json import FORMATS_KEY
@@ -39,6 +40,7 @@ class BuildFacts:
     fractions: tuple = ()  # (split, fraction) the build asked for (--splits)
     manifest_splits: dict = dataclasses.field(default_factory=dict)  # split -> images placed
     resize: dict = None  # --resize-shorter-side's setting (settings.ResizeSpec.describe)
+    grouped: bool = False  # records name their group (features.GROUP)
 
 
 def make(facts, shards, rejections, duplicates, split_names):
@@ -85,7 +87,7 @@ def make(facts, shards, rejections, duplicates, split_names):
         'counts': counts,
         'splits': splits,
         'features': features.record_schema(
-            facts.format, levels, facts.multi_label, bool(facts.resize)
+            facts.format, levels, facts.multi_label, bool(facts.resize), facts.grouped
         ),
         'imageshards_version': imageshards.__version__,
         'created': datetime.datetime.now(datetime.UTC).isoformat(timespec='seconds'),
@@ -233,9 +235,7 @@ def structure_problems(dataset):
         for key in LEVEL_KEYS
         if levels and any(key not in entry for entry in objects[name])
     ]
-    schema = features.record_schema(
-        dataset['format'], levels, bool(dataset.get('multi_label')), bool(dataset.get('resize'))
-    )
+    schema = dataset_json.record_schema(dataset)
     if dataset.get('features', schema) != schema:
         found.append(f'features {dataset["features"]} are not the {dataset["format"]} schema')
     return found

@@ -17,6 +17,10 @@ built with --no-analyze):
                                            shard's index file, `formats` {stored format:
                                            records} (builds before them have none)
     features                               the records' schema (imageshards/features.py)
+    grouping                               a build with groups, --near-duplicates or
+                                           --splits-from: what keeps images in one split, and
+                                           how well it held (imageshards/grouping_facts.py; each
+                                           split then has its own: its SPLIT_KEYS)
     analysis                               the analysis split's statistics
     imageshards_version, created
 Readers take shard paths from here, never from a glob.
@@ -54,6 +58,20 @@ LEVEL_KEYS = ('level_counts', 'level_missing')  # of every split and shard, with
 # Of every split and shard since imageshards counted them: {stored format: records}. A reader
 # whose split holds JPEGs alone decodes them without asking each record's format.
 FORMATS_KEY = 'formats'
+
+
+GROUPING = 'grouping'
+
+
+def record_schema(dataset) -> dict:
+    """The schema of a build's records (imageshards/features.py), from its dataset.json."""
+    return features.record_schema(
+        dataset['format'],
+        dataset.get('label_levels') or {},
+        bool(dataset.get('multi_label')),
+        bool(dataset.get('resize')),
+        'groups' in (dataset.get(GROUPING) or {}),
+    )
 
 
 class NotABuildError(FileNotFoundError):

@@ -13,6 +13,9 @@ EXIF orientation applied) and `image/original_sha256` (hex sha256 of the input f
 what --dedup compares), on every record, also one stored as it was; a build without it has
 none of these keys.
 
+A build with groups (a manifest's `group` column, --group-pattern) adds `image/group`, the
+name of the image's group (empty: none), from which `verify` counts the groups of each split.
+
 A multi-label build (several labels per image: a `labels` manifest column) stores each label and
 level feature as a list, as TF Model Garden's multi-label decoder (`VarLenFeature(tf.int64)` on
 `image/class/label`) and TFDS's `Sequence(ClassLabel)` read them: the image's label ids, sorted,
@@ -46,6 +49,7 @@ ORIGINAL_HEIGHT = 'image/original_height'
 ORIGINAL_WIDTH = 'image/original_width'
 ORIGINAL_SHA256 = 'image/original_sha256'
 ORIGINAL_KEYS = {ORIGINAL_HEIGHT: 'int64', ORIGINAL_WIDTH: 'int64', ORIGINAL_SHA256: 'bytes'}
+GROUP = 'image/group'
 LEVEL_PREFIX = 'image/label/'
 MISSING_LEVEL = -1  # the id of a missing level value (--allow-missing-levels)
 # A label level names features (image/label/<level>), dataset.json keys and the trainer's heads.
@@ -100,7 +104,7 @@ def parse_label_levels(text):
     return levels
 
 
-def record_schema(fmt, levels=(), multi_label=False, original=False):
+def record_schema(fmt, levels=(), multi_label=False, original=False, grouped=False):
     """Returns {key: 'bytes' | 'int64' | 'bytes_list' | 'int64_list'} for the records of an
     `examples` or `paths` build.
 
@@ -110,6 +114,7 @@ def record_schema(fmt, levels=(), multi_label=False, original=False):
         multi_label: a multi-label build: labels and levels are lists.
         original: records also keep their original's size and digest (ORIGINAL_KEYS: a build
             with --resize-shorter-side).
+        grouped: records also name their group (GROUP: a build with groups).
     """
     if fmt == EXAMPLES:
         schema = {ENCODED: 'bytes', **_COMMON, **(ORIGINAL_KEYS if original else {})}
@@ -117,6 +122,8 @@ def record_schema(fmt, levels=(), multi_label=False, original=False):
         schema = {PATH: 'bytes', **_COMMON}
     else:
         raise ValueError(f'unknown format {fmt!r}; expected one of {FORMATS}')
+    if grouped:
+        schema[GROUP] = 'bytes'
     for level in levels:
         schema[level_label(level)] = 'int64'
         schema[level_text(level)] = 'bytes'
@@ -152,7 +159,7 @@ def feature_spec(fmt, levels=(), multi_label=False, original=False):
     }
 
 
-def encode_example(fmt, values, levels=(), multi_label=False, original=False):
+def encode_example(fmt, values, levels=(), multi_label=False, original=False, grouped=False):
     """Serializes one record; byte-identical for identical values, whatever the process.
 
     The bytes are those of the protobuf runtime's deterministic serialization of a
@@ -168,9 +175,11 @@ def encode_example(fmt, values, levels=(), multi_label=False, original=False):
         levels: the build's label level names.
         multi_label: a multi-label build's records.
         original: records with the original's size and digest (ORIGINAL_KEYS).
+        grouped: records naming their group (GROUP).
     """
-    ordered = _sorted_schema(fmt, tuple(levels), multi_label, original)
-    if values.keys() != _schema_keys(fmt, tuple(levels), multi_label, original):
+    kind = (fmt, tuple(levels), multi_label, original, grouped)
+    ordered = _sorted_schema(*kind)
+    if values.keys() != _schema_keys(*kind):
         raise ValueError(
             f'record keys {sorted(values)} do not match the {fmt} schema '
             f'{sorted(key for key, _, _ in ordered)}'
@@ -223,17 +232,17 @@ _MAX_ENTRIES = 100_000
 
 
 @functools.cache
-def _schema_keys(fmt, levels, multi_label, original):
-    return frozenset(record_schema(fmt, levels, multi_label, original))
+def _schema_keys(fmt, levels, multi_label, original, grouped):
+    return frozenset(record_schema(fmt, levels, multi_label, original, grouped))
 
 
 @functools.cache
-def _sorted_schema(fmt, levels, multi_label, original):
+def _sorted_schema(fmt, levels, multi_label, original, grouped):
     """[(key, kind, whether its values repeat)] in the order the protobuf runtime's
     deterministic serialization writes map entries: by key bytes, a key after the longer keys it
     is a prefix of (upb's order)."""
     pairs = sorted(
-        record_schema(fmt, levels, multi_label, original).items(),
+        record_schema(fmt, levels, multi_label, original, grouped).items(),
         key=functools.cmp_to_key(lambda a, b: _upb_key_order(a[0], b[0])),
     )
     for key, _ in pairs:

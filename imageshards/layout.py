@@ -6,6 +6,8 @@ Layout of a build (the contract the trainer and the tools read; paths relative t
                         record, as DALI's tfrecord2idx writes it (`index_path`)
     rejected.jsonl      one object per rejected input: id, path, reason, detail
     duplicates.jsonl    with --dedup: each dropped input and the one kept instead
+    near_duplicates.jsonl   with --near-duplicates: each cluster of near-duplicates (its images
+                        and the pairs that join them; imageshards/grouping_facts.py)
     dataset.json        labels, counts, splits and their shards (imageshards/dataset_json.py)
     dataset_info.json, features.json, image.*.labels.txt   the same build described for
                         TensorFlow Datasets (imageshards/tfds_metadata.py)
@@ -27,6 +29,7 @@ import re
 DATASET_JSON = 'dataset.json'
 REJECTED_JSONL = 'rejected.jsonl'
 DUPLICATES_JSONL = 'duplicates.jsonl'
+NEAR_DUPLICATES_JSONL = 'near_duplicates.jsonl'
 SUCCESS = '_SUCCESS'
 TEMP_DIR = '.imageshards-tmp'
 # The running build's lock. Not an "own file" (is_own_file): --overwrite, run by the build that
@@ -41,7 +44,7 @@ TRANSFORM_DIRS = (TRANSFORM_FN_DIR, TRANSFORMED_METADATA_DIR, RAW_METADATA_DIR)
 TRANSFORM_SAVED_MODEL = f'{TRANSFORM_FN_DIR}/saved_model.pb'
 TRANSFORM_ASSETS = f'{TRANSFORM_FN_DIR}/assets'
 ANALYSIS_JSON = f'{TRANSFORM_FN_DIR}/assets.extra/analysis.json'
-OWN_FILES = (SUCCESS, DATASET_JSON, REJECTED_JSONL, DUPLICATES_JSONL)
+OWN_FILES = (SUCCESS, DATASET_JSON, REJECTED_JSONL, DUPLICATES_JSONL, NEAR_DUPLICATES_JSONL)
 # TensorFlow Datasets' metadata, beside dataset.json; TFDS names the labels files itself.
 DATASET_INFO_JSON = 'dataset_info.json'
 FEATURES_JSON = 'features.json'

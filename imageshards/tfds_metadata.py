@@ -41,6 +41,7 @@ import tempfile
 import numpy as np
 from google.protobuf import json_format
 
+from imageshards import dataset_json
 from imageshards import features
 from imageshards import layout
 from imageshards import storage
@@ -63,6 +64,7 @@ _DOCS = {
     features.ORIGINAL_HEIGHT: 'height of the input image (as shown), before --resize-shorter-side',
     features.ORIGINAL_WIDTH: 'width of the input image (as shown), before --resize-shorter-side',
     features.ORIGINAL_SHA256: "sha256 of the input file's bytes, hex",
+    features.GROUP: "the image's group (empty: none); a group's images share a split",
 }
 
 
@@ -77,10 +79,7 @@ def features_dict(dataset):
         docs[features.level_label(level)] = f'index in label_levels.{level}; -1: no value'
         docs[features.level_text(level)] = f'the name in label level {level}; empty: no value'
     connectors = {}
-    multi_label = bool(dataset.get('multi_label'))
-    schema = features.record_schema(
-        dataset['format'], levels, multi_label, bool(dataset.get('resize'))
-    )
+    schema = dataset_json.record_schema(dataset)
     for key, kind in schema.items():
         listed = kind.endswith(features.LIST)  # the doc goes to the Sequence
         doc = None if listed else docs[key]

@@ -1,9 +1,12 @@
 """The build's pipeline: its steps, in order, each handed what it needs of the BuildContext.
 
-    ReadListing -> ValidateImages -> [DropDuplicates] -> AssignShards -> WriteShards -> Finalize
+    ReadListing -> ValidateImages -> [DropDuplicates] -> [PlaceGroups] -> AssignShards
+        -> WriteShards -> Finalize
         [WriteShards' summaries of the analysed split -> AnalyzeShards -> Finalize,
          and WriteTransformOutput (Dataflow, --analysis-in-pipeline; locally, the launcher
-         writes it after the pipeline: pipelines/local/transform_writer.py)]
+         writes it after the pipeline: pipelines/local/transform_writer.py);
+         with groups, --near-duplicates or --splits-from: ReadPreviousSplits -> PlaceGroups,
+         and AssignShards' shards -> CountLeaks -> Finalize]
 
 Between validation and writing, image metadata moves in packed blocks
 (pipelines/core/blocks.py), passed as block refs: the blocks themselves on Dataflow, byte
@@ -17,6 +20,9 @@ from pipelines.analysis.transform_output import WriteTransformOutput
 from pipelines.assignment.assign import AssignShards
 from pipelines.assignment.assign import RankGroups
 from pipelines.assignment.assign import bucket_bits_for
+from pipelines.assignment.grouping import CountLeaks
+from pipelines.assignment.grouping import PlaceGroups
+from pipelines.assignment.previous import ReadPreviousSplits
 from pipelines.core import blocks
 from pipelines.core.settings import TransformBy
 from pipelines.inputs.listing import work_items
@@ -45,19 +51,23 @@ def build_pipeline(pipeline, context, store=None) -> beam.PCollection:
         listing.label_levels,
         listing.multi_label,
         config.resize,
+        grouped=bool(context.grouping and context.grouping.groups),
     )
     rank_groups = RankGroups(config.seed, bucket_bits_for(listing.largest_group))
-    # Without --dedup, validation keys its blocks for AssignShards itself: one pass less.
-    validated = _validated(pipeline, context, store, None if config.dedup else rank_groups)
+    # Without --dedup or groups, validation keys its blocks for AssignShards: one pass less.
+    keyed_early = not (config.dedup or context.grouping)
+    validated = _validated(pipeline, context, store, rank_groups if keyed_early else None)
     unique, duplicates = _deduplicated(pipeline, context, validated.blocks, store)
-    assigned = unique | 'AssignShards' >> AssignShards(
+    grouped = _grouped(pipeline, context, unique, store, rank_groups)
+    assigned = (grouped.keyed if grouped else unique) | 'AssignShards' >> AssignShards(
         config.seed,
         config.splits,
         num_shards=config.num_shards,
         shard_bytes=config.shard_size_mb * 1e6,
         bucket_bits=rank_groups.bucket_bits,
         store=store,
-        keyed=not config.dedup,
+        keyed=keyed_early or bool(grouped),
+        fill=bool(grouped),
     )
     # ((split, shard), block ref)
     sample = None
@@ -82,7 +92,33 @@ def build_pipeline(pipeline, context, store=None) -> beam.PCollection:
         shard_layout=assigned.layout,
         analysis=analysis,
         analyzed=analyzed,
+        grouped=grouped and _grouped_outputs(grouped, assigned, store),
     )
+
+
+def _grouped(pipeline, context, refs, store, rank_groups):
+    """PlaceGroups' outputs, or None for a build without groups, near-duplicates or an earlier
+    build's splits."""
+    settings = context.grouping
+    if settings is None:
+        return None
+    previous = None
+    if settings.splits_from:
+        previous = pipeline | 'ReadPreviousSplits' >> ReadPreviousSplits(settings.splits_from)
+    return refs | 'PlaceGroups' >> PlaceGroups(
+        settings, rank_groups, store, context.listing.num_inputs, previous
+    )
+
+
+def _grouped_outputs(grouped, assigned, store):
+    """Finalize's `grouped`: what it writes of groups, clusters and an earlier build."""
+    return {
+        'tallies': assigned.placed | 'CountLeaks' >> CountLeaks(store, grouped.clusters),
+        'clusters': grouped.clusters,
+        'members': grouped.members,
+        'previous': grouped.previous_splits,
+        'previous_counts': grouped.previous,
+    }
 
 
 def _validated(pipeline, context, store, rank_groups):

@@ -6,6 +6,9 @@ import zlib
 
 import numpy as np
 from PIL import Image
+from PIL import ImageDraw
+from PIL import ImageEnhance
+from PIL import ImageFilter
 
 # One colour per class so that a model can tell classes apart; noise makes every image unique.
 CLASS_COLOURS = [
@@ -327,3 +330,33 @@ def write_level_manifest(root, per_species, name='levels.csv', missing=()):
     path = root / name
     path.write_text('\n'.join(lines) + '\n', encoding='utf-8')
     return path
+
+
+def photo_like(index, size=(96, 128)):
+    """A smooth RGB image with structure at every scale, its detail fainter the finer it is (as
+    in photographs), distinct per index: what a perceptual hash is made for."""
+    rng = np.random.default_rng([index, 7])
+    field = np.zeros((*size, 3))
+    for cells, weight in ((3, 1.0), (6, 0.5), (12, 0.25), (24, 0.125)):
+        coarse = rng.uniform(-1, 1, (cells, cells * 4 // 3, 3)).astype(np.float32)
+        layers = [Image.fromarray(coarse[..., c]) for c in range(3)]
+        resized = [
+            np.asarray(layer.resize(size[::-1], Image.Resampling.BICUBIC)) for layer in layers
+        ]
+        field += weight * np.stack(resized, axis=-1)
+    return Image.fromarray(np.clip(128 + 45 * field, 0, 255).astype(np.uint8))
+
+
+def near_duplicates_of(image):
+    """Near-duplicates of `image` the ways they arise: {kind: JPEG bytes}."""
+    width, height = image.size
+    written = image.copy()
+    ImageDraw.Draw(written).text((6, height - 16), 'v2', fill=(255, 255, 255))
+    return {
+        'reencoded': encode(image, quality=55),
+        'downscaled': encode(image.resize((width // 2, height // 2)), quality=90),
+        'border_cropped': encode(image.crop((3, 2, width - 3, height - 2)), quality=90),
+        'brightened': encode(ImageEnhance.Brightness(image).enhance(1.2), quality=90),
+        'blurred': encode(image.filter(ImageFilter.GaussianBlur(1.5)), quality=90),
+        'text': encode(written, quality=90),
+    }

@@ -310,3 +310,21 @@ def test_gs_inputs_over_the_limit_are_too_large_from_their_listed_size_or_one_ra
             'big.jpg': ('too_large', too_large),
             'empty.jpg': ('empty_file', 'file has 0 bytes'),
         }
+
+
+def test_splits_from_a_gs_build_keeps_every_image_in_its_split(gcs, data, tree_builds, tmp_path):
+    remote_out, remote = tree_builds[1]
+    out = tmp_path / 'grown'
+    grown = _run(
+        '--input', str(data / 'images'), '--output', str(out), *FLAGS, '--splits-from', remote_out
+    )
+    previous = grown['grouping']['previous']
+    assert previous == {
+        'build': remote_out,
+        'kept': remote['counts']['written'],
+        'new': 0,
+        'removed': 0,
+        'moved': 0,
+    }
+    for split, info in remote['splits'].items():
+        assert grown['splits'][split]['class_counts'] == info['class_counts'], split

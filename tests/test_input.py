@@ -11,6 +11,7 @@ from imageshards import tfrecord
 from trainer import corrupt_shards
 from trainer import dataset_info
 from trainer import input_pipeline
+from trainer import record_decoding
 
 SIZE = (16, 16)
 
@@ -245,7 +246,7 @@ def test_an_undecodable_image_fails_loudly_or_is_skipped_and_counted(tf, tmp_pat
     copy, _ = _copy_with_shard(tmp_path, color_builds['examples'], _with_an_undecodable_image)
     with pytest.raises(tf.errors.InvalidArgumentError):
         _batches(copy, epochs=1)
-    skipped = input_pipeline.SkippedImages()
+    skipped = record_decoding.SkippedImages()
     dataset = input_pipeline.make_dataset(
         str(copy),
         'train',
@@ -376,22 +377,3 @@ def test_a_split_of_jpegs_alone_skips_the_format_check_for_the_same_images(
 def test_a_png_where_the_split_counts_jpegs_alone_fails_loudly(tf, color_builds):
     with pytest.raises(tf.errors.InvalidArgumentError, match='a record that is not a JPEG'):
         _batches(color_builds['examples'], epochs=1, jpeg_only=True)
-
-
-@pytest.mark.parametrize('augment', [None, 'standard'])
-def test_batches_decoded_in_one_call_are_those_decoded_image_by_image(color_builds, augment):
-    """The default path decodes each batch in one function call; skip_bad_images keeps the
-    per-image map (an undecodable image must drop alone). On a clean build they agree."""
-    whole = _batches(color_builds['examples'], epochs=2, augment=augment)
-    per_image = _batches(color_builds['examples'], epochs=2, augment=augment, skip_bad_images=True)
-    specs = [
-        input_pipeline.make_dataset(
-            str(color_builds['examples']), 'train', 8, training=True, skip_bad_images=skip
-        ).element_spec
-        for skip in (False, True)
-    ]
-    assert specs[0] == specs[1]  # static shapes too: Keras' metrics rely on the batch size
-    assert len(whole) == len(per_image) > 0
-    for (x, y, i), (px, py, pi) in zip(whole, per_image):
-        assert x.dtype == px.dtype and x.shape == px.shape
-        assert np.array_equal(x, px) and np.array_equal(y, py) and np.array_equal(i, pi)

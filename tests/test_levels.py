@@ -241,9 +241,11 @@ def test_masked_loss_and_accuracy_leave_missing_labels_out(tf):
 
     probabilities = tf.constant([[0.9, 0.1], [0.2, 0.8], [0.6, 0.4], [0.5, 0.5]])
     labels = tf.constant([0, 0, -1, -1], tf.int64)
-    losses = heads.masked_sparse_categorical_crossentropy(labels, probabilities).numpy()
+    loss = heads.SparseCrossentropy()
+    losses = loss.call(labels, probabilities).numpy()
     # Keras takes the mean of these four: the mean over the two known labels.
     assert losses.mean() == pytest.approx(-(np.log(0.9) + np.log(0.2)) / 2, rel=1e-5)
+    assert float(loss(labels, probabilities)) == pytest.approx(losses.mean(), rel=1e-6)
     assert losses[2] == losses[3] == 0
     accuracy = heads.MaskedAccuracy()
     accuracy.update_state(labels, probabilities)
@@ -366,6 +368,7 @@ def _evaluation(out, **options):
 def _restored_model(config, dataset):
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
 
+    from trainer import best_epoch  # pylint: disable=import-outside-toplevel
     from trainer import dataset_info  # pylint: disable=import-outside-toplevel
     from trainer import heads as heads_lib  # pylint: disable=import-outside-toplevel
     from trainer import hierarchy  # pylint: disable=import-outside-toplevel
@@ -379,8 +382,10 @@ def _restored_model(config, dataset):
     assert heads['family'].source == 'species'
     normalize = transform.load(info)
     model = build_model(config.model, 0, config.image_size, heads=heads, transform_output=normalize)
-    checkpoint = tf.train.Checkpoint(model=model)
+    best = best_epoch.BestEpoch(model, ['val_loss'], lower_is_better=True)
+    checkpoint = tf.train.Checkpoint(model=model, best=best.state)
     checkpoint.restore(tf.train.latest_checkpoint(config.resolved_checkpoint_dir)).expect_partial()
+    best.restore_best()  # the model exported is the best epoch's
     return model
 
 

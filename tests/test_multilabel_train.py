@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from sklearn import metrics as sk_metrics
 
+from trainer import best_epoch
 from trainer import config as config_lib
 from trainer import dataset_info
 from trainer import heads as heads_lib
@@ -84,8 +85,10 @@ def _restored_model(config, levels=()):
     model = build_model(
         config.model, 0, config.image_size, heads=heads, transform_output=transform.load(info)
     )
-    checkpoint = tf.train.Checkpoint(model=model)
+    best = best_epoch.BestEpoch(model, ['val_loss'], lower_is_better=True)
+    checkpoint = tf.train.Checkpoint(model=model, best=best.state)
     checkpoint.restore(tf.train.latest_checkpoint(config.resolved_checkpoint_dir)).expect_partial()
+    best.restore_best()  # the model exported is the best epoch's
     return model
 
 

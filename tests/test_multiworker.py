@@ -21,6 +21,7 @@ import time
 
 import pytest
 
+from trainer import best_epoch
 from trainer import dataset_info
 from trainer import input_pipeline
 from trainer import transform
@@ -151,16 +152,19 @@ def test_each_worker_validates_on_every_record(tf, two_workers):
 
     The workers share their weights but not BatchNormalization's moving statistics (Keras
     keeps those per replica), so their accuracies may differ; the chief's is that of its
-    checkpoint. Whatever the worker's, it must be a count of correct records out of all.
+    best epoch's weights in its checkpoint. Whatever the worker's, it must be a count of
+    correct records out of all.
     """
     info, tmp_path, logs, _ = two_workers
     final = ast.literal_eval(re.search(r'final metrics: (\{.*\})', logs['chief']).group(1))
     model = build_model(
         'small_cnn', info.num_classes, (16, 16), transform_output=transform.load(info)
     )
-    model.compile(loss='sparse_categorical_crossentropy', metrics=['accuracy'])
     latest = tf.train.latest_checkpoint(str(tmp_path / 'job' / 'checkpoints'))
-    tf.train.Checkpoint(model=model).restore(latest).expect_partial()
+    best = best_epoch.BestEpoch(model, ['val_loss'], lower_is_better=True)
+    tf.train.Checkpoint(best=best.state).restore(latest).expect_partial()
+    best.restore_best()  # the chief's weights of the epoch the metrics are of
+    model.compile(loss='sparse_categorical_crossentropy', metrics=['accuracy'])
     val = input_pipeline.make_dataset(info.data_dir, 'val', 4, training=False, image_size=(16, 16))
     _, chief_accuracy = model.evaluate(val, verbose=0)
     records = info.num_records('val')

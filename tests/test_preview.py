@@ -101,18 +101,18 @@ def test_defaults_are_the_trainers_and_its_yaml_applies(color_builds, tmp_path):
     build = str(color_builds['examples'])
     defaults = preview.build_arg_parser().parse_args([build])
     trainer = config_lib.TrainConfig
-    assert (defaults.augment, defaults.image_size) == (trainer.augment, trainer.image_size)
+    assert (defaults.augment, defaults.image_size) == (trainer.input.augment, trainer.image_size)
     assert defaults.crop_area == 'auto'
     config = tmp_path / 'train.yaml'
     config.write_text('model: resnet50\nepochs: 3\nimage_size: 24\naugment: standard\n')
     out = tmp_path / 'grid.png'
     assert cli.main(['preview', build, '--config', str(config), '--out', str(out)]) == 0
     grid = preview.training_images(
-        build, seed=0, image_size=(24, 24), augment='standard', area_range='auto'
+        build, seed=0, image_size=(24, 24), augment='standard', crop_area='auto'
     )
     # The trainer's crops for a small split: half to all of each image.
     expected = preview.training_images(
-        build, seed=0, image_size=(24, 24), augment='standard', area_range=(0.5, 1.0)
+        build, seed=0, image_size=(24, 24), augment='standard', crop_area=(0.5, 1.0)
     )
     np.testing.assert_array_equal(grid.images, expected.images)
     with Image.open(out) as image:

@@ -7,8 +7,10 @@ import pytest
 
 from imageshards import features
 from imageshards import tfrecord
+from trainer import best_epoch
 from trainer import config as config_lib
 from trainer import dataset_info
+from trainer import input_options
 from trainer import input_pipeline
 from trainer import train as train_lib
 from trainer import transform
@@ -58,8 +60,10 @@ def _restored_model(config, info):
     model = build_model(
         config.model, info.num_classes, config.image_size, transform_output=transform.load(info)
     )
-    checkpoint = tf.train.Checkpoint(model=model)
+    best = best_epoch.BestEpoch(model, ['val_loss'], lower_is_better=True)
+    checkpoint = tf.train.Checkpoint(model=model, best=best.state)
     checkpoint.restore(tf.train.latest_checkpoint(config.resolved_checkpoint_dir)).expect_partial()
+    best.restore_best()  # the model exported is the best epoch's
     return model
 
 
@@ -128,13 +132,6 @@ def test_a_job_dir_of_another_run_is_refused_up_front(color_builds, tmp_path, ch
         train_lib.train(_config(color_builds['examples'], tmp_path, '--epochs', '1', *flags))
 
 
-def test_phases_of_a_resumed_run():
-    assert train_lib._phases(0, 0, 3) == [(0, 3, 0)]  # pylint: disable=protected-access
-    assert train_lib._phases(1, 4, 3) == [(1, 2, 4), (2, 3, 0)]
-    assert train_lib._phases(2, 4, 3) == [(2, 3, 4)]
-    assert train_lib._phases(3, 0, 3) == []
-
-
 @pytest.mark.parametrize('name', ['train_smoke.yaml', 'train_local.yaml', 'train_vertex.yaml'])
 def test_shipped_training_configs_parse(name):
     import os  # pylint: disable=import-outside-toplevel
@@ -155,10 +152,10 @@ def test_vertex_environment_chooses_the_output_folders(monkeypatch):
     assert config.resolved_log_dir == 'gs://b/logs/'
     monkeypatch.delenv('AIP_MODEL_DIR')
     assert config.resolved_model_dir == 'gs://b/job/model'
-    assert config_lib.parse_image_size('160,224') == (160, 224)
+    assert input_options.parse_image_size('160,224') == (160, 224)
 
 
-def test_help_shows_every_default_and_what_the_big_models_start_from():
+def test_help_shows_every_default_what_models_start_from_and_the_recipe():
     parser = config_lib.build_arg_parser()
     text = ' '.join(parser.format_help().split())
     for action in parser._actions:  # pylint: disable=protected-access
@@ -166,7 +163,10 @@ def test_help_shows_every_default_and_what_the_big_models_start_from():
         if takes_value and action.default not in (None, '', (), '==SUPPRESS=='):
             shown = config_lib.flags._shown(action.default)  # pylint: disable=protected-access
             assert f'default: {shown})' in text, action.dest
-    assert 'trained from scratch (random initial weights' in text
+    assert 'random initial weights unless --init-from' in text
+    # The recipe's switch point and rates (trainer/recipe.py).
+    assert 'the first N epochs train the heads alone' in text
+    assert '--fine-tune-learning-rate FINE_TUNE_LEARNING_RATE with --init-from' in text
 
 
 def test_a_misspelt_or_wrong_flag_is_refused_in_words(capsys, tmp_path):
@@ -183,16 +183,16 @@ def test_a_misspelt_or_wrong_flag_is_refused_in_words(capsys, tmp_path):
 
 
 def test_the_crop_range_suits_the_training_set():
-    assert config_lib.resolve_crop_area('auto', 1_437) == (0.5, 1.0)
-    assert config_lib.resolve_crop_area('auto', 1_281_167) == (0.08, 1.0)  # ImageNet's recipe
-    assert config_lib.resolve_crop_area((0.2, 0.9), 10) == (0.2, 0.9)
+    assert input_options.resolve_crop_area('auto', 1_437) == (0.5, 1.0)
+    assert input_options.resolve_crop_area('auto', 1_281_167) == (0.08, 1.0)  # ImageNet's recipe
+    assert input_options.resolve_crop_area((0.2, 0.9), 10) == (0.2, 0.9)
     # Multi-label: whole images, in training and evaluation (bench/multilabel_crops.py).
-    assert config_lib.resolve_crop_area('auto', 1_281_167, multi_label=True) == (1.0, 1.0)
-    assert config_lib.resolve_eval_crop('auto') == 0.875
-    assert config_lib.resolve_eval_crop('auto', multi_label=True) == 1.0
-    assert config_lib.resolve_eval_crop(0.9, multi_label=True) == 0.9
+    assert input_options.resolve_crop_area('auto', 1_281_167, multi_label=True) == (1.0, 1.0)
+    assert input_options.resolve_eval_crop('auto') == 0.875
+    assert input_options.resolve_eval_crop('auto', multi_label=True) == 1.0
+    assert input_options.resolve_eval_crop(0.9, multi_label=True) == 0.9
     with pytest.raises(ValueError, match=r'expected auto or a share of each side in \(0, 1\]'):
-        config_lib.parse_eval_crop('1.5')
+        input_options.parse_eval_crop('1.5')
 
 
 @pytest.fixture(scope='module')

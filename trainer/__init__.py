@@ -1,1 +1,27 @@
-"""Training from imageshards output (tf.data input pipeline, Keras, Vertex AI)."""
+"""Training from imageshards output (tf.data input pipeline, Keras, Vertex AI).
+
+task.py             the entry point (`python -m trainer.task`): flags, then train.py
+config.py           flags and the typed TrainConfig, with its Recipe and InputOptions
+train.py            a run: set up, resume or start from weights, fit phase by phase,
+                    keep the best epoch, test, export
+  recipe.py         phases (frozen, then all), the learning-rate schedule, AdamW
+  warm_start.py     --init-from: trained weights copied into a new model by layer
+  best_epoch.py     the best epoch's weights, kept in the checkpoints
+  callbacks.py      resumable checkpoints (SIGTERM), the skipped images' count
+  corrupt_shards.py  a DataLossError named by the shard that holds it
+  evaluate.py       validation and test passes, multi-label thresholds (thresholds.py)
+  export.py         the SavedModel whose signature takes encoded images
+  job.py            what a job directory holds across runs (run.json, metrics.json)
+  distribute.py     strategy, precision, devices, which worker writes what
+model.py            small_cnn or a keras.applications backbone, and the heads (heads.py,
+                    hierarchy.py, labels.py)
+input_pipeline.py   make_dataset: shards -> batches of (images, labels)
+  input_options.py  its settings, one record (no TensorFlow)
+  record_parser.py  records -> encoded images, labels, ids
+  record_decoding.py  a batch per call, or image by image
+  preprocess.py     decode, crop and resize one image (also the serving signature's)
+  augment.py        augmentation
+dataset_info.py     a build's dataset.json, read with tf.io.gfile
+transform.py        the build's tf.Transform output: normalization, the vocabulary
+submit.py           a Vertex AI custom job (`imageshards submit-training`)
+"""

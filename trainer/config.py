@@ -6,6 +6,7 @@ goes to `AIP_MODEL_DIR`, checkpoints to `AIP_CHECKPOINT_DIR` and TensorBoard log
 given with `--config` holds defaults for any flag (with underscores); the command line wins.
 """
 
+import argparse
 import dataclasses
 import os
 import posixpath
@@ -13,48 +14,53 @@ import posixpath
 from imageshards import configfile
 from imageshards import features
 from imageshards import flags
+from trainer import input_options
+from trainer.input_options import InputOptions
 
-# The models of trainer/model.py; named here so that parsing flags imports no Keras.
-MODELS = ('small_cnn', 'resnet50', 'efficientnet_b0')
-# Random-resized crops: the ImageNet recipe keeps 8% to all of an image, which suits a large
-# training set of large images. A small one has few images to see varied, and crops that keep a
-# twelfth of an image hide what its label is about more often than they teach: below
-# LARGE_TRAINING_SET images, `auto` keeps half to all of each image.
-IMAGENET_CROP_AREA = (0.08, 1.0)
-SMALL_SET_CROP_AREA = (0.5, 1.0)
-LARGE_TRAINING_SET = 100_000
-# A multi-label image's labels say what it shows anywhere in it: a crop that cuts a labelled
-# object out keeps a label the image no longer shows, and so does evaluation's central crop.
-# So a multi-label build trains, evaluates and serves whole images (bench/multilabel_crops.py:
-# shapes' test micro F1 0.96 with neither crop, 0.89 with 0.8-1 crops, 0.80 with 0.08-1).
-MULTI_LABEL_CROP_AREA = (1.0, 1.0)
-CENTRAL_CROP = 0.875  # of each side: the Inception/ResNet evaluation recipe
-MULTI_LABEL_EVAL_CROP = 1.0
+SMALL_CNN = 'small_cnn'  # the model of trainer/model.py's own; any other is keras.applications'
+SELECT_BY = ('loss', 'accuracy', 'micro_f1')
+IMAGENET = 'imagenet'
+
+
+@dataclasses.dataclass(frozen=True)
+class Recipe:
+    """How the model learns: where its weights start, the phases, the optimizer and the loss
+    (trainer/recipe.py). Defaults: bench/transfer.py, bench/RESULTS.md "The recipe"."""
+
+    init_from: str = ''  # trained weights to start from (trainer/warm_start.py); '': random
+    frozen_epochs: int = 1  # with init_from: epochs that train the heads alone
+    learning_rate: float = 3e-3  # AdamW's peak rate (with init_from: the heads' first epochs)
+    fine_tune_learning_rate: float = 1e-3  # with init_from: the whole model's, after them
+    warmup_epochs: float = 1.0  # linear warm-up at the start of each phase (at most half of it)
+    lr_schedule: str = 'cosine'  # warm-up then cosine decay to 0 in each phase, or constant
+    weight_decay: float = 0.05  # AdamW's, decoupled; not of biases and BatchNorm's scale, offset
+    label_smoothing: float = 0.1  # softmax heads only
+    class_weights: str = 'none'  # or balanced: each class weighted inversely to its count
+    select_by: str = 'loss'  # the validation metric whose best epoch is kept
+
+    @property
+    def from_weights(self) -> bool:
+        return bool(self.init_from)
+
+
+RECIPE_FLAGS = tuple(field.name for field in dataclasses.fields(Recipe))
 
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
     data: str
     job_dir: str
-    model: str = 'small_cnn'
+    model: str = SMALL_CNN
     epochs: int = 10
     batch_size: int = 64
-    image_size: tuple = (224, 224)
+    image_size: tuple = input_options.IMAGE_SIZE
     steps_per_epoch: int = 0  # 0: from the split's record count
-    augment: str = 'none'
     seed: int = 0
-    learning_rate: float = 1e-3
     train_split: str = 'train'
     val_split: str = 'val'  # skipped when the build has no such split
     test_split: str = 'test'  # evaluated once at the end, when the build has it
-    crop_area: tuple | str = 'auto'  # share of an image a random crop covers (resolve_crop_area)
-    eval_crop: float | str = 'auto'  # evaluation's and serving's central crop (resolve_eval_crop)
-    patches_per_image: int = 0
-    patch_size: int = 0
-    skip_bad_images: bool = False
-    deterministic: bool = True
-    shuffle_buffer: int = 4096
-    cycle_length: int = 8
+    input: InputOptions = InputOptions()  # how the data is read (trainer/input_pipeline.py)
+    recipe: Recipe = Recipe()  # how the model learns
     checkpoint_every: int = 500  # steps; checkpoints are also written at each epoch's end
     mixed_precision: str = 'auto'  # auto: mixed_float16 when a GPU is present
     xla: bool = False
@@ -66,29 +72,12 @@ class TrainConfig:
     log_dir: str = ''
     verbose: bool = False
 
-    def input_options(self):
-        """make_dataset's arguments for training that this configuration sets
-        (trainer/input_pipeline.py)."""
-        return {
-            'seed': self.seed,
-            'image_size': self.image_size,
-            'augment': self.augment,
-            'label_levels': self.label_levels,
-            'patches_per_image': self.patches_per_image,
-            'patch_size': self.patch_size,
-            'skip_bad_images': self.skip_bad_images,
-            'deterministic': self.deterministic,
-            'shuffle_buffer': self.shuffle_buffer,
-            'cycle_length': self.cycle_length,
-            'area_range': self.crop_area,
-        }
-
     @property
-    def resolved_model_dir(self):
+    def resolved_model_dir(self) -> str:
         return self.model_dir or os.environ.get('AIP_MODEL_DIR') or _join(self.job_dir, 'model')
 
     @property
-    def resolved_checkpoint_dir(self):
+    def resolved_checkpoint_dir(self) -> str:
         return (
             self.checkpoint_dir
             or os.environ.get('AIP_CHECKPOINT_DIR')
@@ -96,7 +85,7 @@ class TrainConfig:
         )
 
     @property
-    def resolved_log_dir(self):
+    def resolved_log_dir(self) -> str:
         return (
             self.log_dir or os.environ.get('AIP_TENSORBOARD_LOG_DIR') or _join(self.job_dir, 'logs')
         )
@@ -106,104 +95,54 @@ def _join(base, name):
     return posixpath.join(base.rstrip('/'), name)
 
 
-def resolve_crop_area(crop_area, train_records, multi_label=False):
-    """The (min, max) crop area for `crop_area` ('auto' or a range), a training split size and
-    whether the build is multi-label."""
-    if crop_area != 'auto':
-        return tuple(crop_area)
-    if multi_label:
-        return MULTI_LABEL_CROP_AREA
-    return IMAGENET_CROP_AREA if train_records >= LARGE_TRAINING_SET else SMALL_SET_CROP_AREA
-
-
-def resolve_eval_crop(eval_crop, multi_label=False):
-    """The share of each side evaluation's and serving's central crop keeps."""
-    if eval_crop != 'auto':
-        return float(eval_crop)
-    return MULTI_LABEL_EVAL_CROP if multi_label else CENTRAL_CROP
-
-
-def parse_image_size(text):
-    """`224`, `224,224` or `160,224` -> (height, width)."""
-    if isinstance(text, (list, tuple)):
-        parts = list(text)
-    else:
-        parts = [part for part in str(text).replace('x', ',').split(',') if part.strip()]
-    try:
-        sizes = tuple(int(part) for part in parts)
-    except ValueError:
-        sizes = ()
-    if len(sizes) == 1:
-        sizes = sizes * 2
-    if len(sizes) != 2 or min(sizes) < 1:
-        raise ValueError(f'expected H,W or one number of pixels, got {text!r}')
-    return sizes
-
-
-def parse_range(text):
-    """`0.5,1` -> (0.5, 1.0), within (0, 1]."""
-    parts = text if isinstance(text, (list, tuple)) else str(text).split(',')
-    try:
-        low, high = (float(part) for part in parts)
-    except ValueError:
-        raise ValueError(f'expected two numbers min,max such as 0.5,1, got {text!r}') from None
-    if not 0 < low <= high <= 1:
-        raise ValueError(f'expected 0 < min <= max <= 1, got {text!r}')
-    return (low, high)
-
-
-def parse_crop_area(text):
-    """`auto` or a range (parse_range)."""
-    return 'auto' if str(text).strip() == 'auto' else parse_range(text)
-
-
-def parse_eval_crop(text):
-    """`auto` or a share in (0, 1]."""
-    if str(text).strip() == 'auto':
-        return 'auto'
-    try:
-        share = float(text)
-    except ValueError:
-        share = 0.0
-    if not 0 < share <= 1:
-        raise ValueError(
-            f'expected auto or a share of each side in (0, 1], such as 0.875, got {text!r}'
-        )
-    return share
-
-
 _MODEL_HELP = (
-    'small_cnn: three conv blocks, for quick runs; resnet50, efficientnet_b0: keras.applications '
-    'models trained from scratch (random initial weights, nothing downloaded)'
+    'small_cnn: three conv blocks, for quick runs; or any keras.applications model by name '
+    '(resnet50, efficientnet_b0, ResNet50V2, MobileNetV3Small, EfficientNetV2B0, ConvNeXtTiny, '
+    '...; case and underscores do not matter), its own preprocessing included: random initial '
+    'weights unless --init-from'
 )
 _CROP_HELP = (
     'min,max share of an image a training crop keeps, or auto: 0.5,1 for a training split under '
-    f'{LARGE_TRAINING_SET:,} images, the ImageNet recipe 0.08,1 from there on; a multi-label '
-    'build 1,1 (no crop: a crop can cut out an object its labels name; measured on shapes, test '
-    'micro F1 0.96 without crops, 0.89 with 0.8,1 crops, 0.80 with 0.08,1)'
+    f'{input_options.LARGE_TRAINING_SET:,} images, the ImageNet recipe 0.08,1 from there on; a '
+    'multi-label build 1,1 (no crop: a crop can cut out an object its labels name; measured on '
+    'shapes, test micro F1 0.96 without crops, 0.89 with 0.8,1 crops, 0.80 with 0.08,1)'
 )
 _EVAL_CROP_HELP = (
     'share of each side of the central crop that evaluation and the served model see, or auto: '
-    f'{CENTRAL_CROP} (the Inception/ResNet recipe), a multi-label build the whole image (1)'
+    f'{input_options.CENTRAL_CROP} (the Inception/ResNet recipe), a multi-label build the whole '
+    'image (1)'
+)
+_INIT_FROM_HELP = (
+    "trained weights to start from: an earlier job's --job-dir (its exported model, else its "
+    'newest checkpoint: the best epoch either way), a SavedModel folder, a .keras file, a Keras '
+    'HDF5 weights file (.h5, such as the keras.applications downloads), or imagenet: '
+    "the --model's keras.applications weights, downloaded or, without a network, read from the "
+    'Keras cache (~/.keras/models; or give the file itself). Layers are copied by name where '
+    'their shapes match; heads are new unless the source is a job on the same classes'
+)
+_FROZEN_HELP = (
+    'with --init-from: the first N epochs train the heads alone (the rest frozen), then the '
+    'whole model trains at --fine-tune-learning-rate; BatchNorm layers stay in inference mode '
+    '(their statistics kept) all along'
 )
 
 
-def build_arg_parser():
+def build_arg_parser() -> flags.ArgumentParser:
     parser = flags.ArgumentParser(
         prog='python -m trainer.task',
         description='Train an image classifier on the shards of an imageshards build.',
     )
     add = parser.add_argument
-    count, positive = flags.integer(minimum=1), flags.number(above=0)
+    count = flags.integer(minimum=1)
     add('--config', help='YAML file with defaults for these flags')
     add('--data', help='output directory of `imageshards build` (local, gs:// or /gcs/...)')
     add('--job-dir', help='where the model, checkpoints, logs and metrics.json go')
-    add('--model', choices=MODELS, default=TrainConfig.model, help=_MODEL_HELP)
+    add('--model', type=flags.words(_model_name), default=TrainConfig.model, help=_MODEL_HELP)
     add('--epochs', type=count, default=TrainConfig.epochs, help='passes over the training split')
     add('--batch-size', type=count, default=TrainConfig.batch_size, help='global batch size')
     add(
         '--image-size',
-        type=flags.words(parse_image_size),
+        type=flags.words(input_options.parse_image_size),
         default=TrainConfig.image_size,
         help='H,W or N: the size images are cropped and resized to',
     )
@@ -214,42 +153,114 @@ def build_arg_parser():
         help="0: from the split's record count in dataset.json",
     )
     add(
-        '--augment',
-        default=TrainConfig.augment,
-        help="'none', 'standard', or name[=value],... (see trainer/augment.py)",
-    )
-    add(
         '--seed',
         type=flags.integer(),
         default=TrainConfig.seed,
         help='fixes initial weights, order and crops',
     )
-    add('--learning-rate', type=positive, default=TrainConfig.learning_rate, help='Adam')
     add('--train-split', default=TrainConfig.train_split, help='the split to train on')
     add('--val-split', default=TrainConfig.val_split, help='evaluated each epoch, if present')
     add('--test-split', default=TrainConfig.test_split, help='evaluated at the end, if present')
+    _add_recipe_flags(add)
+    _add_input_flags(add)
+    _add_run_flags(add)
+    return parser
+
+
+def _add_recipe_flags(add):
+    """Flags of Recipe's fields."""
+    recipe, rate = Recipe(), flags.number(above=0)
+    add('--init-from', default=recipe.init_from, metavar='SOURCE', help=_INIT_FROM_HELP)
+    add(
+        '--frozen-epochs',
+        type=flags.integer(minimum=0),
+        default=recipe.frozen_epochs,
+        help=_FROZEN_HELP,
+    )
+    add(
+        '--learning-rate',
+        type=rate,
+        default=recipe.learning_rate,
+        help="AdamW's peak rate (with --init-from: the heads' in the frozen epochs)",
+    )
+    add(
+        '--fine-tune-learning-rate',
+        type=rate,
+        default=recipe.fine_tune_learning_rate,
+        help="with --init-from: the whole model's peak rate after the frozen epochs",
+    )
+    add(
+        '--warmup-epochs',
+        type=flags.words(_non_negative),
+        default=recipe.warmup_epochs,
+        help='the rate rises linearly from 0 over the first epochs of each phase (at most half '
+        'of the phase), then --lr-schedule cosine takes it down to 0 at the phase end',
+    )
+    add(
+        '--lr-schedule',
+        choices=('cosine', 'constant'),
+        default=recipe.lr_schedule,
+        help='after the warm-up: a cosine down to 0 at the end of each phase, or the peak rate',
+    )
+    add(
+        '--weight-decay',
+        type=flags.words(_non_negative),
+        default=recipe.weight_decay,
+        help="AdamW's decoupled weight decay (not of biases, BatchNorm's scale and offset)",
+    )
+    add(
+        '--label-smoothing',
+        type=flags.words(_smoothing),
+        default=recipe.label_smoothing,
+        help='of softmax heads (a multi-label head has none)',
+    )
+    add(
+        '--class-weights',
+        choices=('none', 'balanced'),
+        default=recipe.class_weights,
+        help="balanced: each class of a softmax head weighs total / (classes x the class's "
+        'images) in the loss, from the training split counts in dataset.json',
+    )
+    add(
+        '--select-by',
+        choices=SELECT_BY,
+        default=recipe.select_by,
+        help='the validation metric whose best epoch is kept, exported and evaluated on the test '
+        'split (accuracy: of softmax heads, micro_f1: of multi-label heads, their mean when '
+        'there are several); without a validation split, the last epoch',
+    )
+
+
+def _add_input_flags(add):
+    """Flags of InputOptions' first fields (input_options.FLAGS)."""
+    options, count = InputOptions(), flags.integer(minimum=1)
+    add(
+        '--augment',
+        default=options.augment,
+        help="'none', 'standard', or name[=value],... (see trainer/augment.py)",
+    )
     add(
         '--crop-area',
-        type=flags.words(parse_crop_area),
-        default=TrainConfig.crop_area,
+        type=flags.words(input_options.parse_crop_area),
+        default=options.crop_area,
         help=_CROP_HELP,
     )
     add(
         '--eval-crop',
-        type=flags.words(parse_eval_crop),
-        default=TrainConfig.eval_crop,
+        type=flags.words(input_options.parse_eval_crop),
+        default=options.eval_crop,
         help=_EVAL_CROP_HELP,
     )
     add(
         '--patches-per-image',
         type=flags.integer(minimum=0),
-        default=TrainConfig.patches_per_image,
+        default=options.patches_per_image,
         help='K random patches per image instead of one crop (0: crops)',
     )
     add(
         '--patch-size',
         type=flags.integer(minimum=0),
-        default=TrainConfig.patch_size,
+        default=options.patch_size,
         help='side of a patch',
     )
     add(
@@ -264,8 +275,12 @@ def build_arg_parser():
         action='store_false',
         help='let parallel input steps reorder records (faster, not reproducible)',
     )
-    add('--shuffle-buffer', type=count, default=TrainConfig.shuffle_buffer, help='records')
-    add('--cycle-length', type=count, default=TrainConfig.cycle_length, help='shards read at once')
+    add('--shuffle-buffer', type=count, default=options.shuffle_buffer, help='records')
+    add('--cycle-length', type=count, default=options.cycle_length, help='shards read at once')
+
+
+def _add_run_flags(add):
+    """Flags of where and how the run goes: checkpoints, devices, heads, folders."""
     add(
         '--checkpoint-every',
         type=flags.integer(minimum=0),
@@ -305,18 +320,42 @@ def build_arg_parser():
     add('--checkpoint-dir', default='', help='default: $AIP_CHECKPOINT_DIR or JOB_DIR/checkpoints')
     add('--log-dir', default='', help='default: $AIP_TENSORBOARD_LOG_DIR or JOB_DIR/logs')
     add('--verbose', action='store_true', help="also show TensorFlow's and Keras' own log lines")
-    return parser
+
+
+def _model_name(text):
+    """A --model: small_cnn or a keras.applications name (checked when the model is built)."""
+    name = str(text).strip()
+    if not name:
+        raise ValueError('expected small_cnn or a keras.applications model name')
+    return name
+
+
+def _non_negative(text):
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        value = -1.0
+    if not value >= 0:
+        raise ValueError(f'expected a number of 0 or more, got {text!r}')
+    return value
+
+
+def _smoothing(text):
+    value = _non_negative(text)
+    if not value < 1:
+        raise ValueError(f'expected a share in [0, 1), such as 0.1, got {text!r}')
+    return value
 
 
 CONVERT = {
-    'image_size': parse_image_size,
-    'crop_area': parse_crop_area,
-    'eval_crop': parse_eval_crop,
+    'image_size': input_options.parse_image_size,
+    'crop_area': input_options.parse_crop_area,
+    'eval_crop': input_options.parse_eval_crop,
     'label_levels': features.parse_label_levels,
 }
 
 
-def parse_train_args(argv):
+def parse_train_args(argv) -> TrainConfig:
     """A TrainConfig from a command line (and the YAML file it names).
 
     Raises:
@@ -332,10 +371,12 @@ def parse_train_args(argv):
             )
     values = vars(args)
     values.pop('config')
-    return TrainConfig(**values)
+    options = InputOptions(**{name: values.pop(name) for name in input_options.FLAGS})
+    recipe = Recipe(**{name: values.pop(name) for name in RECIPE_FLAGS})
+    return TrainConfig(**values, input=options, recipe=recipe)
 
 
-def parse_with_trainer_yaml(parser, argv):
+def parse_with_trainer_yaml(parser, argv) -> argparse.Namespace:
     """A tool's flags, defaulting to the trainer YAML's settings (a wrong file: usage error)."""
     try:
         configfile.apply_defaults_of(parser, argv, build_arg_parser(), convert=CONVERT)

@@ -5,6 +5,7 @@ validation split and measured on both splits."""
 import logging
 
 import numpy as np
+import tensorflow as tf
 
 from trainer import input_pipeline
 from trainer import thresholds as thresholds_lib
@@ -12,7 +13,7 @@ from trainer import thresholds as thresholds_lib
 _LOG = logging.getLogger(__name__)
 
 
-def dataset(config, info, strategy, split=None):
+def dataset(config, info, strategy, split=None) -> tf.distribute.DistributedDataset | None:
     """The validation split's (or `split`'s) one ordered pass: all of it on every worker, in
     the same batches; None where the build has no such split.
 
@@ -36,12 +37,13 @@ def dataset(config, info, strategy, split=None):
             image_size=config.image_size,
             info=info,
             label_levels=config.label_levels,
-            eval_crop=config.eval_crop,
+            options=config.input,
+            skip_bad_images=False,  # an evaluation counts every record, or fails
         )
     )
 
 
-def test_metrics(model, config, info, strategy):
+def test_metrics(model, config, info, strategy) -> dict:
     """{test_loss, test_accuracy, ...} of one pass over the test split, if the build has one."""
     test = dataset(config, info, strategy, config.test_split)
     if test is None or config.test_split in (config.train_split, config.val_split):
@@ -50,7 +52,7 @@ def test_metrics(model, config, info, strategy):
     return {f'test_{key}': float(value) for key, value in results.items()}
 
 
-def multi_label_thresholds(model, config, info, heads):
+def multi_label_thresholds(model, config, info, heads) -> tuple:
     """Per-class thresholds of the model's multi-label heads, and F1 at them.
 
     Returns:
@@ -92,7 +94,8 @@ def _scores(model, config, info, split, names):
         image_size=config.image_size,
         info=info,
         label_levels=config.label_levels,
-        eval_crop=config.eval_crop,
+        options=config.input,
+        skip_bad_images=False,
     )
     scores, labels = {name: [] for name in names}, {name: [] for name in names}
     for images, batch_labels in data:

@@ -18,7 +18,8 @@ Everything random is a function of (seed, epoch, position), so an epoch's batche
 rebuilt exactly, also from the middle (`start_epoch`, `skip_batches`) after a preemption;
 with `deterministic=True` (the default) parallel steps keep that order.
 
-Evaluation reads the shards in order, crops centrally and keeps every record.
+Evaluation reads the shards in order, crops centrally and keeps every record; its batches
+too are decoded in one call each (the last one partial).
 
 With `decode_images=False` the same pipeline yields batches of (labels, ids) only, in exactly
 the order it would deliver images (no step that decides the order looks at pixels):
@@ -33,60 +34,53 @@ import tensorflow as tf
 from trainer import augment as augment_lib
 from trainer import dataset_info
 from trainer import preprocess
-from trainer.config import IMAGENET_CROP_AREA
-from trainer.config import TrainConfig
+from trainer import record_decoding
+from trainer.input_options import IMAGE_SIZE
+from trainer.input_options import ROTATE_BELOW
+from trainer.input_options import InputOptions
 from trainer.record_parser import RecordParser
 
 _LOG = logging.getLogger(__name__)
 AUTOTUNE = tf.data.AUTOTUNE
 
+# Each random stream of an epoch has a seed of its own, fixed by (seed, epoch, its salt).
+SHARD_ORDER_SALT = 1  # the per-epoch shuffle of the shard list
+RECORD_ORDER_SALT = 2  # the record shuffle buffer
+SHARD_START_SALT = 3  # where each rotated shard starts (with the shard's index)
+PATCH_ORDER_SALT = 4  # the shuffle of patches across images
+# Crops and the augmentation of batches of patches are fixed by (seed * MULTIPLIER + epoch,
+# their position or batch index): primes that keep the two streams apart.
+CROP_MULTIPLIER = 7919
+PATCH_AUGMENT_MULTIPLIER = 104_729
+
 
 @dataclasses.dataclass(frozen=True)
-class InputOptions:
-    """Knobs of the input pipeline beyond make_dataset's own arguments (defaults: the
-    trainer's, trainer/config.py)."""
+class _Plan(InputOptions):
+    """The options of one make_dataset call (crops resolved) and what it reads."""
 
-    cycle_length: int = TrainConfig.cycle_length  # shards read at once
-    shuffle_buffer: int = TrainConfig.shuffle_buffer  # records
-    deterministic: bool = TrainConfig.deterministic  # keep the seeded order in parallel steps
-    parse_batch: int = 64  # records per vectorized parse
-    # Drop undecodable images (counted, logged) instead of failing.
-    skip_bad_images: bool = TrainConfig.skip_bad_images
-    # > 0: K random patches per decoded image instead of one crop.
-    patches_per_image: int = TrainConfig.patches_per_image
-    patch_size: int = TrainConfig.patch_size
-    patch_shuffle_images: int = 64  # the patch shuffle buffer spans this many images (0: none)
     with_ids: bool = False  # also yield image/id, for measuring the order
     decode_images: bool = True  # False: batches of (labels, ids) in the same order, no pixels
     start_epoch: int = 0
     epochs: int = 0  # 0: repeat without end
     skip_batches: int = 0  # batches of this dataset in start_epoch already trained on (resume)
     batches_per_epoch: int = 0  # cut each epoch to this many batches (0: every full batch)
-    area_range: tuple = IMAGENET_CROP_AREA  # random-resized crop area
-    eval_crop: float = preprocess.EVAL_CROP_FRACTION  # evaluation's central crop, of each side
-    dct_scaling: bool | None = None  # None: if the build's images allow (preprocess.py)
-    jpeg_only: bool | None = None  # None: if the split's dataset.json `formats` are all JPEG
-    # Start each shard at a record fixed by (seed, epoch, shard) and wrap around, so that the
-    # epochs' orders differ even when every shard is read at once. It costs reading that part
-    # of each shard twice (half a shard on average). None: only when a split has fewer than
-    # ROTATE_BELOW shards per `cycle_length`, where the shard shuffle alone leaves successive
-    # epochs in nearly the same order (bench/RESULTS.md, shuffle quality).
-    rotate_shards: bool | None = None
 
 
-ROTATE_BELOW = 8  # shards per cycle_length below which rotate_shards=None rotates
+@dataclasses.dataclass(frozen=True)
+class _Shards:
+    """The shards a training epoch reads: paths, record counts, and whether each shard's
+    start rotates (InputOptions.rotate_shards)."""
 
+    paths: list
+    counts: list
+    rotate: bool
 
-class SkippedImages:
-    """Counts images that could not be decoded when skip_bad_images is on."""
-
-    def __init__(self):
-        self.attempted = tf.Variable(0, dtype=tf.int64, trainable=False)
-        self.decoded = tf.Variable(0, dtype=tf.int64, trainable=False)
-
-    @property
-    def skipped(self):
-        return int(self.attempted.numpy() - self.decoded.numpy())
+    def slices(self):
+        """What the shuffled shard list holds per shard: (path,), or (path, records, index)
+        where the start rotates."""
+        if self.rotate:
+            return (self.paths, self.counts, list(range(len(self.paths))))
+        return (self.paths,)
 
 
 def make_dataset(
@@ -95,23 +89,20 @@ def make_dataset(
     batch_size,
     *,
     training,
-    seed=TrainConfig.seed,
-    image_size=TrainConfig.image_size,
-    augment=None,
-    input_context=None,
-    info=None,
-    skipped=None,
+    seed=0,
+    image_size=IMAGE_SIZE,
+    options=None,
     label_levels=None,
-    **options,
-):
+    info=None,
+    input_context=None,
+    skipped=None,
+    **settings,
+) -> tf.data.Dataset:
     """Batches of (uint8 images, int64 labels) from a build's split.
 
     With `label_levels`, labels are a dict {level: int64 ids} (-1 where a value is missing)
     of those label levels of the build instead of the primary label. A multi-label build's
     labels (and multi-label levels) are multi-hot float32 vectors instead (trainer/labels.py).
-
-    With `decode_images=False` (an option), batches are (labels, ids) in the same order, none
-    decoded: with `skip_bad_images` the order matches only while every image decodes.
 
     Args:
         data_dir: the build's output directory (local, gs://, or /gcs/...).
@@ -121,53 +112,69 @@ def make_dataset(
             one ordered pass with central crops.
         seed: fixes shard order, record order, crops and augmentation.
         image_size: (height, width) of the output images.
-        augment: None, a preset name ('standard'), a spec string, or an AugmentConfig.
-        input_context: a tf.distribute.InputContext: read a disjoint subset of shards.
-        info: the build (trainer/dataset_info.load), if already loaded.
-        skipped: a SkippedImages to count undecodable images in (with skip_bad_images).
+        options: an InputOptions (trainer/input_options.py), such as the trainer's
+            `TrainConfig.input`; `auto` crops are resolved for the build as the trainer does.
         label_levels: label level names of the build to yield instead of the primary label.
-        **options: fields of InputOptions.
+        info: the build (trainer/dataset_info.load), if already loaded.
+        input_context: a tf.distribute.InputContext: read a disjoint subset of shards.
+        skipped: a SkippedImages to count undecodable images in (with skip_bad_images).
+        **settings: InputOptions fields that replace those of `options`, and what this call
+            reads (_Plan): start_epoch, epochs, skip_batches, batches_per_epoch, with_ids,
+            decode_images (False: batches of (labels, ids) in the same order, none decoded).
     """
-    opts = InputOptions(**options)
     info = info or dataset_info.load(data_dir)
+    image_size = tuple(image_size)
+    opts = _plan(info, split, image_size, options, settings)
     levels = tuple(label_levels or ())
     info.check_levels(levels)
     files, counts = _files_for(info, split, input_context)
     if input_context:
         batch_size = input_context.get_per_replica_batch_size(batch_size)
-    image_size = tuple(image_size)
     parse = RecordParser(info, opts.parse_batch, levels, with_source=opts.decode_images)
-    opts = dataclasses.replace(opts, **preprocess.decoding(info, split, image_size, opts))
     if not training:
         batches = _evaluation(files, sum(counts), batch_size, image_size, parse, opts, skipped)
         return _finish(batches, opts)
-    config = augment_lib.parse_augment(augment)
-    epochs = tf.data.Dataset.range(opts.start_epoch, opts.epochs or 2**62)
+    config = augment_lib.parse_augment(opts.augment)
+    epoch_range = tf.data.Dataset.range(opts.start_epoch, opts.epochs or 2**62)
     shards = _shard_list(files, counts, opts)
     per_epoch = lambda epoch: _training_epoch(
         shards, epoch, batch_size, seed, image_size, config, parse, opts, skipped
     )
-    return _finish(epochs.flat_map(per_epoch), opts)
+    return _finish(epoch_range.flat_map(per_epoch), opts)
+
+
+def _plan(info, split, image_size, options, settings):
+    """The _Plan of a make_dataset call: `options` with `settings` in place, `auto` crops and
+    the decoding choices (preprocess.decoding) resolved for the build's split."""
+    plan = _Plan(**dataclasses.asdict(options or InputOptions()))
+    plan = dataclasses.replace(plan, **settings)
+    plan = plan.resolved(info.num_records(split), info.multi_label)
+    return dataclasses.replace(plan, **preprocess.decoding(info, split, image_size, plan))
 
 
 def _shard_list(files, counts, opts):
-    """(paths,), or (paths, record counts, shard indices) where each shard's start rotates."""
+    """The training shards, rotated or not as `opts.rotate_shards` says (None: where a split
+    has few shards per cycle_length)."""
     rotate = opts.rotate_shards
     if rotate is None:
         rotate = len(files) < ROTATE_BELOW * opts.cycle_length
-    return (files, counts, list(range(len(files)))) if rotate else (files,)
+    return _Shards(files, counts, rotate)
 
 
 def _evaluation(files, num_records, batch_size, image_size, parse, opts, skipped):
-    """One ordered pass over `files`: central crops, every record."""
+    """One ordered pass over `files`: central crops, every record (the last batch partial)."""
     records = _read(tf.data.Dataset.from_tensor_slices(files), opts, deterministic=True)
-    images = _decode(
-        parse(records),
-        lambda encoded, _: preprocess.for_eval(encoded, image_size, opts.eval_crop, opts.jpeg_only),
-        opts,
-        skipped,
+    central = lambda encoded, _: preprocess.for_eval(
+        encoded, image_size, opts.eval_crop, opts.jpeg_only
     )
-    batches = images.batch(batch_size)
+    if record_decoding.decodes_batches(parse, opts):
+        batches = parse.batches(records, batch_size, drop_remainder=False).map(
+            lambda batch: record_decoding.decode_batch(batch, central, image_size, opts),
+            num_parallel_calls=AUTOTUNE,
+            deterministic=opts.deterministic,
+        )
+    else:
+        batches = record_decoding.decode(parse(records), central, opts, skipped).batch(batch_size)
     if not opts.skip_bad_images:  # a known length lets Keras see the end of a pass
         batches = batches.apply(
             tf.data.experimental.assert_cardinality(-(-num_records // batch_size))
@@ -175,7 +182,7 @@ def _evaluation(files, num_records, batch_size, image_size, parse, opts, skipped
     return batches
 
 
-def worker_shards(shards, worker, workers):
+def worker_shards(shards, worker, workers) -> list:
     """What input pipeline `worker` of `workers` reads of a split's shards (or of anything
     listed per shard, in the build's order): every `workers`-th, from its own index."""
     return shards[worker::workers]
@@ -223,7 +230,7 @@ def _rotated(seed, epoch):
     def open_rotated(path, count, index):
         start = tf.random.stateless_uniform(
             [],
-            seed=tf.stack([_epoch_seed(seed, epoch, 3), tf.cast(index, tf.int64)]),
+            seed=tf.stack([_epoch_seed(seed, epoch, SHARD_START_SALT), tf.cast(index, tf.int64)]),
             maxval=tf.maximum(tf.cast(count, tf.int64), 1),
             dtype=tf.int64,
         )
@@ -232,18 +239,14 @@ def _rotated(seed, epoch):
     return open_rotated
 
 
-def _training_epoch(files, epoch, batch_size, seed, image_size, config, parse, opts, skipped):
-    """One epoch's batches, rebuilt identically from (seed, epoch).
-
-    Args:
-        files: (paths,), or (paths, record counts, shard indices) to rotate each shard's start.
-    """
-    shards = tf.data.Dataset.from_tensor_slices(files).shuffle(
-        len(files[0]), seed=_epoch_seed(seed, epoch, 1)
+def _training_epoch(shards, epoch, batch_size, seed, image_size, config, parse, opts, skipped):
+    """One epoch's batches, rebuilt identically from (seed, epoch) (`shards`: a _Shards)."""
+    shard_list = tf.data.Dataset.from_tensor_slices(shards.slices()).shuffle(
+        len(shards.paths), seed=_epoch_seed(seed, epoch, SHARD_ORDER_SALT)
     )
-    open_shard = _rotated(seed, epoch) if len(files) == 3 else None
-    records = _read(shards, opts, opts.deterministic, open_shard).shuffle(
-        opts.shuffle_buffer, seed=_epoch_seed(seed, epoch, 2)
+    open_shard = _rotated(seed, epoch) if shards.rotate else None
+    records = _read(shard_list, opts, opts.deterministic, open_shard).shuffle(
+        opts.shuffle_buffer, seed=_epoch_seed(seed, epoch, RECORD_ORDER_SALT)
     )
     # Each crop and its augmentation are fixed by (seed, epoch, its position in the epoch), a
     # batch of patches' augmentation by (seed, epoch, its index), also when resuming mid-epoch.
@@ -252,22 +255,24 @@ def _training_epoch(files, epoch, batch_size, seed, image_size, config, parse, o
     resumed = tf.cast(epoch == opts.start_epoch, tf.int64) * opts.skip_batches
     if not opts.patches_per_image:
         records = records.skip(resumed * batch_size)
-    crop_seed = lambda position: tf.stack([tf.cast(seed, tf.int64) * 7919 + epoch, position])
+    crop_seed = lambda position: tf.stack(
+        [tf.cast(seed, tf.int64) * CROP_MULTIPLIER + epoch, position]
+    )
     decoding = {'dct_scaling': opts.dct_scaling, 'jpeg_only': opts.jpeg_only}
     crop = lambda encoded, position: preprocess.for_training(
-        encoded, image_size, crop_seed(position), opts.area_range, config, **decoding
+        encoded, image_size, crop_seed(position), opts.crop_area, config, **decoding
     )
     if opts.patches_per_image:
         images = _patches(parse(records), opts, crop_seed, skipped, epoch, seed)
         batches = images.batch(batch_size, drop_remainder=True).skip(resumed)
-    elif opts.decode_images and not opts.skip_bad_images and not parse.reads_files:
+    elif record_decoding.decodes_batches(parse, opts):
         batches = parse.batches(records, batch_size).map(
-            lambda batch: _decode_batch(batch, crop, image_size, opts),
+            lambda batch: record_decoding.decode_batch(batch, crop, image_size, opts),
             num_parallel_calls=AUTOTUNE,
             deterministic=opts.deterministic,
         )
     else:
-        batches = _decode(parse(records), crop, opts, skipped).batch(
+        batches = record_decoding.decode(parse(records), crop, opts, skipped).batch(
             batch_size, drop_remainder=True
         )
     if opts.batches_per_epoch:
@@ -278,7 +283,9 @@ def _training_epoch(files, epoch, batch_size, seed, image_size, config, parse, o
         batch_index = tf.data.Dataset.range(resumed, 2**62)
         batches = tf.data.Dataset.zip(batches, batch_index).map(
             lambda batch, index: _augment(
-                batch, config, tf.stack([tf.cast(seed, tf.int64) * 104_729 + epoch, index])
+                batch,
+                config,
+                tf.stack([tf.cast(seed, tf.int64) * PATCH_AUGMENT_MULTIPLIER + epoch, index]),
             ),
             num_parallel_calls=AUTOTUNE,
             deterministic=opts.deterministic,
@@ -289,45 +296,6 @@ def _training_epoch(files, epoch, batch_size, seed, image_size, config, parse, o
 def _augment(batch, config, seed):
     images, *rest = batch
     return (augment_lib.augment_batch(images, config, seed), *rest)
-
-
-def _decode(parsed, to_image, opts, skipped):
-    """Per-record decode in parallel; undecodable images fail the run unless skipped."""
-    if not opts.decode_images:  # (label, id) where the image would be: the same order
-        return parsed.map(lambda r: (r['label'], r['id']))
-
-    def decode(record):
-        image = to_image(record['source'], record.get('position', tf.constant(0, tf.int64)))
-        ids = (record['id'],) if opts.with_ids else ()
-        return (image, record['label'], *ids)
-
-    if opts.skip_bad_images and skipped is not None:
-        parsed = parsed.map(lambda r: _count(skipped.attempted, r))
-    images = parsed.map(decode, num_parallel_calls=AUTOTUNE, deterministic=opts.deterministic)
-    if opts.skip_bad_images:
-        images = images.ignore_errors(log_warning=True)
-        if skipped is not None:
-            images = images.map(lambda *x: _count(skipped.decoded, x))
-    return images
-
-
-def _decode_batch(batch, to_image, image_size, opts):
-    """A parsed batch -> (images, labels[, ids]): the same images as _decode's, decoded in one
-    function call by a loop. tf.data's map schedules each call on its thread pool and is woken
-    when it completes: per image, that cost 8% of the CPU on 2 cores (bench/RESULTS.md). An
-    undecodable image fails the batch, so skip_bad_images keeps the per-image map."""
-    images = tf.map_fn(
-        lambda record: to_image(*record),
-        (batch['source'], batch['position']),
-        fn_output_signature=tf.TensorSpec([*image_size, 3], tf.uint8),
-    )
-    ids = (batch['id'],) if opts.with_ids else ()
-    return (images, batch['label'], *ids)
-
-
-def _count(variable, value):
-    variable.assign_add(1)
-    return value
 
 
 def _patches(parsed, opts, crop_seed, skipped, epoch, seed):
@@ -345,13 +313,15 @@ def _patches(parsed, opts, crop_seed, skipped, epoch, seed):
         per_image = values[len(pixels) :]
         return (*pixels, *tf.nest.map_structure(lambda v: tf.repeat(v[None], k, 0), per_image))
 
-    decoded = _decode(parsed, cut, opts, skipped).map(
+    decoded = record_decoding.decode(parsed, cut, opts, skipped).map(
         repeat, num_parallel_calls=AUTOTUNE, deterministic=opts.deterministic
     )
     patches = decoded.unbatch()
     if not opts.patch_shuffle_images:  # the naive flatten: a batch holds few images' patches
         return patches
-    return patches.shuffle(opts.patch_shuffle_images * k, seed=_epoch_seed(seed, epoch, 3))
+    return patches.shuffle(
+        opts.patch_shuffle_images * k, seed=_epoch_seed(seed, epoch, PATCH_ORDER_SALT)
+    )
 
 
 def _finish(dataset, opts):
@@ -361,13 +331,13 @@ def _finish(dataset, opts):
     return dataset.with_options(options)
 
 
-def records_per_worker(info, split, workers):
+def records_per_worker(info, split, workers) -> list:
     """[records of the split that each of `workers` input pipelines reads]."""
     counts = [shard['num_records'] for shard in info.split(split)['shards']]
     return [sum(worker_shards(counts, i, workers)) for i in range(workers)]
 
 
-def steps_per_epoch(info, split, batch_size, num_pipelines=1, patches_per_image=0):
+def steps_per_epoch(info, split, batch_size, num_pipelines=1, patches_per_image=0) -> int:
     """Full batches each pipeline yields per epoch (the same for every pipeline)."""
     per_pipeline = records_per_worker(info, split, num_pipelines)
     per_replica = batch_size // num_pipelines

@@ -15,15 +15,18 @@ import posixpath
 
 import tensorflow as tf
 
+from trainer.model import LOGITS
+
 _LOG = logging.getLogger(__name__)
 
 RUN_JSON = 'run.json'
 METRICS_JSON = 'metrics.json'
-_COMPARED = ('model', 'image_size', 'labels', 'label_levels', 'derived_levels', 'data')
-_BEFORE = {'derived_levels': {}}  # what a run.json written before a key existed means by it
+_COMPARED = ('model', 'image_size', 'labels', 'label_levels', 'derived_levels', 'data', 'init_from')
+# What a run.json written before a key existed means by it.
+_BEFORE = {'derived_levels': {}, 'init_from': ''}
 
 
-def data_digest(info):
+def data_digest(info) -> str:
     """sha256 of every shard's path and sha256 in the build: the same for a rebuild with the
     same inputs and seed, wherever the build is read from (gs://b/out or /gcs/b/out)."""
     shards = sorted(
@@ -34,8 +37,9 @@ def data_digest(info):
     return hashlib.sha256(json.dumps(shards).encode('utf-8')).hexdigest()
 
 
-def fingerprint(config, info, derived=None):
-    """What a job's checkpoints belong to (`derived`: trainer/hierarchy.py's levels)."""
+def fingerprint(config, info, derived=None, heads=None) -> dict:
+    """What a job's checkpoints belong to (`derived`: trainer/hierarchy.py's levels), and the
+    classes of each head layer of its model (`heads`: trainer/heads.py's), for --init-from."""
     return {
         'model': config.model,
         'image_size': list(config.image_size),
@@ -44,7 +48,23 @@ def fingerprint(config, info, derived=None):
         'derived_levels': {coarse: fine for coarse, (fine, _) in (derived or {}).items()},
         'data': data_digest(info),
         'data_dir': info.data_dir,
+        'init_from': config.recipe.init_from,
+        'head_classes': head_classes(heads or {}),
     }
+
+
+def head_classes(heads) -> dict:
+    """{head layer name (trainer/model.py): its class names} of the heads with weights."""
+    return {
+        (f'{level}_{LOGITS}' if level else LOGITS): list(head.classes)
+        for level, head in heads.items()
+        if not head.source
+    }
+
+
+def read_run(checkpoint_dir) -> dict | None:
+    """The run.json beside a job's checkpoints, or None."""
+    return _read_json(posixpath.join(checkpoint_dir, RUN_JSON))
 
 
 def _read_json(path):
@@ -54,7 +74,7 @@ def _read_json(path):
         return json.load(f)
 
 
-def write_json(path, value):
+def write_json(path, value) -> None:
     tf.io.gfile.makedirs(posixpath.dirname(path) or '.')
     with tf.io.gfile.GFile(path, 'w') as f:
         f.write(json.dumps(value, indent=2) + '\n')
@@ -69,19 +89,22 @@ def _difference(old, new):
         return f'image size {size(old)}, not {size(new)}'
     if old['labels'] != new['labels'] or old['label_levels'] != new['label_levels']:
         return f'the labels of {old["data_dir"]}, not those of {new["data_dir"]}'
+    if old.get('init_from', '') != new['init_from']:
+        start = lambda run: run.get('init_from') or 'random weights'
+        return f'weights started from {start(old)}, not from {start(new)}'
     if old.get('derived_levels', {}) != new['derived_levels']:
         derived = lambda run: run.get('derived_levels') or 'none'
         return f'levels derived as {derived(old)} (--hierarchy), not as {derived(new)}'
     return f'the build in {old["data_dir"]}, not the one now in {new["data_dir"]}'
 
 
-def check_rerun(config, info, checkpoint_dir, derived=None):
+def check_rerun(config, info, checkpoint_dir, derived=None, heads=None) -> dict:
     """Raises ValueError if `checkpoint_dir` holds checkpoints of another model or other data.
 
     Returns the fingerprint of this run.
     """
-    new = fingerprint(config, info, derived)
-    old = _read_json(posixpath.join(checkpoint_dir, RUN_JSON))
+    new = fingerprint(config, info, derived, heads)
+    old = read_run(checkpoint_dir)
     if old is not None and any(old.get(key, _BEFORE.get(key)) != new[key] for key in _COMPARED):
         raise ValueError(
             f'--job-dir {config.job_dir} holds the checkpoints of a run on '
@@ -91,14 +114,14 @@ def check_rerun(config, info, checkpoint_dir, derived=None):
     return new
 
 
-def record_run(checkpoint_dir, run):
+def record_run(checkpoint_dir, run) -> None:
     """Writes run.json beside the checkpoints, once (the chief)."""
     path = posixpath.join(checkpoint_dir, RUN_JSON)
     if not tf.io.gfile.exists(path):
         write_json(path, run)
 
 
-def finished_metrics(config, done_steps, steps_per_epoch):
+def finished_metrics(config, done_steps, steps_per_epoch) -> dict | None:
     """The metrics.json of a job that already trained every epoch asked for, else None."""
     if done_steps < config.epochs * steps_per_epoch:
         return None
@@ -114,5 +137,5 @@ def finished_metrics(config, done_steps, steps_per_epoch):
     return metrics
 
 
-def write_metrics(config, metrics):
+def write_metrics(config, metrics) -> None:
     write_json(posixpath.join(config.job_dir, METRICS_JSON), metrics)

@@ -1,68 +1,130 @@
-"""The models the trainer can build: a small CNN for fast runs, ResNet-50 and EfficientNet-B0.
+"""The models the trainer can build: a small CNN for fast runs, or any keras.applications model.
 
-All take uint8 images (what the input pipeline and the serving signature deliver), normalize
-them on the accelerator with the build's tf.Transform graph (trainer/transform.py) or, without
-one, scale them to [0, 1], and end in a float32 softmax (a multi-label head: float32 sigmoids),
-so that mixed precision (`mixed_float16`) keeps the output and the loss in full precision. The
-keras.applications models are built with `weights=None`: nothing is downloaded.
+All take uint8 images (what the input pipeline and the serving signature deliver) and end in a
+float32 softmax (a multi-label head: float32 sigmoids), so that mixed precision
+(`mixed_float16`) keeps the output and the loss in full precision. The small CNN normalizes its
+input with the build's tf.Transform graph (trainer/transform.py) or, without one, scales it to
+[0, 1]. A keras.applications backbone gets the preprocessing its own module defines
+(`preprocess_input`: ResNet's caffe-style mean subtraction, MobileNet's [-1, 1], nothing for
+EfficientNet and ConvNeXt, which rescale inside), the input its trained weights expect
+(`--init-from imagenet`, trainer/warm_start.py); it is built with `weights=None`, nothing is
+downloaded here.
+
+Every layer with weights has a name of its own that does not depend on what else the process
+built (Keras numbers unnamed layers per process): trainer/warm_start.py copies weights by name.
+The head of a label is a Dense layer named `logits` (`<level>_logits` per label level).
 """
 
 import keras
 import tensorflow as tf
 
 from trainer import transform
-from trainer.config import MODELS
+from trainer.config import SMALL_CNN
 from trainer.heads import MULTI_LABEL_OUTPUT
 from trainer.heads import Head
 
+_EXAMPLES = ('small_cnn', 'resnet50', 'efficientnet_b0', 'MobileNetV3Small', 'ConvNeXtTiny')
+LOGITS = 'logits'
 
-def build_model(name, num_classes, image_size, dropout=0.2, heads=None, transform_output=None):
+
+def applications() -> dict:
+    """{name folded (lower case, no underscores): keras.applications constructor name}."""
+    return {_folded(name): name for name in dir(keras.applications) if name[:1].isupper()}
+
+
+def _folded(name):
+    return name.replace('_', '').lower()
+
+
+def application_name(name) -> str:
+    """The keras.applications constructor `name` means (resnet50 -> ResNet50), or ValueError."""
+    found = applications().get(_folded(name))
+    if found is None:
+        examples = ', '.join(_EXAMPLES)
+        raise ValueError(
+            f'--model {name}: not small_cnn nor a keras.applications model ({examples}, ...: '
+            f'see keras.io/api/applications)'
+        )
+    return found
+
+
+def is_head(layer_name) -> bool:
+    """Whether the layer `layer_name` is the Dense layer of a head (its weights belong to its
+    classes)."""
+    return layer_name == LOGITS or layer_name.endswith(f'_{LOGITS}')
+
+
+def build_model(
+    name, num_classes, image_size, dropout=0.2, heads=None, transform_output=None
+) -> keras.Model:
     """A Keras model `name` for images of `image_size` (height, width) and `num_classes`.
 
     With `heads` ({level: trainer/heads.py Head, or a number of classes}), the model has one
     head per label level on the shared backbone, and its output is a dict {level:
     probabilities}; `num_classes` is then unused. `{'': Head}` is the primary label's head (one
     softmax, or with `multi_label` an output `scores` of one sigmoid per class). With
-    `transform_output` (a tft.TFTransformOutput of the build), pixels are normalized by its
-    graph (zero mean, unit variance per channel over the train split); EfficientNet keeps its
-    own normalization of 0..255 input.
+    `transform_output` (a tft.TFTransformOutput of the build), the small CNN's pixels are
+    normalized by its graph (zero mean, unit variance per channel over the train split).
     """
     inputs = keras.Input((*image_size, 3), dtype='uint8', name='image')
-    if transform_output is not None:
-        scaled = transform.TransformPixels(transform.data_dir(transform_output), name='normalize')(
-            inputs
-        )
+    if name == SMALL_CNN:
+        features = _small_cnn(_scaled(inputs, transform_output))
     else:
-        scaled = keras.layers.Rescaling(1 / 255, name='scale')(inputs)  # uint8 -> [0, 1] floats
-    if name == 'small_cnn':
-        features = _small_cnn(scaled)
-    elif name == 'resnet50':
-        backbone = keras.applications.ResNet50(
-            include_top=False, weights=None, input_shape=(*image_size, 3), pooling='avg'
-        )
-        features = backbone(scaled)
-    elif name == 'efficientnet_b0':
-        # EfficientNet rescales 0..255 input itself.
-        backbone = keras.applications.EfficientNetB0(
-            include_top=False, weights=None, input_shape=(*image_size, 3), pooling='avg'
-        )
-        features = backbone(keras.layers.Rescaling(1.0, name='to_float')(inputs))
-    else:
-        raise ValueError(f'--model {name!r}: expected one of {", ".join(MODELS)}')
+        features = _application(application_name(name), inputs, image_size)
     if dropout:
-        features = keras.layers.Dropout(dropout)(features)
+        features = keras.layers.Dropout(dropout, name='dropout')(features)
     heads = {
         level: head if isinstance(head, Head) else Head(tuple(range(head)))
         for level, head in (heads or {}).items()
     }
     primary = heads.pop('', None)
     if primary and primary.multi_label:
-        scores = _head(features, primary.num_classes, 'logits', MULTI_LABEL_OUTPUT, 'sigmoid')
+        scores = _head(features, primary.num_classes, LOGITS, MULTI_LABEL_OUTPUT, 'sigmoid')
         return keras.Model(inputs, scores, name=name)
     if heads:
         return keras.Model(inputs, _level_outputs(features, heads), name=name)
     num_classes = primary.num_classes if primary else num_classes
-    return keras.Model(inputs, _head(features, num_classes, 'logits', 'probabilities'), name=name)
+    return keras.Model(inputs, _head(features, num_classes, LOGITS, 'probabilities'), name=name)
+
+
+def _scaled(inputs, transform_output):
+    if transform_output is None:
+        return keras.layers.Rescaling(1 / 255, name='scale')(inputs)  # uint8 -> [0, 1] floats
+    folder = transform.data_dir(transform_output)
+    return transform.TransformPixels(folder, name='normalize')(inputs)
+
+
+def _application(constructor, inputs, image_size):
+    """The pooled features of keras.applications' `constructor` over its own preprocessing."""
+    try:
+        backbone = getattr(keras.applications, constructor)(
+            include_top=False, weights=None, input_shape=(*image_size, 3), pooling='avg'
+        )
+    except ValueError as e:
+        raise ValueError(f'--model {constructor}: {str(e).splitlines()[0]}') from e
+    return backbone(ApplicationPreprocessing(constructor, name='preprocess')(inputs))
+
+
+@keras.saving.register_keras_serializable(package='imageshards')
+class ApplicationPreprocessing(keras.layers.Layer):
+    """uint8 images -> what the keras.applications model `constructor` takes: float32 pixels
+    through its module's `preprocess_input`."""
+
+    def __init__(self, constructor, **kwargs):
+        kwargs.update(dtype='float32', trainable=False)
+        super().__init__(**kwargs)
+        self.constructor = constructor
+        module = getattr(keras.applications, constructor).__module__.rsplit('.', 1)[-1]
+        self._preprocess = getattr(keras.applications, module).preprocess_input
+
+    def call(self, images):
+        return self._preprocess(tf.cast(images, tf.float32))
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        return {**super().get_config(), 'constructor': self.constructor}
 
 
 def _level_outputs(features, heads):
@@ -71,7 +133,8 @@ def _level_outputs(features, heads):
     for level, head in heads.items():
         if not head.source:
             activation = 'sigmoid' if head.multi_label else 'softmax'
-            outputs[level] = _head(features, head.num_classes, f'{level}_logits', level, activation)
+            name = f'{level}_{LOGITS}'
+            outputs[level] = _head(features, head.num_classes, name, level, activation)
     for level, head in heads.items():
         if head.source:
             outputs[level] = SumOver(head.parents, head.num_classes, name=level)(
@@ -90,7 +153,8 @@ class SumOver(keras.layers.Layer):
     those of the finer classes it holds (`parents[f]`: the coarse class of finer class f)."""
 
     def __init__(self, parents, num_classes, **kwargs):
-        super().__init__(dtype='float32', **kwargs)
+        kwargs['dtype'] = 'float32'
+        super().__init__(**kwargs)
         self.parents = [int(parent) for parent in parents]
         self.num_classes = int(num_classes)
 
@@ -107,11 +171,14 @@ class SumOver(keras.layers.Layer):
 
 def _small_cnn(inputs):
     x = inputs
-    for filters in (32, 64, 128):
-        x = keras.layers.Conv2D(filters, 3, padding='same', use_bias=False)(x)
+    for block, filters in enumerate((32, 64, 128), start=1):
+        conv = keras.layers.Conv2D(
+            filters, 3, padding='same', use_bias=False, name=f'block{block}_conv'
+        )
+        x = conv(x)
         # Momentum 0.9: the moving statistics settle within the few hundred steps of a short
         # run (Keras' 0.99 needs thousands, and evaluation is poor until then).
-        x = keras.layers.BatchNormalization(momentum=0.9)(x)
-        x = keras.layers.ReLU()(x)
-        x = keras.layers.MaxPooling2D()(x)
-    return keras.layers.GlobalAveragePooling2D()(x)
+        x = keras.layers.BatchNormalization(momentum=0.9, name=f'block{block}_bn')(x)
+        x = keras.layers.ReLU(name=f'block{block}_relu')(x)
+        x = keras.layers.MaxPooling2D(name=f'block{block}_pool')(x)
+    return keras.layers.GlobalAveragePooling2D(name='pool')(x)

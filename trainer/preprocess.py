@@ -16,8 +16,8 @@ import tensorflow as tf
 from imageshards.decode import DCT_METHOD  # evaluation and serving: exactly Pillow's pixels
 from imageshards.decode import decode  # noqa: F401  (all pixels, uint8 RGB)
 from trainer import augment as augment_lib
-from trainer.config import CENTRAL_CROP
-from trainer.config import IMAGENET_CROP_AREA
+from trainer.input_options import CENTRAL_CROP
+from trainer.input_options import IMAGENET_CROP_AREA
 
 TRAINING_DCT_METHOD = 'INTEGER_FAST'  # training crops: a few levels off, 6% faster to decode
 EVAL_CROP_FRACTION = CENTRAL_CROP  # the central crop of the Inception/ResNet evaluation recipe
@@ -30,7 +30,9 @@ NOT_JPEG = (
 IMCU_WIDTH = 16
 
 
-def decode_window(encoded, choose_window, dct_method=DCT_METHOD, output_size=None, jpeg_only=False):
+def decode_window(
+    encoded, choose_window, dct_method=DCT_METHOD, output_size=None, jpeg_only=False
+) -> tf.Tensor:
     """The pixels of the window [top, left, height, width] that `choose_window(shape)` picks.
 
     JPEGs are measured from their header and only the window is decoded; other formats are
@@ -62,7 +64,7 @@ def decode_window(encoded, choose_window, dct_method=DCT_METHOD, output_size=Non
     return tf.cond(tf.io.is_jpeg(encoded), jpeg, general)
 
 
-def decode_and_crop(encoded, window, **options):
+def decode_and_crop(encoded, window, **options) -> tf.Tensor:
     """`tf.image.decode_and_crop_jpeg(encoded, window, channels=3, **options)`'s pixels, for less.
 
     libjpeg decodes whole iMCU columns from the one that holds the window's left edge; unless
@@ -77,7 +79,7 @@ def decode_and_crop(encoded, window, **options):
     return tf.image.decode_and_crop_jpeg(encoded, widened, channels=3, **options)[:, extra:]
 
 
-def dct_ratio(window, output_size):
+def dct_ratio(window, output_size) -> tf.Tensor:
     """The index in DCT_RATIOS of the largest ratio r whose 1/r-scaled window still covers
     `output_size` (height, width) in both directions: downscaled, never enlarged."""
     fits = [
@@ -87,7 +89,7 @@ def dct_ratio(window, output_size):
     return tf.add_n([tf.cast(fit, tf.int32) for fit in fits])  # each implies the ones before
 
 
-def scaled_window(window, ratio):
+def scaled_window(window, ratio) -> tf.Tensor:
     """The window [top, left, height, width] in the pixels of a 1/ratio-scale decode: each edge
     at the nearest scaled pixel boundary (off by at most ratio/2 source pixels), the far edges
     within the scaled image (libjpeg scales a side s to ceil(s / ratio))."""
@@ -96,7 +98,7 @@ def scaled_window(window, ratio):
     return tf.concat([scaled[:2], scaled[2:] - scaled[:2]], axis=0)
 
 
-def decode_scaled_window(encoded, window, output_size, dct_method=DCT_METHOD):
+def decode_scaled_window(encoded, window, output_size, dct_method=DCT_METHOD) -> tf.Tensor:
     """A JPEG's window decoded at the smallest DCT scale (1, 1/2, 1/4, 1/8) that still covers
     `output_size`: libjpeg's reduced inverse DCTs average each 2x2 (4x4, 8x8) block of pixels,
     so the decode also filters the way down that a plain bilinear resize would alias.
@@ -119,7 +121,7 @@ def decode_scaled_window(encoded, window, output_size, dct_method=DCT_METHOD):
     return tf.switch_case(dct_ratio(window, output_size), branches)
 
 
-def resize(image, image_size):
+def resize(image, image_size) -> tf.Tensor:
     """uint8 pixels resized (bilinear, rounded) to image_size, still uint8.
 
     Without antialiasing, as in the Inception/ResNet recipes: crops shrink by at most a few
@@ -138,7 +140,7 @@ def resize(image, image_size):
     return tf.cast(resized + 0.5, tf.uint8)
 
 
-def central_window(shape, fraction=EVAL_CROP_FRACTION):
+def central_window(shape, fraction=EVAL_CROP_FRACTION) -> tf.Tensor:
     """The centred square-ish window covering `fraction` of each side."""
     height, width = shape[0], shape[1]
     crop_h = tf.maximum(1, tf.cast(tf.cast(height, tf.float32) * fraction, tf.int32))
@@ -146,7 +148,7 @@ def central_window(shape, fraction=EVAL_CROP_FRACTION):
     return tf.stack([(height - crop_h) // 2, (width - crop_w) // 2, crop_h, crop_w])
 
 
-def for_eval(encoded, image_size, crop_fraction=EVAL_CROP_FRACTION, jpeg_only=False):
+def for_eval(encoded, image_size, crop_fraction=EVAL_CROP_FRACTION, jpeg_only=False) -> tf.Tensor:
     """Evaluation and serving: a central crop resized to image_size (deterministic)."""
     window = decode_window(
         encoded, lambda shape: central_window(shape, crop_fraction), jpeg_only=jpeg_only
@@ -154,7 +156,9 @@ def for_eval(encoded, image_size, crop_fraction=EVAL_CROP_FRACTION, jpeg_only=Fa
     return resize(window, image_size)
 
 
-def random_window(shape, seed, area_range=IMAGENET_CROP_AREA, aspect_ratio_range=(3 / 4, 4 / 3)):
+def random_window(
+    shape, seed, area_range=IMAGENET_CROP_AREA, aspect_ratio_range=(3 / 4, 4 / 3)
+) -> tf.Tensor:
     """A random-resized-crop window (the Inception recipe), fixed by a stateless seed."""
     begin, size, _ = tf.image.stateless_sample_distorted_bounding_box(
         tf.stack([shape[0], shape[1], 3]),
@@ -169,7 +173,7 @@ def random_window(shape, seed, area_range=IMAGENET_CROP_AREA, aspect_ratio_range
     return tf.stack([begin[0], begin[1], size[0], size[1]])
 
 
-def dct_scaling_applies(setting, largest_sides, image_size):
+def dct_scaling_applies(setting, largest_sides, image_size) -> bool:
     """Whether training crops go through `decode_scaled_window`: `setting` (the input option)
     if given, else whether a crop of an image of at most `largest_sides` (height, width; None:
     unknown) can be at least twice `image_size`, so that it ever decodes less.
@@ -184,7 +188,7 @@ def dct_scaling_applies(setting, largest_sides, image_size):
     return all(side >= 2 * size for side, size in zip(largest_sides, image_size))
 
 
-def decoding(build, split, image_size, options):
+def decoding(build, split, image_size, options) -> dict:
     """{'dct_scaling', 'jpeg_only'} of a build's split: each as `options` (InputOptions) set
     it, or where None, as the build allows (dct_scaling_applies, Build.jpeg_only)."""
     return {
@@ -201,7 +205,7 @@ def for_training(
     augment=None,
     dct_scaling=True,
     jpeg_only=False,
-):
+) -> tf.Tensor:
     """Training: a random-resized crop, decoded from the JPEG's crop window only (with
     `dct_scaling`, at the smallest DCT scale that covers `image_size`), then augmented by
     `augment` (a trainer/augment.py AugmentConfig), if any: its scale narrows the window
@@ -225,7 +229,7 @@ def for_training(
     return augment_lib.augment_image(image, augment, fold(seed, 1))
 
 
-def random_patches(encoded, patches, patch_size, seed):
+def random_patches(encoded, patches, patch_size, seed) -> tf.Tensor:
     """`patches` random patch_size x patch_size patches of one image, decoded once.
 
     Images smaller than a patch are first resized up so that their short side fits one.

@@ -74,9 +74,11 @@ class RecordParser:
             )
         return parsed
 
-    def batches(self, records, batch_size):
-        """Whole batches of `batch_size` records (no remainder), each one parsed dict of
-        batched values; not for a build whose images are files (`reads_files`)."""
+    def batches(self, records, batch_size, drop_remainder=True):
+        """Batches of `batch_size` records, each one parsed dict of batched values (without
+        `drop_remainder`, the last may hold fewer: then no batch has a static size); not for a
+        build whose images are files (`reads_files`)."""
         if self.reads_files:
             raise ValueError('batches of a paths build would read their files one by one')
-        return self._parsed(records.batch(batch_size, drop_remainder=True), batch_size)
+        batched = records.batch(batch_size, drop_remainder=drop_remainder)
+        return self._parsed(batched, batch_size if drop_remainder else None)

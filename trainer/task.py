@@ -11,7 +11,7 @@ from imageshards import console
 _LOG = logging.getLogger('trainer.task')
 
 
-def main(argv=None):
+def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     # Before TensorFlow is imported: its start-up lines are gone unless --verbose.
     console.configure_logging(verbose='--verbose' in argv)
@@ -56,14 +56,18 @@ SUMMARY_METRICS = (
 )
 
 
-def summary(metrics, job_dir):
-    """The line a run ends with: epochs, time and the accuracies it reached."""
+def summary(metrics, job_dir) -> str:
+    """The line a run ends with: epochs, time, the epoch kept and the accuracies it reached."""
     shown = [f'{key} {metrics[key]:.4f}' for key in SUMMARY_METRICS if key in metrics]
     seconds = metrics.get('train_seconds')
     took = f' in {console.duration(seconds)}' if seconds is not None else ''
+    kept = ''
+    if 'best_epoch' in metrics:
+        kept = f'; kept epoch {metrics["best_epoch"]} ({metrics["selected_by"]})'
     return (
-        f'trained {console.plural(metrics["epochs"], "epoch")} of {metrics["model"]}{took}: '
-        f'{", ".join(shown) or "no accuracy measured"} (all metrics: {job_dir}/metrics.json)'
+        f'trained {console.plural(metrics["epochs"], "epoch")} of {metrics["model"]}{took}'
+        f'{kept}: {", ".join(shown) or "no accuracy measured"} '
+        f'(all metrics: {job_dir}/metrics.json)'
     )
 
 

@@ -1,10 +1,16 @@
-"""Training: Keras fit with resumable checkpoints, a final test pass, export.
+"""Training: Keras fit with resumable checkpoints, the best epoch kept, a test pass, export.
+
+A run starts from random weights or from trained ones (`--init-from`, trainer/warm_start.py)
+and trains in phases (trainer/recipe.py: with trained weights, the heads alone first). At each
+epoch's end the weights of the best epoch so far are kept (trainer/best_epoch.py); at the end
+they are put back into the model, which is evaluated on the test split and exported.
 
 A run resumes from the newest checkpoint in the checkpoint directory. Checkpoints hold the
-model and the optimizer (whose step counter says where training stopped); because the input
+model, the optimizer (whose step counter says where training stopped, and so where the
+learning-rate schedule and the phases are) and the best epoch so far; because the input
 pipeline rebuilds any epoch from (seed, epoch), the batches after the resume point are the
 ones an uninterrupted run would have seen. SIGTERM (how Vertex AI preempts a replica) makes
-the run write a checkpoint after the current step and stop.
+the run write a checkpoint after the current step and stop (trainer/callbacks.py).
 
 Where it runs (strategy, precision, which worker writes what) is trainer/distribute.py; what a
 job directory holds across runs, trainer/job.py.
@@ -12,7 +18,6 @@ job directory holds across runs, trainer/job.py.
 
 import dataclasses
 import logging
-import signal
 import sys
 import time
 
@@ -20,7 +25,8 @@ import keras
 import tensorflow as tf
 
 from imageshards import console
-from trainer import config as config_lib
+from trainer import best_epoch
+from trainer import callbacks
 from trainer import corrupt_shards
 from trainer import dataset_info
 from trainer import distribute
@@ -30,66 +36,33 @@ from trainer import heads as heads_lib
 from trainer import hierarchy
 from trainer import input_pipeline
 from trainer import job
+from trainer import recipe
+from trainer import record_decoding
 from trainer import transform
+from trainer import warm_start
+from trainer.config import SMALL_CNN
 from trainer.model import build_model
 
 _LOG = logging.getLogger(__name__)
 PREEMPTED_EXIT_CODE = 143  # 128 + SIGTERM, what a process stopped by SIGTERM reports
 
 
-class ResumableCheckpoints(keras.callbacks.Callback):
-    """Checkpoints every `every` steps, at each epoch's end, and on SIGTERM (then stops)."""
-
-    def __init__(self, manager, every):
-        super().__init__()
-        self._manager = manager
-        self._every = every
-        self.preempted = False
-        self._previous_handler = None
-
-    def on_train_begin(self, logs=None):
-        self._previous_handler = signal.signal(signal.SIGTERM, self._on_sigterm)
-
-    def on_train_end(self, logs=None):
-        signal.signal(signal.SIGTERM, self._previous_handler or signal.SIG_DFL)
-
-    def _on_sigterm(self, signum, frame):
-        del signum, frame
-        _LOG.warning('SIGTERM: writing a checkpoint after this step, then stopping')
-        self.preempted = True
-
-    def _step(self):
-        return int(self.model.optimizer.iterations.numpy())
-
-    def _save(self):
-        _LOG.info('checkpoint %s', self._manager.save(checkpoint_number=self._step()))
-
-    def on_train_batch_end(self, batch, logs=None):
-        if self.preempted or (self._every and self._step() % self._every == 0):
-            self._save()
-        if self.preempted:
-            self.model.stop_training = True
-
-    def on_epoch_end(self, epoch, logs=None):
-        self._save()
-
-
-class SkippedImagesLog(keras.callbacks.Callback):
-    """Logs how many undecodable images --skip-bad-images has skipped so far."""
-
-    def __init__(self, skipped):
-        super().__init__()
-        self._skipped = skipped
-
-    def on_epoch_end(self, epoch, logs=None):
-        if self._skipped.skipped:
-            _LOG.warning('skipped %d undecodable images so far', self._skipped.skipped)
-
-
-def train(config):
+def train(config) -> dict:
     """Trains as `config` says; returns the final metrics (also written to metrics.json)."""
     with distribute.output_dirs(config) as (checkpoint_dir, model_dir):
         return _train(config, checkpoint_dir, model_dir)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Run:
+    """What a training run works with once it is set up."""
+
+    model: keras.Model
+    checkpoint: tf.train.Checkpoint  # what a resume restores
+    best: best_epoch.BestEpoch
+    compile_args: dict  # loss and metrics (trainer/heads.py)
+    phases: list  # trainer/recipe.py Phases
+    steps: int  # per epoch
 
 
 def _train(config, checkpoint_dir, model_dir):
@@ -106,47 +79,64 @@ def _train(config, checkpoint_dir, model_dir):
     derived = _derived_levels(config, info)
     heads = heads_lib.model_heads(info, config.label_levels, derived)
     transform_output = transform.load(info)
-    model, checkpoint = _compiled_model(config, info, strategy, heads, transform_output)
-    manager = tf.train.CheckpointManager(checkpoint, checkpoint_dir, max_to_keep=3)
-    run = job.check_rerun(config, info, config.resolved_checkpoint_dir, derived)
-    _restore(checkpoint, config)
-    done = int(model.optimizer.iterations.numpy())
+    validation = evaluate.dataset(config, info, strategy)
+    run = _set_up(config, info, strategy, heads, transform_output, steps, validation is not None)
+    manager = tf.train.CheckpointManager(run.checkpoint, checkpoint_dir, max_to_keep=3)
+    fingerprint = job.check_rerun(config, info, config.resolved_checkpoint_dir, derived, heads)
+    done = _start(run, config, fingerprint, heads)
     finished = job.finished_metrics(config, done, steps)
     if finished is not None:
         return finished
     if distribute.is_chief():
-        job.record_run(checkpoint_dir, run)
+        job.record_run(checkpoint_dir, fingerprint)
     _LOG.info(
-        '%s%s on %s, %s, %d steps per epoch, from epoch %d step %d',
+        '%s from %s on %s, %s, %d steps per epoch, from epoch %d step %d',
         config.model,
-        '' if config.model == 'small_cnn' else ' (from scratch: random initial weights)',
+        config.recipe.init_from or 'random initial weights',
         console.plural(strategy.num_replicas_in_sync, 'replica'),
         policy,
         steps,
         *divmod(done, steps),
     )
-    checkpoints = ResumableCheckpoints(manager, config.checkpoint_every)
-    skipped = input_pipeline.SkippedImages() if config.skip_bad_images else None
+    checkpoints = callbacks.ResumableCheckpoints(manager, config.checkpoint_every)
+    skipped = record_decoding.SkippedImages() if config.input.skip_bad_images else None
     started = time.monotonic()
-    history = _fit(model, config, info, strategy, (steps, done), checkpoints, skipped)
+    _fit(run, config, info, strategy, (validation, done), checkpoints, skipped)
     if checkpoints.preempted:
-        return {'preempted': True, 'steps': int(model.optimizer.iterations.numpy())}
-    metrics = _final_metrics(model, history, steps, config, time.monotonic() - started, done)
-    metrics.update(evaluate.test_metrics(model, config, info, strategy))
+        return {'preempted': True, 'steps': int(run.model.optimizer.iterations.numpy())}
+    run.best.restore_best()  # what is evaluated, exported and measured from here on
+    metrics = _final_metrics(run, config, time.monotonic() - started, done)
+    metrics['init_from'] = fingerprint.get('warm_start') or config.recipe.init_from or None
+    metrics.update(evaluate.test_metrics(run.model, config, info, strategy))
     if skipped:
         metrics['skipped_images'] = skipped.skipped
-    thresholds, chosen = evaluate.multi_label_thresholds(model, config, info, heads)
+    thresholds, chosen = evaluate.multi_label_thresholds(run.model, config, info, heads)
     metrics.update(chosen.pop('', {}))
     if config.label_levels:
         metrics['label_levels'] = heads_lib.level_metrics(metrics, config.label_levels)
         for level, report in chosen.items():
             metrics['label_levels'][level].update(report)
         metrics['derived_levels'] = {coarse: fine for coarse, (fine, _) in derived.items()}
-    _export(model, heads, transform_output, config, model_dir, thresholds)
+    _export(run.model, heads, transform_output, config, model_dir, thresholds)
     if distribute.is_chief():
-        _LOG.info('exported the model to %s', model_dir)
+        _LOG.info('exported the model of epoch %s to %s', metrics.get('best_epoch'), model_dir)
         job.write_metrics(config, metrics)
     return metrics
+
+
+def _start(run, config, fingerprint, heads):
+    """Restores the newest checkpoint, or else starts from --init-from's weights; returns the
+    steps done. `fingerprint` gets (or keeps, from the first run) what --init-from copied."""
+    if _restore(run.checkpoint, config):
+        earlier = job.read_run(config.resolved_checkpoint_dir) or {}
+        if earlier.get('warm_start'):
+            fingerprint['warm_start'] = earlier['warm_start']
+    elif config.recipe.from_weights:
+        classes = job.head_classes(heads)
+        fingerprint['warm_start'] = warm_start.apply(
+            run.model, config.recipe.init_from, config, classes
+        )
+    return int(run.model.optimizer.iterations.numpy())
 
 
 def _derived_levels(config, info):
@@ -162,7 +152,7 @@ def _export(model, heads, transform_output, config, model_dir, thresholds):
     if labels and transform_output and not labels.multi_label:  # the graph's vocabulary
         labels = transform.class_names(transform_output)
     export.export_saved_model(
-        model, labels, config.image_size, model_dir, levels, thresholds, config.eval_crop
+        model, labels, config.image_size, model_dir, levels, thresholds, config.input.eval_crop
     )
 
 
@@ -170,7 +160,7 @@ def _steps_per_epoch(config, info):
     """Steps per epoch (the same on every worker); warns where workers' shares are uneven."""
     pipelines = distribute.cluster_spec()[2]  # one input pipeline per worker
     steps = config.steps_per_epoch or input_pipeline.steps_per_epoch(
-        info, config.train_split, config.batch_size, pipelines, config.patches_per_image
+        info, config.train_split, config.batch_size, pipelines, config.input.patches_per_image
     )
     if steps < 1:
         raise ValueError(
@@ -182,54 +172,66 @@ def _steps_per_epoch(config, info):
     return steps
 
 
-def _compiled_model(config, info, strategy, heads, transform_output):
-    """(the compiled model, the tf.train.Checkpoint of everything a resume restores)."""
-    with strategy.scope():
+def _set_up(config, info, strategy, heads, transform_output, steps, validated):
+    """The compiled model, its optimizer built for every weight that will train, and the
+    checkpoint of all a resume restores (`validated`: whether a validation split is read)."""
+    phases = recipe.phases(config.recipe, config.epochs)
+    weights = heads_lib.class_weights(info, config.train_split, heads, config.recipe.class_weights)
+    with strategy.scope():  # the metrics' variables too: mirrored, reduced over workers
+        compile_args = heads_lib.compile_args(heads, config.recipe.label_smoothing, weights)
         model = build_model(
             config.model,
             info.num_classes,
             config.image_size,
             heads=heads,
-            transform_output=transform_output,
+            transform_output=transform_output if config.model == SMALL_CNN else None,
         )
+        recipe.set_trainable(model, False, config.recipe.from_weights)
         model.compile(
-            optimizer=keras.optimizers.Adam(config.learning_rate),
+            optimizer=recipe.optimizer(config.recipe, phases, steps),
             jit_compile=config.xla,
-            **heads_lib.compile_args(heads),
+            **compile_args,
         )
-        # Dropout's random state is not in a model's checkpoint by default; with it, a resumed
-        # run draws the masks an uninterrupted one would.
-        random_states = [v for v in model.variables if 'seed_generator_state' in v.path]
-        checkpoint = tf.train.Checkpoint(
-            model=model, optimizer=model.optimizer, random_states=random_states
-        )
-    return model, checkpoint
+        # Built for all that trains in any phase: the checkpoints' optimizer state is then the
+        # same in every phase, and the heads keep their moments across the switch.
+        model.optimizer.build(model.trainable_variables)
+    best = best_epoch.make(model, config.recipe.select_by, heads, validated, strategy)
+    # Dropout's random state is not in a model's checkpoint by default; with it, a resumed run
+    # draws the masks an uninterrupted one would.
+    random_states = [v for v in model.variables if 'seed_generator_state' in v.path]
+    checkpoint = tf.train.Checkpoint(
+        model=model, optimizer=model.optimizer, random_states=random_states, best=best.state
+    )
+    return _Run(model, checkpoint, best, compile_args, phases, steps)
 
 
-def _fit(model, config, info, strategy, progress, checkpoints, skipped):
-    """Trains the epochs left after `done` steps; returns the last value of each metric.
+def _fit(run, config, info, strategy, progress, checkpoints, skipped):
+    """Trains the epochs left after `done` steps, phase by phase (trainer/recipe.py).
 
     Args:
-        progress: (steps per epoch, steps done before this run).
+        progress: (the validation data or None, steps done before this run).
     """
-    steps, done = progress
-    callbacks = [checkpoints] + ([SkippedImagesLog(skipped)] if skipped else [])
+    validation, done = progress
+    found = [run.best, checkpoints] + ([callbacks.SkippedImagesLog(skipped)] if skipped else [])
     if distribute.is_chief():
-        callbacks.append(keras.callbacks.TensorBoard(config.resolved_log_dir))
-    validation = evaluate.dataset(config, info, strategy)
-    history = {}
-    for first, last, skip_now in _phases(*divmod(done, steps), config.epochs):
+        found.append(keras.callbacks.TensorBoard(config.resolved_log_dir))
+    for segment in recipe.segments(done, run.steps, run.phases):
         if checkpoints.preempted:
             break
-        data = _training_data(config, info, strategy, (first, last, skip_now), skipped, steps)
+        recipe.set_trainable(run.model, segment.phase.frozen, config.recipe.from_weights)
+        with strategy.scope():  # the trainable weights change only with a new train function
+            run.model.compile(
+                optimizer=run.model.optimizer, jit_compile=config.xla, **run.compile_args
+            )
+        data = _training_data(config, info, strategy, segment, skipped, run.steps)
         try:
-            fitted = model.fit(
+            run.model.fit(
                 data,
-                initial_epoch=first,
-                epochs=last,
-                steps_per_epoch=steps - skip_now,
+                initial_epoch=segment.first,
+                epochs=segment.last,
+                steps_per_epoch=run.steps - segment.skip,
                 validation_data=validation,
-                callbacks=callbacks,
+                callbacks=found,
                 shuffle=False,  # the input pipeline shuffles
                 verbose=1 if sys.stdout.isatty() else 2,
             )
@@ -238,8 +240,6 @@ def _fit(model, config, info, strategy, progress, checkpoints, skipped):
                 info.shard_paths(config.val_split) if validation is not None else []
             )
             raise corrupt_shards.name_corrupt_shards(e, shards) from e
-        history.update({k: v[-1] for k, v in fitted.history.items() if v})
-    return history
 
 
 def _warn_if_uneven(info, split, pipelines, pipeline_batch):
@@ -262,22 +262,8 @@ def _warn_if_uneven(info, split, pipelines, pipeline_batch):
         )
 
 
-def _phases(start_epoch, skip, epochs):
-    """(first, last, skipped) fit calls: the rest of an interrupted epoch, then whole epochs."""
-    if start_epoch >= epochs:
-        return []
-    if not skip:
-        return [(start_epoch, epochs, 0)]
-    phases = [(start_epoch, start_epoch + 1, skip)]
-    if start_epoch + 1 < epochs:
-        phases.append((start_epoch + 1, epochs, 0))
-    return phases
-
-
-def _training_data(config, info, strategy, phase, skipped, steps):
-    """The distributed training batches of epochs [first, last) of `steps` steps each, after
-    `skip` steps."""
-    first_epoch, last_epoch, skip_steps = phase
+def _training_data(config, info, strategy, segment, skipped, steps):
+    """The distributed training batches of a Segment's epochs of `steps` steps each."""
     replicas_per_pipeline = max(
         1, strategy.num_replicas_in_sync // max(1, distribute.cluster_spec()[2])
     )
@@ -288,31 +274,37 @@ def _training_data(config, info, strategy, phase, skipped, steps):
             config.train_split,
             config.batch_size,
             training=True,
-            input_context=input_context,
+            seed=config.seed,
+            image_size=config.image_size,
+            options=config.input,
+            label_levels=config.label_levels,
             info=info,
+            input_context=input_context,
             skipped=skipped,
-            start_epoch=first_epoch,
-            epochs=last_epoch,
-            skip_batches=skip_steps * replicas_per_pipeline,
+            start_epoch=segment.first,
+            epochs=segment.last,
+            skip_batches=segment.skip * replicas_per_pipeline,
             batches_per_epoch=steps * replicas_per_pipeline,
-            **config.input_options(),
         )
 
     return strategy.distribute_datasets_from_function(dataset)
 
 
-def _final_metrics(model, history, steps, config, seconds, steps_before):
-    trained_steps = int(model.optimizer.iterations.numpy()) - steps_before
-    metrics = {key: float(value) for key, value in history.items()}
+def _final_metrics(run, config, seconds, steps_before):
+    """The best epoch's metrics (trainer/best_epoch.py) and the run's figures."""
+    steps_now = int(run.model.optimizer.iterations.numpy())
+    metrics = run.best.metrics()
     metrics.update(
         {
             'epochs': config.epochs,
-            'steps_per_epoch': steps,
-            'steps': int(model.optimizer.iterations.numpy()),
-            'train_images_per_second': trained_steps * config.batch_size / max(seconds, 1e-9),
+            'steps_per_epoch': run.steps,
+            'steps': steps_now,
+            'train_images_per_second': (steps_now - steps_before)
+            * config.batch_size
+            / max(seconds, 1e-9),
             'train_seconds': round(seconds, 1),
-            'crop_area': list(config.crop_area),
-            'eval_crop': config.eval_crop,
+            'crop_area': list(config.input.crop_area),
+            'eval_crop': config.input.eval_crop,
             'model': config.model,
             'image_size': list(config.image_size),
         }
@@ -320,7 +312,7 @@ def _final_metrics(model, history, steps, config, seconds, steps_before):
     return metrics
 
 
-def check_classes(info, levels):
+def check_classes(info, levels) -> None:
     """Raises ValueError where there is nothing to classify: a single label (or level value)
     of a softmax head, none of a multi-label head (one sigmoid is a yes/no classifier).
 
@@ -341,26 +333,26 @@ def check_classes(info, levels):
 def _with_crop_area(config, info):
     """`config` with its crop range and evaluation crop resolved (`auto`), logged once."""
     train_records = info.num_records(config.train_split)
-    area = config_lib.resolve_crop_area(config.crop_area, train_records, info.multi_label)
+    options = config.input.resolved(train_records, info.multi_label)
     kind = 'multi-label images' if info.multi_label else 'training images'
     _LOG.info(
         'random crops keep %g to %g of each image%s; evaluation and serving see its central %g',
-        *area,
-        f' (auto, for {train_records:,} {kind})' if config.crop_area == 'auto' else '',
-        eval_crop := config_lib.resolve_eval_crop(config.eval_crop, info.multi_label),
+        *options.crop_area,
+        f' (auto, for {train_records:,} {kind})' if config.input.crop_area == 'auto' else '',
+        options.eval_crop,
     )
-    return dataclasses.replace(config, crop_area=area, eval_crop=eval_crop)
+    return dataclasses.replace(config, input=options)
 
 
 def _restore(checkpoint, config):
-    """Restores the newest checkpoint of the chief, if any.
+    """Restores the newest checkpoint of the chief, if any (returns whether there was one).
 
     Every worker resumes from the chief's checkpoints: workers that disagreed on the step
     would wait for each other's collectives forever.
     """
     latest = tf.train.latest_checkpoint(config.resolved_checkpoint_dir)
     if not latest:
-        return
+        return False
     try:
         checkpoint.restore(latest).expect_partial()
     except (ValueError, tf.errors.OpError) as e:
@@ -370,3 +362,4 @@ def _restore(checkpoint, config):
             f'{config.resolved_checkpoint_dir} to start this one from scratch'
         ) from e
     _LOG.info('resumed from %s', latest)
+    return True

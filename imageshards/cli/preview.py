@@ -25,6 +25,7 @@ from matplotlib.figure import Figure
 from imageshards import console
 from imageshards import flags
 from trainer import config as config_lib
+from trainer import input_options
 
 # TensorFlow (and the trainer's input pipeline) are imported where used, so that `--help` and
 # argument errors come at once.
@@ -53,17 +54,13 @@ def training_images(data_dir, split='train', *, count=GRID * GRID, **dataset_arg
         split: the split to read.
         count: how many; fewer if the split yields fewer.
         **dataset_args: make_dataset's arguments and options (seed, image_size, augment,
-            patches_per_image, patch_size, ...), as the trainer passes them; an `area_range`
-            of 'auto' is resolved for the split's size, as the trainer does.
+            patches_per_image, patch_size, crop_area ...), as the trainer passes them; a
+            `crop_area` of 'auto' is resolved for the split's size, as the trainer does.
     """
     from trainer import dataset_info
     from trainer import input_pipeline
 
     info = dataset_info.load(data_dir)
-    if dataset_args.get('area_range') == 'auto':
-        dataset_args['area_range'] = config_lib.resolve_crop_area(
-            'auto', info.num_records(split), multi_label=info.multi_label
-        )
     available = info.num_records(split) * max(1, dataset_args.get('patches_per_image', 0))
     count = min(count, available)
     if not count:
@@ -111,34 +108,34 @@ def render(grid):
 def build_arg_parser():
     parser = flags.ArgumentParser(prog='imageshards preview', description=__doc__)
     add = parser.add_argument
-    trainer = config_lib.TrainConfig
+    trainer, reading = config_lib.TrainConfig, input_options.InputOptions()
     add('build', help='output directory of `imageshards build`')
     add('--config', help="the trainer's YAML: its augmentation, image size, crops and patches")
     add('--split', default=trainer.train_split, help='the split to read')
-    add('--augment', default=trainer.augment, help="as the trainer's --augment")
+    add('--augment', default=reading.augment, help="as the trainer's --augment")
     add('--seed', type=flags.integer(), default=trainer.seed, help="the trainer's --seed")
     add(
         '--image-size',
-        type=flags.words(config_lib.parse_image_size),
+        type=flags.words(input_options.parse_image_size),
         default=trainer.image_size,
         help='H,W or N',
     )
     add(
         '--crop-area',
-        type=flags.words(config_lib.parse_crop_area),
-        default=trainer.crop_area,
+        type=flags.words(input_options.parse_crop_area),
+        default=reading.crop_area,
         help="as the trainer's --crop-area",
     )
     add(
         '--patches-per-image',
         type=flags.integer(minimum=0),
-        default=trainer.patches_per_image,
+        default=reading.patches_per_image,
         help='K patches per image instead of crops',
     )
     add(
         '--patch-size',
         type=flags.integer(minimum=0),
-        default=trainer.patch_size,
+        default=reading.patch_size,
         help='side of a patch',
     )
     add('--out', help='PNG file to write (default BUILD/preview.png)')
@@ -161,7 +158,7 @@ def main(argv=None):
             seed=args.seed,
             image_size=args.image_size,
             augment=args.augment,
-            area_range=args.crop_area,
+            crop_area=args.crop_area,
             patches_per_image=args.patches_per_image,
             patch_size=args.patch_size,
         )

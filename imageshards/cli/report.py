@@ -15,7 +15,9 @@ YAML with `--config`. Prints the headline figures and writes into DIR (default O
     metrics.json   the measures of imageshards/cli/shuffle_metrics.py, for both orders (and, for a
                    build with label levels, of the trainer's order labelled by each level)
     *.png          id and label against read position, distinct labels per batch against the
-                   ideal, and a shard-by-class heatmap, for both orders
+                   ideal, and a shard-by-class heatmap, for both orders; for a build with
+                   --near-duplicates, its closest pair and its largest cluster
+                   (imageshards/cli/report_near_duplicates.py)
     report.md      tables of both sets of measures and the figures side by side
 
 Example:
@@ -36,10 +38,12 @@ from imageshards import flags
 from imageshards import output_lock
 from imageshards.cli import report_figures
 from imageshards.cli import report_multilabel
+from imageshards.cli import report_near_duplicates
 from imageshards.cli import report_text
 from imageshards.cli import shuffle_metrics
 from imageshards.lock_holder import being_written_message
 from trainer import config as config_lib
+from trainer import input_options
 
 # TensorFlow (and the trainer's input pipeline) are imported where used, so that `--help` and
 # argument errors come at once.
@@ -234,13 +238,14 @@ def report(data_dir, split, out_dir, *, epochs, batch_size, seed, baseline_buffe
             level: measure(order, counts, batch_size) for level, (order, counts) in levels.items()
         }
     tf.io.gfile.makedirs(out_dir)
+    near = report_near_duplicates.add(info, out_dir, metrics, _write)
     _write(posixpath.join(out_dir, 'order.csv'), order_csv(orders['imageshards']))
     _write(posixpath.join(out_dir, 'metrics.json'), json.dumps(metrics, indent=2) + '\n')
     for name, order in orders.items():
         for kind, png in report_figures.figures(order, name, info.labels, class_counts, batch_size):
             _write(posixpath.join(out_dir, f'{kind}_{name}.png'), png)
     path = posixpath.join(out_dir, 'report.md')
-    _write(path, report_text.markdown(metrics))
+    _write(path, '\n'.join([report_text.markdown(metrics), *near]))
     return path, metrics
 
 
@@ -295,9 +300,10 @@ def multilabel_report(info, split, out_dir, batch_size, seed, baseline_buffer, *
             order_hot[keep] > 0, order_ids[keep], order_files, batch_size
         )
     tf.io.gfile.makedirs(out_dir)
+    near = report_near_duplicates.add(info, out_dir, metrics, _write)
     _write(posixpath.join(out_dir, 'metrics.json'), json.dumps(metrics, indent=2) + '\n')
     path = posixpath.join(out_dir, 'report.md')
-    _write(path, report_multilabel.markdown(metrics))
+    _write(path, '\n'.join([report_multilabel.markdown(metrics), *near]))
     return path, metrics
 
 
@@ -313,8 +319,9 @@ def build_arg_parser():
     add('--out', help='directory to write into (default BUILD/report)')
     add('--seed', type=flags.integer(), default=trainer.seed, help="the trainer's --seed")
     count = flags.integer(minimum=1)
-    add('--shuffle-buffer', type=count, default=trainer.shuffle_buffer, help="the trainer's")
-    add('--cycle-length', type=count, default=trainer.cycle_length, help="the trainer's")
+    reading = input_options.InputOptions()
+    add('--shuffle-buffer', type=count, default=reading.shuffle_buffer, help="the trainer's")
+    add('--cycle-length', type=count, default=reading.cycle_length, help="the trainer's")
     add(
         '--baseline-buffer',
         type=count,
@@ -351,6 +358,8 @@ def main(argv=None):
     except (ValueError, FileNotFoundError) as e:
         print(f'imageshards report: {e}', file=sys.stderr)
         return 2
+    if 'near_duplicates' in metrics:
+        print(report_near_duplicates.headline(metrics['near_duplicates']))
     if 'label_cardinality' in metrics:  # a multi-label build
         print('\n'.join(report_multilabel.headline(metrics)))
         print(f'tables: {path}')

@@ -10,7 +10,9 @@ text and `label_levels`; -1 with empty text where a value is missing), and that 
 twice in the build. Then each shard's class and level counts and the accounting of dataset.json,
 that the TensorFlow Datasets metadata (dataset_info.json, features.json) describes the same
 splits, shards, bytes, features and label names, and that the build holds no files but its own
-and those of the imageshards tools (report/, preview.png).
+and those of the imageshards tools (report/, preview.png). A build with groups, near-duplicates
+or an earlier build's splits has its groups and clusters per split, their leaks and its label
+distribution recounted from the records and near_duplicates.jsonl (verify_grouping.py).
 
 Every problem is printed on its own line as it is found, naming the file (and the record's byte
 offset); a damaged shard does not stop the others from being read. Exit status 1 if there was
@@ -39,6 +41,7 @@ from imageshards import records
 from imageshards import storage
 from imageshards import tfds_metadata
 from imageshards import tfrecord
+from imageshards.cli.verify_grouping import GroupingCheck
 from imageshards.cli.verify_records import ImageChecker
 from imageshards.cli.verify_records import RecordChecker
 from imageshards.lock_holder import being_written_message
@@ -100,12 +103,13 @@ class _ShardTally:
 class _ShardReader:
     """Streams every listed shard, checking framing, records and totals; yields image batches."""
 
-    def __init__(self, output_dir, dataset, checker, problems, batch_size):
+    def __init__(self, output_dir, dataset, checker, problems, batch_size, grouping):
         self._output_dir = output_dir
         self._dataset = dataset
         self._checker = checker
         self._problems = problems
         self._batch_size = batch_size
+        self._grouping = grouping  # a verify_grouping.GroupingCheck
         self.totals = {split: collections.Counter() for split in dataset['splits']}
 
     def batches(self):
@@ -120,7 +124,7 @@ class _ShardReader:
         try:
             with storage.open_read(path) as f:
                 reader = records.HashingReader(f)
-                yield from self._records(path, reader, tally)
+                yield from self._records(split, path, reader, tally)
         except OSError as e:
             self._problems.add(path, f'cannot read the shard: {e}')
             return
@@ -148,7 +152,7 @@ class _ShardReader:
                     f'is at {record[0]}, {record[1]} bytes',
                 )
 
-    def _records(self, path, reader, tally):
+    def _records(self, split, path, reader, tally):
         batch, batch_bytes = [], 0
         try:
             for offset, record in records.framed_records(reader, path):
@@ -156,6 +160,8 @@ class _ShardReader:
                 tally.framed.append((offset, tfrecord.FRAMING_BYTES + len(record)))
                 checked = self._checker.check(path, offset, record)
                 tally.count(checked.label, checked.levels, checked.format)
+                if self._grouping.active:
+                    self._grouping.note(split, checked)
                 if checked.job is None:
                     continue
                 batch.append(checked.job)
@@ -291,17 +297,18 @@ def verify(output_dir, max_problems=20, io_threads=8, batch_size=128):
             storage.join(output_dir, path),
             'unknown file: not part of this build (an earlier build left it, or not ours)',
         )
+    grouping = GroupingCheck(output_dir, dataset, problems)
     images = ImageChecker(io_threads)  # imports TensorFlow: seconds, not counted below
     started = time.perf_counter()
-    reader = _ShardReader(
-        output_dir, dataset, RecordChecker(dataset, problems), problems, batch_size
-    )
+    checker = RecordChecker(dataset, problems)
+    reader = _ShardReader(output_dir, dataset, checker, problems, batch_size, grouping)
     try:
         with progress.Display() as display:
             total = dataset['counts']['written']
             decoded = _check_images(reader.batches(), images, problems, display, total)
     finally:
         images.close()
+    grouping.finish()
     _print_summary(reader.totals, decoded, time.perf_counter() - started, problems)
     return problems.total
 

@@ -6,6 +6,7 @@ import concurrent.futures
 import hashlib
 import typing
 
+from imageshards import dataset_json
 from imageshards import features
 from imageshards import file_names
 from imageshards import records
@@ -30,6 +31,8 @@ class Checked(typing.NamedTuple):
     job: object  # the ImageJob of its image, None where the record lacks what it needs
     levels: dict  # {level: name, '' if missing} (tuples of names in a multi-label build)
     format: object  # its image/format (str), None where missing
+    record_id: object = None  # its image/id (int), None where missing
+    group: object = None  # its image/group (str), None where missing or not in the schema
 
 
 class RecordChecker:
@@ -39,9 +42,7 @@ class RecordChecker:
         self._levels = dataset.get('label_levels') or {}
         self._multi = bool(dataset.get('multi_label'))
         self._resize = dataset.get('resize')
-        self._schema = features.record_schema(
-            dataset['format'], self._levels, self._multi, bool(self._resize)
-        )
+        self._schema = dataset_json.record_schema(dataset)
         self._payload_key = features.ENCODED if features.ENCODED in self._schema else features.PATH
         self._labels = dataset['labels']
         self._problems = problems
@@ -55,7 +56,7 @@ class RecordChecker:
             example = records.parse_example(record)
         except records.NotAnExampleError as e:
             self._problems.add(where, str(e), offset)
-            return Checked(None, None, {}, None)
+            return Checked(None, None, {}, None)  # nothing of it can be told
         values = self._scalars(where, offset, records.example_values(example))
         if features.ID in values:
             self._check_id(where, offset, values[features.ID])
@@ -80,7 +81,10 @@ class RecordChecker:
         }
         stored = values.get(features.FORMAT)
         stored = stored.decode('utf-8', 'replace') if stored is not None else None
-        return Checked(self._label_name(where, offset, values), job, levels, stored)
+        group = values.get(features.GROUP)
+        group = group.decode('utf-8', 'surrogateescape') if group is not None else None
+        label = self._label_name(where, offset, values)
+        return Checked(label, job, levels, stored, values.get(features.ID), group)
 
     def _level_name(self, where, offset, values, level, names):
         """The record's name in `level` ('' where missing), or None if it cannot be told."""

@@ -176,6 +176,8 @@ class AssignShards(beam.PTransform):
         bucket_bits: bits of the rank hash that cut a large class into groups (bucket_bits_for).
         store: the BlockStore that keeps the blocks (default: inline).
         keyed: whether the input is keyed already (RankGroups(seed, bucket_bits)'s blocks).
+        fill: the images without a split fill what the placed ones leave of each class's
+            shares (plan.make_plan's `fill`: a build with groups or an earlier build's splits).
     """
 
     def __init__(
@@ -188,6 +190,7 @@ class AssignShards(beam.PTransform):
         bucket_bits=0,
         store=None,
         keyed=False,
+        fill=False,
     ):
         super().__init__()
         self._seed = seed
@@ -197,6 +200,7 @@ class AssignShards(beam.PTransform):
         self._bucket_bits = bucket_bits
         self._store = store or blocks.BlockStore()
         self._keyed = keyed
+        self._fill = fill
 
     def expand(self, refs):
         keyed = refs
@@ -211,7 +215,13 @@ class AssignShards(beam.PTransform):
             | 'SumCounts' >> beam.CombinePerKey(_sum_pairs)
             | 'CollectCounts' >> beam.combiners.ToDict()
             | 'MakePlan'
-            >> beam.Map(plan_lib.make_plan, self._fractions, self._num_shards, self._shard_bytes)
+            >> beam.Map(
+                plan_lib.make_plan,
+                self._fractions,
+                self._num_shards,
+                self._shard_bytes,
+                self._fill,
+            )
         )
         placed = (
             keyed

@@ -168,7 +168,15 @@ class ShardLayout(typing.NamedTuple):
 MAX_STRATIFIED_CELLS = 4_000_000
 
 
-def make_plan(counts, fractions, num_shards=0, shard_bytes=DEFAULT_SHARD_BYTES):
+def _shares(labels, unassigned, group_sizes, fractions, fill):
+    """{label: [(split, count)]}: how the images of each label without a split are divided."""
+    names = [name for name, _ in fractions]
+    placed = [[group_sizes[(name, label)] for name in names] for label in labels] if fill else None
+    rows = split_lib.split_counts(labels, unassigned, [f for _, f in fractions], placed)
+    return {label: list(zip(names, row)) for label, row in zip(labels, rows)}
+
+
+def make_plan(counts, fractions, num_shards=0, shard_bytes=DEFAULT_SHARD_BYTES, fill=False):
     """Builds the ShardPlan.
 
     Args:
@@ -176,6 +184,9 @@ def make_plan(counts, fractions, num_shards=0, shard_bytes=DEFAULT_SHARD_BYTES):
         fractions: (split, fraction) pairs for images without a manifest split.
         num_shards: shards per split; 0 derives it from `shard_bytes`.
         shard_bytes: target image bytes per shard.
+        fill: divide the images without a split to bring each class's counts in the splits,
+            with those already placed there (groups, an earlier build's), to their shares
+            (`splits.fill_split_counts`); else each class's own images in proportion.
     """
     bucket_offsets, group_sizes, group_bytes = {}, collections.Counter(), collections.Counter()
     for (group, label, bucket), (images, size) in sorted(counts.items()):
@@ -185,8 +196,7 @@ def make_plan(counts, fractions, num_shards=0, shard_bytes=DEFAULT_SHARD_BYTES):
     labels = sorted({label for _, label in group_sizes})
     names = [name for name, _ in fractions]
     unassigned = [group_sizes[('', label)] for label in labels]
-    rows = split_lib.split_counts(labels, unassigned, [fraction for _, fraction in fractions])
-    shares = {label: list(zip(names, row)) for label, row in zip(labels, rows)}
+    shares = _shares(labels, unassigned, group_sizes, fractions, fill)
     explicit = {key: images for key, images in group_sizes.items() if key[0] and images}
     class_counts, split_bytes = collections.Counter(explicit), collections.Counter()
     for group, label in explicit:

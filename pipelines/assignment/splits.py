@@ -51,33 +51,80 @@ def stratified_split_counts(class_sizes, fractions):
     return rows
 
 
-def split_counts(classes, sizes, fractions):
+def split_counts(classes, sizes, fractions, placed=None):
     """[[count per split] per class] of `classes` (label ids, or in a multi-label build tuples of
-    them: label sets) holding `sizes` images each."""
-    if any(isinstance(label, tuple) for label in classes):
-        return iterative_split_counts(classes, sizes, fractions)
+    them: label sets) holding `sizes` images each; with `placed` ([[count per split] per class]
+    of images already in a split), divided to bring every class's split counts, placed and
+    divided together, to its share (`fill_split_counts`)."""
+    multi_label = any(isinstance(label, tuple) for label in classes)
+    if multi_label:
+        return iterative_split_counts(classes, sizes, fractions, placed)
+    if placed is not None:
+        return fill_split_counts(sizes, placed, fractions)
     return stratified_split_counts(sizes, fractions)
 
 
-def iterative_split_counts(label_sets, sizes, fractions):
+def fill_split_counts(class_sizes, placed, fractions):
+    """Divides each class's images among splits that already hold `placed` of it: in
+    proportion to what each split lacks of its share of the class (placed and divided
+    together), each count within one of that; rounding goes to the largest remainders, ties to
+    the split furthest behind its share of all images.
+
+    Args:
+        class_sizes: [n_c] per class to divide.
+        placed: [[images of class c already in split s] per split] per class.
+        fractions: [f_s] per split, summing to 1.
+    """
+    totals = [sum(column) for column in zip(*placed)] if placed else [0] * len(fractions)
+    whole = sum(totals)
+    rows = []
+    for size, held in zip(class_sizes, placed):
+        share = [max(0.0, (size + sum(held)) * f - h) for f, h in zip(fractions, held)]
+        lacking = sum(share)
+        quotas = [size * s / lacking for s in share] if lacking else [size * f for f in fractions]
+        row = [math.floor(quota) for quota in quotas]
+        whole += size
+        order = sorted(
+            range(len(row)),
+            key=lambda s: (row[s] - quotas[s], totals[s] + row[s] - whole * fractions[s], s),
+        )
+        for s in order[: size - sum(row)]:
+            row[s] += 1
+        totals = [total + count for total, count in zip(totals, row)]
+        rows.append(row)
+    return rows
+
+
+def iterative_split_counts(label_sets, sizes, fractions, placed=None):
     """Divides the images of each label set among splits.
 
     Args:
         label_sets: distinct tuples of label ids (one may be empty: images with no label).
         sizes: images of each set.
         fractions: [f_s] per split, summing to 1.
+        placed: [[images of the set already in split s] per split] per label set, or None:
+            the divided images then bring every label's counts, placed and divided together,
+            to its share.
     Returns:
         [[count per split] per label set].
     """
-    wants = [sum(sizes) * fraction for fraction in fractions]
-    label_totals = collections.Counter()
+    placed = placed or [[0] * len(fractions) for _ in label_sets]
+    held = [sum(column) for column in zip(*placed)] if placed else [0] * len(fractions)
+    whole = sum(sizes) + sum(held)
+    wants = [whole * fraction - h for fraction, h in zip(fractions, held)]
+    label_totals, label_held = collections.Counter(), collections.defaultdict(collections.Counter)
     sets_of = collections.defaultdict(list)  # label -> indices of the sets holding it
     for index, (labels, size) in enumerate(zip(label_sets, sizes)):
         for label in labels:
-            label_totals[label] += size
+            label_totals[label] += size + sum(placed[index])
+            for split, count in enumerate(placed[index]):
+                label_held[label][split] += count
             sets_of[label].append(index)
-    desired = {label: [n * f for f in fractions] for label, n in label_totals.items()}
-    left = dict(label_totals)  # examples of each label not yet given a split
+    desired = {
+        label: [n * f - label_held[label][s] for s, f in enumerate(fractions)]
+        for label, n in label_totals.items()
+    }
+    left = {label: sum(sizes[i] for i in sets_of[label]) for label in label_totals}
     rows = [None] * len(label_sets)
     turns = [(n, label) for label, n in left.items()]
     heapq.heapify(turns)

@@ -39,6 +39,8 @@ class ImageMeta(typing.NamedTuple):
     # of ids per level in a multi-label build
     original_height: int = 0  # the source's size (as shown) where the record stores a resize
     original_width: int = 0  # of it (--resize-shorter-side); 0 where it stores the source
+    group: str = ''  # its group (a manifest's group column, --group-pattern; packed as a key is)
+    phash: int = -1  # its perceptual hash (--near-duplicates: validation/perceptual.py); -1: none
     source: str = ''  # an input inside a container: its encoded sources.Source; '' for a file
     payload: int = 0  # the number of the payload file holding the stored bytes; 0: none
     payload_offset: int = 0  # where in it (`num_bytes` long)
@@ -66,18 +68,23 @@ _new_meta = tuple.__new__
 # id, label, height, width, channels, num_bytes, source_crc32c, reencoded, payload,
 # payload_offset, then the byte lengths of key, split, format, sha256 and source_sha256, the
 # number of level int32s and flags (bit 0: a multi-label image; bit 1: a resized one; bit 2: one
-# inside a container); then key, split, format, sha256 and source_sha256 and the level ids as
-# int32, in that order, for a resized image its original height and width as uint32, and for
-# one inside a container its source's length (uint32) and bytes. A multi-label image's `label`
-# field is its number of label ids, which follow the strings as int32s, and its levels are each
-# a count and that many ids.
+# with a group; bit 3: one with a perceptual hash; bit 4: one inside a container); then key,
+# split, format, sha256 and source_sha256 and the level ids as int32, in that order, for a
+# resized image its original height and width as uint32, then the group's length (uint16) and
+# bytes, then the hash (uint64), then the source's length (uint32) and bytes. A multi-label
+# image's `label` field is its number of label ids, which follow the strings as int32s, and its
+# levels are each a count and that many ids. An image without a group, a hash or a source packs
+# as it did before any existed.
 _FIXED = struct.Struct('<qIIIHQI?QQIHBBBHB')
 # A key is the bytes of its file name (imageshards/file_names.py): UTF-8, as always, for a name
 # that is UTF-8; its own bytes for one that is not.
 to_bytes, from_bytes = file_names.to_bytes, file_names.from_bytes
 _LEVEL_ID = struct.Struct('<i')
 _ORIGINAL_SIZE = struct.Struct('<II')
+_GROUP_LENGTH = struct.Struct('<H')
+_HASH = struct.Struct('<Q')
 _SOURCE_LENGTH = struct.Struct('<I')
+_GROUPED, _HASHED, _SOURCED = 4, 8, 16  # flag bits
 
 
 def pack(metas) -> bytes:
@@ -105,7 +112,11 @@ def pack(metas) -> bytes:
                 len(meta.sha256),
                 len(meta.source_sha256),
                 len(levels),
-                multi | meta.resized << 1 | bool(meta.source) << 2,
+                multi
+                | meta.resized << 1
+                | _GROUPED * bool(meta.group)
+                | _HASHED * (meta.phash >= 0)
+                | _SOURCED * bool(meta.source),
             )
         )
         parts += (key, split, fmt, meta.sha256, meta.source_sha256)
@@ -115,6 +126,11 @@ def pack(metas) -> bytes:
             parts.append(struct.pack(f'<{len(levels)}i', *levels))
         if meta.resized:
             parts.append(_ORIGINAL_SIZE.pack(meta.original_height, meta.original_width))
+        if meta.group:
+            group = to_bytes(meta.group)
+            parts += (_GROUP_LENGTH.pack(len(group)), group)
+        if meta.phash >= 0:
+            parts.append(_HASH.pack(meta.phash))
         if meta.source:
             source = to_bytes(meta.source)
             parts += (_SOURCE_LENGTH.pack(len(source)), source)
@@ -122,22 +138,46 @@ def pack(metas) -> bytes:
 
 
 def _labels(block, position, label, num_levels, flags):
-    """(label, levels, original size, source, position after them) of an image whose strings
-    end at `position`."""
+    """(label, levels, (original height, original width, group, perceptual hash, source),
+    position after them) of an image whose strings end at `position`."""
     multi = flags & 1
     if multi:
         label = struct.unpack_from(f'<{label}i', block, position) if label else ()
         position += _LEVEL_ID.size * len(label)
     levels = struct.unpack_from(f'<{num_levels}i', block, position) if num_levels else ()
     position += _LEVEL_ID.size * num_levels
+    levels = _nested_levels(levels) if multi else levels
+    if flags < 2:  # neither resized, nor with a group or a hash: most images
+        return label, levels, _PLAIN_TAIL, position
     original, position = _original_size(block, position, flags)
-    source = ''
-    if flags & 4:
-        (length,) = _SOURCE_LENGTH.unpack_from(block, position)
-        position += _SOURCE_LENGTH.size
-        source = from_bytes(block[position : position + length])
+    if flags > 3:  # a group, a hash or a source
+        group, phash, position = _group_and_hash(block, position, flags)
+        source, position = _source(block, position, flags)
+        return label, levels, (*original, group, phash, source), position
+    return label, levels, (*original, '', -1, ''), position
+
+
+def _group_and_hash(block, position, flags):
+    """(group, perceptual hash, position after them): ('', -1) where the flags say none."""
+    group, phash = '', -1
+    if flags & _GROUPED:
+        (length,) = _GROUP_LENGTH.unpack_from(block, position)
+        position += _GROUP_LENGTH.size
+        group = from_bytes(block[position : position + length])
         position += length
-    return label, _nested_levels(levels) if multi else levels, original, source, position
+    if flags & _HASHED:
+        (phash,) = _HASH.unpack_from(block, position)
+        position += _HASH.size
+    return group, phash, position
+
+
+def _source(block, position, flags):
+    """(source, position after it) of an input inside a container (flags bit 4), else ''."""
+    if not flags & _SOURCED:
+        return '', position
+    (length,) = _SOURCE_LENGTH.unpack_from(block, position)
+    position += _SOURCE_LENGTH.size
+    return from_bytes(block[position : position + length]), position + length
 
 
 def _original_size(block, position, flags):
@@ -149,6 +189,7 @@ def _original_size(block, position, flags):
 
 
 _NOT_RESIZED = (0, 0)
+_PLAIN_TAIL = (0, 0, '', -1, '')  # original height and width, group, hash, source of most
 
 
 def _flat_levels(levels):
@@ -169,10 +210,25 @@ def unpack(block) -> list:
     """The ImageMeta of a block, in the order they were packed."""
     metas, position, size = [], 0, len(block)
     while position < size:
-        fixed = _FIXED.unpack_from(block, position)
-        image_id, label, height, width, channels, num_bytes, crc = fixed[:7]
-        reencoded, payload, payload_offset, key_len, split_len = fixed[7:12]
-        format_len, sha_len, source_len, num_levels, flags = fixed[12:]
+        (
+            image_id,
+            label,
+            height,
+            width,
+            channels,
+            num_bytes,
+            crc,
+            reencoded,
+            payload,
+            payload_offset,
+            key_len,
+            split_len,
+            format_len,
+            sha_len,
+            source_len,
+            num_levels,
+            flags,
+        ) = _FIXED.unpack_from(block, position)
         position += _FIXED.size
         key = from_bytes(block[position : position + key_len])
         position += key_len
@@ -184,9 +240,7 @@ def unpack(block) -> list:
         position += sha_len
         source_sha256 = block[position : position + source_len]
         position += source_len
-        label, levels, original, source, position = _labels(
-            block, position, label, num_levels, flags
-        )
+        label, levels, tail, position = _labels(block, position, label, num_levels, flags)
         metas.append(
             _new_meta(
                 ImageMeta,
@@ -205,8 +259,7 @@ def unpack(block) -> list:
                     crc,
                     reencoded,
                     levels,
-                    *original,
-                    source,
+                    *tail,
                     payload,
                     payload_offset,
                 ),

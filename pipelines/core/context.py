@@ -17,6 +17,7 @@ from imageshards import file_names
 from imageshards import layout
 from imageshards import storage
 from pipelines.core.settings import BuildConfig
+from pipelines.core.settings import GroupingSettings
 from pipelines.core.settings import TransformBy
 from pipelines.core.settings import TransformSettings
 from pipelines.core.settings import ValidationSettings
@@ -41,6 +42,7 @@ class ListingSummary(typing.NamedTuple):
     num_groups: int = 0  # distinct (manifest split, label or label set)
     input_bytes: int = 0  # of the inputs whose size listing knows (ListingCounts)
     small_input_bytes: int = 0  # of those of at most SMALL_INPUT_BYTES
+    grouped: bool = False  # some input has a group of its own (a manifest's group column)
 
     @property
     def num_skipped(self) -> int:
@@ -172,6 +174,27 @@ class BuildContext:
             io_threads=config.threads,
             reencode_dir=self.output_dir if config.format == features.PATHS else None,
             resize=config.resize,
+            group_pattern=config.group_pattern,
+            near_duplicates=config.near_duplicates,
+        )
+
+    @property
+    def grouping(self) -> GroupingSettings | None:
+        """What keeps images together in one split; None where nothing does (then the build is
+        made exactly as before groups existed)."""
+        config = self.config
+        groups = bool(self.listing.grouped or config.group_pattern)
+        if not (groups or config.near_duplicates or config.splits_from):
+            return None
+        return GroupingSettings(
+            fractions=config.splits,
+            seed=config.seed,
+            groups=groups,
+            near_duplicates=config.near_duplicates,
+            distance=config.near_duplicate_distance,
+            max_cluster_size=config.max_cluster_size,
+            splits_from=config.splits_from and storage.absolute(config.splits_from).rstrip('/'),
+            labels=tuple(self.listing.labels),
         )
 
     @property
@@ -217,4 +240,5 @@ class BuildContext:
             fractions=self.config.splits,
             manifest_splits=self.listing.manifest_splits,
             resize=self.config.resize.describe() if self.config.resize else None,
+            grouped=bool(self.grouping and self.grouping.groups),
         )

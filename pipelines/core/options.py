@@ -13,7 +13,9 @@ from imageshards import configfile
 from imageshards import features
 from imageshards import flags
 from imageshards import layout
+from pipelines.core import input_flags
 from pipelines.core import settings
+from pipelines.core.groups import parse_group_pattern
 from pipelines.core.settings import BuildConfig
 
 
@@ -50,14 +52,6 @@ def _separator(text):
     return text
 
 
-def _template(text):
-    """--path-template: a path with one `{}`, where the path column's value goes."""
-    text = str(text)
-    if text.count('{}') != 1:
-        raise ValueError(f"--path-template {text!r}: give a path with one {{}}: 'train/{{}}.png'")
-    return text
-
-
 def build_arg_parser() -> flags.ArgumentParser:
     parser = flags.ArgumentParser(
         prog='imageshards build',
@@ -71,19 +65,13 @@ def build_arg_parser() -> flags.ArgumentParser:
     parser.add_argument(
         '--input',
         help='directory tree <root>/<class>/..., a glob, a .csv/.jsonl manifest with '
-        'path,label[,split], a .tar/.tar.gz/.tgz/.zip of a class tree, per-class tars named '
-        'after their class, WebDataset shards, MNIST IDX files, .npz/.npy arrays, or TFRecord '
-        'files of tf.train.Examples; local or gs://, alone or as a glob. Archives are read '
-        'in place, never extracted: a .tar or .zip by many workers at once, a .tar.gz (and a '
-        '.gz IDX file, a compressed .npz) in one sequential work item per file',
+        'path,label[,split][,group], a .tar/.tar.gz/.tgz/.zip of a class tree, per-class tars '
+        'named after their class, WebDataset shards, MNIST IDX files, .npz/.npy arrays, or '
+        'TFRecord files of tf.train.Examples; local or gs://, alone or as a glob. Archives are '
+        'read in place, never extracted: a .tar or .zip by many workers at once, a .tar.gz (and '
+        'a .gz IDX file, a compressed .npz) in one sequential work item per file',
     )
-    parser.add_argument(
-        '--input-form',
-        choices=settings.INPUT_FORMS,
-        default=BuildConfig.input_form,
-        help='what --input is, where its detection from names and content should be '
-        'overridden (the log says what was detected)',
-    )
+    input_flags.add_input_flags(parser)
     parser.add_argument('--output', help='output directory (local or gs://)')
     parser.add_argument(
         '--format',
@@ -180,48 +168,6 @@ def build_arg_parser() -> flags.ArgumentParser:
         'column, and its label/<level> cells) (default: whitespace)',
     )
     parser.add_argument(
-        '--path-column',
-        default=BuildConfig.path_column,
-        metavar='NAME',
-        help='the column (JSONL key) of a manifest or --labels-file that holds the image path '
-        '(default: path); with it, --label-column or --labels-column, or --path-template, '
-        'every other column is ignored',
-    )
-    labels = parser.add_mutually_exclusive_group()
-    labels.add_argument(
-        '--label-column',
-        default=BuildConfig.label_column,
-        metavar='NAME',
-        help='the column that holds the label (default: label), e.g. diagnosis',
-    )
-    labels.add_argument(
-        '--labels-column',
-        default=BuildConfig.labels_column,
-        metavar='NAME',
-        help='the column that holds several labels per image (default: labels), e.g. tags',
-    )
-    parser.add_argument(
-        '--path-template',
-        type=flags.words(_template),
-        default=BuildConfig.path_template,
-        metavar='TEMPLATE',
-        help="forms each path from the path column's value: train_images/{}.png",
-    )
-    parser.add_argument(
-        '--labels-file',
-        default=BuildConfig.labels_file,
-        metavar='FILE',
-        help='a CSV or JSONL file that gives the labels of a tree or archive by file name (its '
-        'path below the root, or its name alone), instead of its folders',
-    )
-    parser.add_argument(
-        '--class-names',
-        default=BuildConfig.class_names,
-        metavar='FILE',
-        help='names of integer labels (of arrays, TFRecords, WebDataset .cls files, a label '
-        'column), one per line, line i naming label i; default: the integer is the name',
-    )
-    parser.add_argument(
         '--allow-missing-levels',
         action='store_true',
         help='keep images missing a label level value (id -1) instead of rejecting them',
@@ -281,6 +227,7 @@ def build_arg_parser() -> flags.ArgumentParser:
         help=f'JPEG quality of the resized images (default {settings.DEFAULT_QUALITY}; '
         'bench/RESULTS.md measures PSNR and size per quality)',
     )
+    _add_split_flags(parser)
     parser.add_argument(
         '--chunk-size',
         type=flags.integer(minimum=1),
@@ -293,6 +240,60 @@ def build_arg_parser() -> flags.ArgumentParser:
         help="also show Beam's, TensorFlow's and the workers' own log lines",
     )
     return parser
+
+
+def _add_split_flags(parser):
+    """The flags that keep images together in one split (README, "Splits you can trust")."""
+    parser.add_argument(
+        '--group-pattern',
+        type=flags.words(parse_group_pattern),
+        default=BuildConfig.group_pattern,
+        metavar='REGEX',
+        help="the group of an image whose manifest row names none: the pattern's group named "
+        "'group', or its first, in the image's key (its path below the input root); every "
+        'image of a group lands in one split',
+    )
+    parser.add_argument(
+        '--near-duplicates',
+        action='store_true',
+        help='find near-duplicates (re-encoded, resized, cropped, brightened, blurred copies) '
+        'by a perceptual hash of every image, and keep each cluster of them in one split; '
+        'OUT/near_duplicates.jsonl lists the clusters',
+    )
+    parser.add_argument(
+        '--near-duplicate-distance',
+        type=flags.integer(minimum=0, maximum=16),
+        default=BuildConfig.near_duplicate_distance,
+        metavar='BITS',
+        help='two images are near-duplicates when their 64-bit hashes differ in at most this '
+        'many bits (bench/RESULTS.md measures the default)',
+    )
+    parser.add_argument(
+        '--max-cluster-size',
+        type=flags.integer(minimum=2),
+        default=None,
+        metavar='N',
+        help='a near-duplicate cluster of more images (blank or uniform ones share a hash) is '
+        'reported, not kept in one split (default: 1%% of the images, at least 16)',
+    )
+    parser.add_argument(
+        '--splits-from',
+        metavar='PREVIOUS_OUTPUT',
+        default=BuildConfig.splits_from,
+        help='an earlier build (local or gs://): its images (matched by key, or by content for '
+        'a renamed file) keep their splits; new images join their group or cluster, the others '
+        "fill each split's label mix",
+    )
+
+
+def _check_split_flags(parser, values):
+    """Usage errors of the near-duplicate flags; fills in the automatic cluster cap."""
+    distance = values['near_duplicate_distance'] != BuildConfig.near_duplicate_distance
+    if distance and not values['near_duplicates']:
+        parser.error('--near-duplicate-distance tunes --near-duplicates; give both')
+    if values['max_cluster_size'] is not None and not values['near_duplicates']:
+        parser.error('--max-cluster-size caps --near-duplicates clusters; give both')
+    values['max_cluster_size'] = values['max_cluster_size'] or 0
 
 
 def _yaml_splits(value):
@@ -390,5 +391,6 @@ def _parse(argv):
     values.pop('verbose')
     values['allow_roots'] = tuple(values['allow_roots'] or ())
     _check_resize(parser, values)
+    _check_split_flags(parser, values)
     # Config-file pipeline options first, so the same flag on the command line overrides them.
     return parser, BuildConfig(**values), config_beam_args + beam_args

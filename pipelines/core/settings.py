@@ -8,6 +8,8 @@ build's flags, so that a setting travels as one value instead of an argument lis
     InputSettings  how --input is read: its form, the columns of a label file, class names
     TransformBy  who writes the tf.Transform output, as pipelines/runner.py decides it
     ValidationSettings  what validation checks of every input and keeps of a valid one
+    GroupingSettings    what keeps images together in one split (groups, near-duplicates, the
+                        splits of an earlier build)
     TransformSettings   what the tf.Transform graph of a build is made of, and where it goes
 """
 
@@ -18,6 +20,9 @@ from imageshards import features
 from imageshards import storage
 
 DEFAULT_QUALITY = 90  # --resize-quality's default (bench/RESULTS.md measures PSNR and size)
+# --near-duplicate-distance's default, imagededup's: bench/RESULTS.md, "Splits you can trust",
+# measures it.
+NEAR_DUPLICATE_DISTANCE = 10
 
 
 class TransformBy(enum.Enum):
@@ -121,6 +126,11 @@ class BuildConfig:
     analysis_in_pipeline: bool = False  # write the TFT output in pipeline steps on the local runner
     resize_shorter_side: int = 0  # images with a longer shorter side are stored resized; 0: none
     resize_quality: int = DEFAULT_QUALITY  # the JPEG quality of the resized images
+    group_pattern: str = None  # a regular expression whose group in an image's key is its group
+    near_duplicates: bool = False  # near-duplicate clusters stay in one split
+    near_duplicate_distance: int = NEAR_DUPLICATE_DISTANCE  # bits apart, at most
+    max_cluster_size: int = 0  # a larger near-duplicate cluster is not kept whole; 0: automatic
+    splits_from: str = None  # an earlier build whose images keep their splits
 
     @property
     def resize(self) -> ResizeSpec | None:
@@ -174,6 +184,8 @@ class ValidationSettings:
         io_threads: inputs read and checked at once per worker (1: one after the other).
         reencode_dir: a `paths` build's output folder, where lossless copies go; else None.
         resize: the ResizeSpec of a build that stores images larger than it resized, or None.
+        group_pattern: --group-pattern, the group of an image whose row names none.
+        near_duplicates: keep each valid image's perceptual hash (--near-duplicates).
     """
 
     label_ids: dict
@@ -184,6 +196,8 @@ class ValidationSettings:
     io_threads: int = 1
     reencode_dir: str = None
     resize: ResizeSpec = None
+    group_pattern: str = None  # --group-pattern (pipelines/core/groups.py)
+    near_duplicates: bool = False  # a perceptual hash of every valid image
 
 
 @dataclasses.dataclass(frozen=True)
@@ -226,3 +240,28 @@ class TransformSettings:
     @classmethod
     def from_json(cls, data) -> 'TransformSettings':
         return cls(**{**data, 'labels': tuple(data['labels']), 'levels': tuple(data['levels'])})
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupingSettings:
+    """What keeps images together in one split (pipelines/assignment/grouping.py).
+
+    Attributes:
+        fractions: (split, fraction) pairs of --splits.
+        seed: the build's seed.
+        groups: the images have groups (a manifest's column, --group-pattern).
+        near_duplicates: near-duplicate clusters are found and kept in one split.
+        distance: the most bits two near-duplicates' hashes differ in.
+        max_cluster_size: a larger cluster is reported, not kept whole; 0: automatic.
+        splits_from: an earlier build (its output folder) whose images keep their splits.
+        labels: the build's label names, by id.
+    """
+
+    fractions: tuple
+    seed: int = 0
+    groups: bool = False
+    near_duplicates: bool = False
+    distance: int = NEAR_DUPLICATE_DISTANCE
+    max_cluster_size: int = 0
+    splits_from: str = None
+    labels: tuple = ()

@@ -21,7 +21,7 @@ IMAGE_EXTENSIONS = frozenset(
 # MNIST's images files: train-images-idx3-ubyte[.gz], t10k-images.idx3-ubyte, ...
 IDX_IMAGES = re.compile(r'^(?P<prefix>.*?)[-.]?images[-.]idx3[-.]ubyte(?P<gz>\.gz)?$')
 TFRECORD_SUFFIXES = ('.tfrecord', '.tfrecords', '.tfrec', '.record', '.records')
-MANIFEST_COLUMNS = ('path', 'label', 'split')
+MANIFEST_COLUMNS = ('path', 'label', 'split', 'group')
 MULTI_LABEL_COLUMN = 'labels'  # in place of `label`: several labels per image
 # URL user info (user:password@), which must never be used or shown.
 USERINFO = re.compile(r'^([a-zA-Z][a-zA-Z0-9+.-]*://)[^/?#]*@')
@@ -49,6 +49,7 @@ class InputEntry(typing.NamedTuple):
     # An input inside a container (an archive's member, an array's row, a TFRecord record):
     # its encoded pipelines.core.sources.Source; `path` is then `container!member`.
     source: str = ''
+    group: str = ''  # a manifest's group column: images of one group share a split
 
     def to_json(self) -> list:
         """The entry as a JSON list (a listing file's): a path or key that is not UTF-8 as
@@ -146,6 +147,7 @@ class ListingCounts:
         self._rank_groups = collections.Counter()  # multi-label: (split, first label) -> images
         self._level_values = collections.defaultdict(set)  # level -> values seen
         self._multi_levels = set()  # levels where some image has several values
+        self.grouped = False  # some input has a group of its own (a manifest's group column)
 
     def add(self, entry) -> InputEntry:
         self.num_inputs += 1
@@ -158,6 +160,7 @@ class ListingCounts:
                     self.small_input_bytes += entry.size
             self._labels.update(names_of(entry.label))
             self._groups[(entry.split, entry.label)] += 1
+            self.grouped = self.grouped or bool(entry.group)
             if isinstance(entry.label, tuple):  # shuffled by the first label (assign.rank_class)
                 self._rank_groups[(entry.split, entry.label[:1])] += 1
             for level, value in entry.levels.items():
@@ -181,6 +184,7 @@ class ListingCounts:
             'groups': [[split, label, n] for (split, label), n in self._groups.items()],
             'level_values': {level: sorted(v) for level, v in self._level_values.items()},
             'multi_levels': sorted(self._multi_levels),
+            'grouped': self.grouped,
         }
 
     @classmethod
@@ -197,6 +201,7 @@ class ListingCounts:
         for level, values in data['level_values'].items():
             counts._level_values[level].update(values)  # pylint: disable=protected-access
         counts._multi_levels.update(data['multi_levels'])  # pylint: disable=protected-access
+        counts.grouped = data['grouped']
         return counts
 
     def label_levels(self, levels) -> dict:
@@ -217,6 +222,7 @@ class ListingCounts:
             len(self._groups),
             self.input_bytes,
             self.small_input_bytes,
+            self.grouped,
         )
 
     @property

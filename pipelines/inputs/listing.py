@@ -45,6 +45,7 @@ from pipelines.inputs.entries import Listing
 from pipelines.inputs.entries import ListingCounts
 from pipelines.inputs.entries import extension
 from pipelines.inputs.entries import is_glob
+from pipelines.inputs.entries import is_manifest
 from pipelines.inputs.entries import redact
 from pipelines.inputs.entries import tree_labels
 from pipelines.inputs.tree_walk import NOT_FILES
@@ -149,6 +150,14 @@ def _check(spec, scan, counts):
     if counts.rejected:
         rejected = counts.rejected
         _LOG.warning('listing rejected %d inputs: %s', sum(rejected.values()), dict(rejected))
+
+
+def input_base(spec) -> str:
+    """What the keys of an --input are relative to, without listing it: a manifest's folder, a
+    glob's fixed folder, a tree's root."""
+    if is_manifest(spec):
+        return absolute(spec).rsplit('/', 1)[0]
+    return _glob_base(spec) if is_glob(spec) else absolute(spec).rstrip('/')
 
 
 def _glob_base(pattern):

@@ -1,7 +1,8 @@
 """Listing a CSV or JSONL manifest in row order, as untrusted input.
 
 Forms (`detect` tells them apart by the file's first row):
-    CSV with a header `path,label[,split][,label/<level>...]`: one label per image;
+    CSV with a header `path,label[,split][,group][,label/<level>...]`: one label per image
+        (a `group` names the image's group: a patient, a video; its images share a split);
     CSV with `labels` in place of `label`: zero or more labels in one cell, separated by
         `--label-separator` (default: whitespace, as Kaggle's Planet writes its tags), and each
         `label/<level>` cell likewise: a multi-label build;
@@ -121,9 +122,9 @@ def detect(manifest, choice=None):
     if vertex.is_vertex_csv_row(header):
         return vertex.CSV, True
     raise ValueError(
-        f'{manifest}: expected a header path,label[,split][,label/<level>...] (or labels for '
-        f'several labels per image), or a Vertex AI import file [ML_USE,]GCS_FILE_PATH,LABEL...; '
-        f'the first row is {header[:4]}'
+        f'{manifest}: expected a header path,label[,split][,group][,label/<level>...] (or '
+        f'labels for several labels per image), or a Vertex AI import file '
+        f'[ML_USE,]GCS_FILE_PATH,LABEL...; the first row is {header[:4]}'
     )
 
 
@@ -237,16 +238,19 @@ def _jsonl_row(raw, columns):
         key
         for key, value in row.items()
         if isinstance(value, dict)
-        or (isinstance(value, list) and not (lists and key != 'path' and key != 'split'))
+        or (isinstance(value, list) and not (lists and key not in _TEXT_KEYS))
     )
     if nested:
         return None, f'{nested} must be strings, not JSON objects or arrays'
     level_problems = [columns.key_problem(key) for key in row if columns.is_level(key)]
     if any(level_problems):
         return None, '; '.join(problem for problem in level_problems if problem)
-    if lists and not all(isinstance(row[k], list) for k in row if k not in ('path', 'split')):
+    if lists and not all(isinstance(row[k], list) for k in row if k not in _TEXT_KEYS):
         return None, 'in a row with "labels", labels and label levels are JSON arrays of names'
     return {key: text_of(value) for key, value in row.items()}, ''
+
+
+_TEXT_KEYS = ('path', 'split', 'group')  # a row's keys that hold text, never lists
 
 
 def _check_columns(header, manifest):
@@ -262,7 +266,7 @@ def _check_columns(header, manifest):
     ]
     if missing or unknown:
         raise ValueError(
-            f'{manifest}: header must be path,label[,split][,label/<level>...] (labels for '
+            f'{manifest}: header must be path,label[,split][,group][,label/<level>...] (labels for '
             f'several per image); missing {missing}, unknown {unknown}'
         )
     if len(label) == 2:
@@ -374,6 +378,7 @@ def _manifest_entry(context, row, problem, places, first_line_of):
     path = entry.path
     if entry.reject:
         return entry
+    entry = entry._replace(group=(row.get('group') or '').strip())
     if not multi_label and not (row.get('label') or '').strip():
         return entry._replace(reject='empty_label', detail=f'line {line} has an empty label')
     if split and not layout.SPLIT_NAME.match(split):

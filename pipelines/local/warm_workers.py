@@ -50,6 +50,8 @@ WORKER_MODULES = (
     'pipelines.validation.validate',
     'pipelines.validation.dedup',
     'pipelines.assignment.assign',
+    'pipelines.assignment.grouping',
+    'pipelines.assignment.previous',
     'pipelines.writing.encode',
     'pipelines.writing.sample',
     'pipelines.writing.write',

@@ -8,5 +8,6 @@ images. Imports the foundation, the base (pipelines/core/) and inputs/.
     png_structure.py    PNG validated by its structure
     image_errors.py     what Pillow's failures on untrusted bytes mean, as reasons
     resize.py           --resize-shorter-side: the smaller image a record stores
+    perceptual.py       --near-duplicates: a perceptual hash of every valid image
     dedup.py            DropDuplicates: one of each set of byte-identical images
 """

@@ -12,7 +12,8 @@ containers' order through one reader (pipelines/core/reading.py), a sequential s
 lines in one work item. The metadata of a chunk's valid images leaves as one block
 (pipelines/core/blocks.py).
 With --resize-shorter-side, a valid image larger than that is resized here, from the bytes just
-checked (pipelines/validation/resize.py).
+checked (pipelines/validation/resize.py); with --near-duplicates, every valid image's
+perceptual hash is taken here too (pipelines/validation/perceptual.py).
 """
 
 import concurrent.futures
@@ -38,9 +39,12 @@ from pipelines.core import counters
 from pipelines.core import reading
 from pipelines.core import sources
 from pipelines.core.blocks import ImageMeta
+from pipelines.core.groups import MAX_GROUP_BYTES
+from pipelines.core.groups import group_of
 from pipelines.core.sources import SMALL_INPUT_BYTES
 from pipelines.inputs.listing import read_work_item_lines
 from pipelines.validation import images
+from pipelines.validation import perceptual
 from pipelines.validation import resize
 from pipelines.validation.image_errors import pillow_call
 
@@ -48,6 +52,7 @@ REJECTED = 'rejected'
 ITEMS_IN_FLIGHT = 4  # work items a worker with a thread pool reads at once, at most
 MISSING_LEVEL_REASON = 'missing_label_level'
 TOO_LARGE_REASON = 'too_large'
+INVALID_GROUP_REASON = 'invalid_group'
 
 
 def rejection(entry, reason, detail) -> dict:
@@ -219,10 +224,10 @@ class _ValidateWorkItem(beam.DoFn):
         if entry.reject:
             return rejection(entry, entry.reject, entry.detail)
         settings = self._settings
-        try:  # before reading: a rejected row costs no read
-            levels = level_ids(entry, settings.levels, settings.allow_missing_levels)
-        except MissingLevel as e:
-            return rejection(entry, MISSING_LEVEL_REASON, str(e))
+        facts = self._levels_and_group(entry)  # before reading: a rejected row costs no read
+        if isinstance(facts, dict):
+            return facts
+        levels, group = facts
         data = self._read(entry, reader or reading.thread_reader())
         if isinstance(data, dict):
             return data
@@ -233,6 +238,7 @@ class _ValidateWorkItem(beam.DoFn):
                 info, stored, resized = pillow_call(
                     data, resize.stored_image, data, info, stored, settings.resize
                 )
+            phash = perceptual.perceptual_hash(data) if settings.near_duplicates else -1
         except images.Rejected as e:
             return rejection(entry, e.reason, e.detail)
         source_sha256 = b''
@@ -264,6 +270,8 @@ class _ValidateWorkItem(beam.DoFn):
             levels=levels,
             original_height=original.height if resized else 0,
             original_width=original.width if resized else 0,
+            group=group,
+            phash=phash,
             source=entry.source,
         )
         stored = data if stored is None else stored
@@ -271,6 +279,20 @@ class _ValidateWorkItem(beam.DoFn):
         # a larger one's go now, not when the thread pool's results are taken in order.
         keep = len(stored) <= SMALL_INPUT_BYTES or resized or sources.is_sequential(entry.source)
         return meta, stored if keep else None
+
+    def _levels_and_group(self, entry):
+        """(label level ids, group) of an entry, or its rejection: a missing level value, a
+        group name too long to be one."""
+        settings = self._settings
+        try:
+            levels = level_ids(entry, settings.levels, settings.allow_missing_levels)
+        except MissingLevel as e:
+            return rejection(entry, MISSING_LEVEL_REASON, str(e))
+        group = group_of(entry.key, entry.group, settings.group_pattern)
+        if len(group.encode('utf-8', 'surrogateescape')) > MAX_GROUP_BYTES:
+            detail = f'its group name is longer than {MAX_GROUP_BYTES} bytes'
+            return rejection(entry, INVALID_GROUP_REASON, detail)
+        return levels, group
 
     def _read(self, entry, reader):
         """The input's bytes, or its rejection: too large by its size as listed or as read,

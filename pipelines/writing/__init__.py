@@ -7,6 +7,7 @@ launcher, the output's lock and what a finished build prints. Imports the founda
     encode.py        from an ImageMeta to its record, its bytes read again and checked
     sample.py        what the writer measures of each shard for the analysis
     finalize.py      Finalize: shards moved into place, dataset.json, _SUCCESS last
+    grouped_output.py  near_duplicates.jsonl and dataset.json's `grouping`, for Finalize
     overwrite.py     the output before a build: refused when not empty, or cleared of one
     output_guard.py  the output a build owns: its lock, room on its disk, one line for what
                      stops the build

@@ -34,6 +34,7 @@ class RecordEncoder:
         multi_label: a multi-label build (a meta's label and level values are tuples of ids).
         resize_spec: the build's settings.ResizeSpec, if any: records keep their original's size
             and digest too.
+        grouped: records name their group (a build with groups).
     """
 
     def __init__(
@@ -45,6 +46,7 @@ class RecordEncoder:
         label_levels=None,
         multi_label=False,
         resize_spec=None,
+        grouped=False,
     ):
         self.input_base = input_base
         self.output_dir = output_dir
@@ -53,6 +55,7 @@ class RecordEncoder:
         self.label_levels = list((label_levels or {}).items())  # [(level, [names])]
         self.multi_label = multi_label
         self.resize = resize_spec
+        self.grouped = grouped
         self._level_names = tuple(level for level, _ in self.label_levels)
 
     def encode(self, meta, stored=None, source=None):
@@ -74,6 +77,8 @@ class RecordEncoder:
             values[features.ORIGINAL_HEIGHT] = meta.original_height or meta.height
             values[features.ORIGINAL_WIDTH] = meta.original_width or meta.width
             values[features.ORIGINAL_SHA256] = meta.content_digest.hex()
+        if self.grouped:
+            values[features.GROUP] = meta.group
         for (level, names), level_id in zip(self.label_levels, meta.levels):
             values[features.level_label(level)] = level_id
             values[features.level_text(level)] = _names(names, level_id)
@@ -84,7 +89,12 @@ class RecordEncoder:
                 source = storage.join(self.output_dir, layout.reencoded_file(meta.sha256.hex()))
             values[features.PATH] = file_names.to_bytes(source)
         return features.encode_example(
-            self.format, values, self._level_names, self.multi_label, bool(self.resize)
+            self.format,
+            values,
+            self._level_names,
+            self.multi_label,
+            bool(self.resize),
+            self.grouped,
         )
 
 

@@ -17,6 +17,7 @@ from imageshards import lifeline
 from imageshards import output_lock
 from imageshards import storage
 from imageshards import tfds_metadata
+from pipelines.writing import grouped_output
 
 
 def _jsonl(rows):
@@ -93,7 +94,15 @@ def complete(output_dir, build=None):
 
 
 def _finalize(
-    unused_element, shards, rejections, duplicates, shard_layout, context, analysis, analyzed
+    unused_element,
+    shards,
+    rejections,
+    duplicates,
+    shard_layout,
+    context,
+    analysis,
+    analyzed,
+    **grouped,
 ):
     """Writes the build's files from its side inputs; yields dataset.json's `counts`."""
     del analyzed  # a side input only so that this step waits for the TFT output
@@ -101,6 +110,8 @@ def _finalize(
     rejections = sorted(rejections, key=lambda row: row['id'])
     duplicates = sorted(duplicates, key=lambda row: row['id'])
     summary = dataset_facts.make(context.facts, shards, rejections, duplicates, shard_layout.splits)
+    if grouped:
+        _write_grouped(context, summary, **grouped)
     if analysis:
         summary['analysis'] = analysis[0]
         if context.analysis_in_pipeline:
@@ -116,6 +127,16 @@ def _finalize(
     if context.completes_in_pipeline:  # else the launcher does, after the tf.Transform output
         complete(output_dir, context.lock_build)
     yield summary['counts']
+
+
+def _write_grouped(context, summary, tallies, clusters, members, previous, previous_counts):
+    """Writes near_duplicates.jsonl (--near-duplicates), and adds `grouping` to `summary`."""
+    rows = grouped_output.near_duplicate_rows(clusters, members, context.listing.base)
+    if context.grouping.near_duplicates:
+        path = storage.join(context.output_dir, layout.NEAR_DUPLICATES_JSONL)
+        storage.write_atomically(path, _jsonl(rows))
+    kept = grouped_output.previous_counts(previous[0], previous_counts) if previous else None
+    grouped_output.add_grouping(summary, context, tallies, clusters, rows, kept)
 
 
 class Finalize(beam.PTransform):
@@ -134,10 +155,23 @@ class Finalize(beam.PTransform):
         analysis: dataset.json's `analysis` entry (one element; empty without the analysis).
         analyzed: complete once the tf.Transform output is staged (empty where the pipeline
             does not write it).
+        grouped: a build with groups, near-duplicates or an earlier build's splits: {tallies:
+            CountLeaks' output, clusters: the Clusters (one), members and previous_counts:
+            PlaceGroups' MEMBERS and PREVIOUS outputs, previous: the PreviousSplits (one, or
+            empty)}; None for any other build.
     """
 
     def __init__(
-        self, context, *, shards, rejections, duplicates, shard_layout, analysis, analyzed
+        self,
+        context,
+        *,
+        shards,
+        rejections,
+        duplicates,
+        shard_layout,
+        analysis,
+        analyzed,
+        grouped=None,
     ):
         super().__init__()
         self._context = context
@@ -149,6 +183,14 @@ class Finalize(beam.PTransform):
             'analysis': beam.pvalue.AsList(analysis),
             'analyzed': beam.pvalue.AsList(analyzed),
         }
+        if grouped:
+            self._side_inputs.update(
+                tallies=beam.pvalue.AsList(grouped['tallies']),
+                clusters=beam.pvalue.AsSingleton(grouped['clusters']),
+                members=beam.pvalue.AsList(grouped['members']),
+                previous=beam.pvalue.AsList(grouped['previous']),
+                previous_counts=beam.pvalue.AsList(grouped['previous_counts']),
+            )
 
     def expand(self, root):
         once = root | 'Once' >> beam.Create([None])

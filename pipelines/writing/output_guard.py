@@ -24,13 +24,14 @@ from imageshards import output_errors
 from imageshards import output_lock
 from imageshards import storage
 from imageshards.lock_holder import OutputBusy
+from pipelines.core.groups import SplitConflict
 from pipelines.writing import overwrite
 
 _LOG = logging.getLogger(__name__)
 SKIP_SPACE_CHECK_FLAG = '--no-space-check'
 # Raised in a worker, these reach the launcher only as text: `...LockLost: <line> [while ...`.
 _ONE_LINE_ERRORS = re.compile(
-    r'\b(?:LockLost|CommandGone|StoreUnavailable|CredentialsMissing): ([^\n\[]+)'
+    r'\b(?:LockLost|CommandGone|StoreUnavailable|CredentialsMissing|SplitConflict): ([^\n\[]+)'
 )
 # What the local runner raises when one of its worker processes ended in the middle of a bundle
 # (the out-of-memory killer, a person's kill), in the launcher or as a worker's text; and what
@@ -145,6 +146,7 @@ def one_line(error, output_dir, needed_bytes=None):
         output_errors.OutputError,
         gcs.StoreUnavailable,
         gcs.CredentialsMissing,
+        SplitConflict,
     )
     if isinstance(error, said_already):  # but the step the local runner adds to the text
         return _RUNNER_STEP.sub('', str(error))

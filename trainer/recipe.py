@@ -1,0 +1,146 @@
+"""How the model learns (`TrainConfig.recipe`): its phases, the learning rate, the optimizer.
+
+Started from trained weights (`--init-from`), a run has two phases, as in Keras'
+transfer-learning guide:
+    frozen  epochs [0, --frozen-epochs): the heads alone train, at --learning-rate; the layers
+            copied from the source keep their weights
+    whole   the epochs after: every layer trains, at --fine-tune-learning-rate (lower: the
+            copied weights are moved, not replaced)
+and its BatchNorm layers stay in inference mode all along (`trainable=False`: Keras then
+normalizes with their moving statistics and keeps them): a few small batches of a new dataset
+would otherwise replace statistics learnt over many (keras-team/keras#9214, #9965). From random
+weights, a run has one phase: everything trains at --learning-rate.
+
+In each phase the rate rises linearly from 0 over the first --warmup-epochs (at most half the
+phase), then falls along a cosine to 0 at the phase's end (Model Garden's warm-up and cosine
+decay; `--lr-schedule constant` stays at the peak). The optimizer is AdamW: decoupled weight
+decay, not of biases nor BatchNorm's scale and offset. The rate is a function of the
+optimizer's step alone, and which phase an epoch belongs to a function of the epoch, so a run
+resumed from a checkpoint goes on exactly where it stopped, also across the phase switch.
+"""
+
+import dataclasses
+
+import keras
+
+from trainer.model import is_head
+
+# AdamW decays weights, not offsets and scales (Model Garden's exclusions, by variable name).
+NOT_DECAYED = ('bias', 'gamma', 'beta')
+
+
+@dataclasses.dataclass(frozen=True)
+class Phase:
+    """Epochs [first, last) trained alike."""
+
+    first: int
+    last: int
+    frozen: bool  # the heads alone train
+    peak: float  # learning rate after the warm-up
+
+
+@dataclasses.dataclass(frozen=True)
+class Segment:
+    """One `Model.fit` call: epochs [first, last) of `phase`, the first after `skip` steps."""
+
+    first: int
+    last: int
+    skip: int
+    phase: Phase
+
+
+def phases(recipe, epochs) -> list:
+    """The Phases of a run of `epochs` epochs with `recipe` (config.Recipe)."""
+    if not recipe.from_weights:
+        return [Phase(0, epochs, False, recipe.learning_rate)]
+    frozen = min(recipe.frozen_epochs, epochs)
+    found = [Phase(0, frozen, True, recipe.learning_rate)] if frozen else []
+    if frozen < epochs:
+        found.append(Phase(frozen, epochs, False, recipe.fine_tune_learning_rate))
+    return found
+
+
+def segments(done, steps_per_epoch, run_phases) -> list:
+    """The fit calls left after `done` steps: the rest of an interrupted epoch alone, then
+    whole epochs, each call within one phase."""
+    start, skip = divmod(done, steps_per_epoch)
+    found = []
+    for phase in run_phases:
+        first = max(phase.first, start)
+        if first >= phase.last:
+            continue
+        if first == start and skip:
+            found.append(Segment(first, first + 1, skip, phase))
+            first += 1
+        if first < phase.last:
+            found.append(Segment(first, phase.last, 0, phase))
+    return found
+
+
+def schedule(recipe, run_phases, steps_per_epoch) -> 'PhasedSchedule':
+    """The learning rate as a function of the optimizer's step (PhasedSchedule)."""
+    parts = []
+    for phase in run_phases:
+        steps = (phase.last - phase.first) * steps_per_epoch
+        warmup = min(round(recipe.warmup_epochs * steps_per_epoch), steps // 2)
+        parts.append((phase.first * steps_per_epoch, steps, phase.peak, warmup))
+    return PhasedSchedule(parts, cosine=recipe.lr_schedule == 'cosine')
+
+
+@keras.saving.register_keras_serializable(package='imageshards')
+class PhasedSchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """Per phase (first step, steps, peak, warm-up steps): a linear warm-up from 0, then a
+    cosine decay to 0 at the phase's end (keras' CosineDecay), or the peak (`cosine=False`)."""
+
+    def __init__(self, parts, cosine=True):
+        self.parts = [tuple(part) for part in parts]
+        self.cosine = cosine
+        self._decays = [self._decay(steps, peak, warmup) for _, steps, peak, warmup in self.parts]
+
+    def _decay(self, steps, peak, warmup):
+        alpha = 0.0 if self.cosine else 1.0  # 1: the rate stays at its peak
+        if not warmup:
+            return keras.optimizers.schedules.CosineDecay(peak, max(steps, 1), alpha)
+        return keras.optimizers.schedules.CosineDecay(
+            0.0, steps - warmup, alpha, warmup_target=peak, warmup_steps=warmup
+        )
+
+    def __call__(self, step):
+        step = keras.ops.cast(step, 'float32')
+        rate = keras.ops.zeros((), 'float32')
+        for (first, _, _, _), decay in zip(self.parts, self._decays):
+            rate = keras.ops.where(step >= first, decay(step - first), rate)
+        return rate
+
+    def get_config(self):
+        return {'parts': self.parts, 'cosine': self.cosine}
+
+
+def optimizer(recipe, run_phases, steps_per_epoch) -> keras.optimizers.Optimizer:
+    """AdamW on the recipe's schedule."""
+    adamw = keras.optimizers.AdamW(
+        learning_rate=schedule(recipe, run_phases, steps_per_epoch),
+        weight_decay=recipe.weight_decay,
+    )
+    adamw.exclude_from_weight_decay(var_names=list(NOT_DECAYED))
+    return adamw
+
+
+def layers_with_weights(model) -> list:
+    """The layers of `model` that hold weights themselves, those of nested models included."""
+    found = []
+    for layer in model.layers:
+        if isinstance(layer, keras.Model):
+            found.extend(layers_with_weights(layer))
+        elif layer.weights:
+            found.append(layer)
+    return found
+
+
+def set_trainable(model, frozen, from_weights) -> None:
+    """Marks which layers train: the heads alone where `frozen`, and never a BatchNorm layer
+    of a model started from weights. `Model.compile` must follow for it to take effect."""
+    for layer in layers_with_weights(model):
+        batch_norm = isinstance(layer, keras.layers.BatchNormalization)
+        trains = is_head(layer.name) or not frozen
+        layer.trainable = trains and not (from_weights and batch_norm)
