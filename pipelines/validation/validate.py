@@ -241,18 +241,7 @@ class _ValidateWorkItem(beam.DoFn):
             phash = perceptual.perceptual_hash(data) if settings.near_duplicates else -1
         except images.Rejected as e:
             return rejection(entry, e.reason, e.detail)
-        source_sha256 = b''
-        if resized:  # the record stores the resize instead
-            self._resized.inc()
-            source_sha256 = hashlib.sha256(data).digest()
-        if info.reencoded:
-            self._reencoded.inc()
-            source_sha256 = hashlib.sha256(data).digest()
-            if settings.reencode_dir:
-                storage.write_once(
-                    storage.join(settings.reencode_dir, layout.reencoded_file(info.sha256)),
-                    stored,
-                )
+        source_sha256 = self._source_digest(data, info, stored, resized)
         meta = ImageMeta(
             id=entry.id,
             key=entry.key,
@@ -279,6 +268,23 @@ class _ValidateWorkItem(beam.DoFn):
         # a larger one's go now, not when the thread pool's results are taken in order.
         keep = len(stored) <= SMALL_INPUT_BYTES or resized or sources.is_sequential(entry.source)
         return meta, stored if keep else None
+
+    def _source_digest(self, data, info, stored, resized):
+        """The input's sha256 where the record stores other bytes (a resize, a re-encode, which
+        a paths build writes now), else b''."""
+        source_sha256 = b''
+        if resized:  # the record stores the resize instead
+            self._resized.inc()
+            source_sha256 = hashlib.sha256(data).digest()
+        if info.reencoded:
+            self._reencoded.inc()
+            source_sha256 = hashlib.sha256(data).digest()
+            if self._settings.reencode_dir:
+                storage.write_once(
+                    storage.join(self._settings.reencode_dir, layout.reencoded_file(info.sha256)),
+                    stored,
+                )
+        return source_sha256
 
     def _levels_and_group(self, entry):
         """(label level ids, group) of an entry, or its rejection: a missing level value, a
