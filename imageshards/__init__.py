@@ -18,6 +18,7 @@ commands in imageshards/cli/.
     grouping_facts.py    dataset.json's `grouping`: groups and clusters per split, their leaks
     storage.py           files local and on gs://: join, list, read, write, delete
     local_reads.py       local inputs asked of the kernel ahead of their reads, opened once
+    folder_top.py        what is at the top of a folder, without listing below it
     gcs.py               Cloud Storage clients, retries, and a network fault told from an answer
     gcs_objects.py       objects on gs:// in as few requests as Cloud Storage allows
     file_names.py        file names as bytes, kept and written to JSON

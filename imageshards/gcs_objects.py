@@ -33,9 +33,15 @@ def read(uri, max_bytes=None):
 
 
 def read_range(uri, start, end):
-    """Bytes `start` to `end` (excluded) of an object, in one request."""
+    """Bytes `start` to `end` (excluded) of an object, in one request; past its end, those
+    there are (none wholly past it: a cut-short archive's member), as a local file's read."""
+    from google.api_core import exceptions  # pylint: disable=import-outside-toplevel
+
     with gcs.answering('reading', uri):
-        return gcs.blob(uri).download_as_bytes(start=start, end=end - 1, retry=gcs.retry())
+        try:
+            return gcs.blob(uri).download_as_bytes(start=start, end=end - 1, retry=gcs.retry())
+        except exceptions.RequestRangeNotSatisfiable:
+            return b''
 
 
 def exists(uri):

@@ -26,6 +26,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from imageshards import console
 from imageshards import dataset_json
+from imageshards import features
 from imageshards import file_names
 from imageshards import gcs
 from imageshards import layout
@@ -71,8 +72,10 @@ def run(argv=None, test_pipeline=None) -> dict | None:
         config.follow_symlinks,
         config.label_levels,
         config.label_separator,
+        config.inputs,
     )
-    if not entries.is_manifest(config.input) and output_dir.startswith(scan.base + '/'):
+    _refuse_paths_of_containers(config, scan)
+    if scan.form == 'tree' and output_dir.startswith(scan.base + '/'):
         raise ValueError(
             f'--output {output_dir} is inside --input {scan.base}: a later build '
             f'would list its own output as images; choose another directory'
@@ -138,6 +141,17 @@ def _refuse_credentials(config):
                 f'{flag} {entries.redact(path)} carries credentials; give them '
                 f'to the storage client (gcloud auth, a service account) instead'
             )
+
+
+def _refuse_paths_of_containers(config, scan):
+    """A `paths` build names files that training reads: images inside archives, arrays or
+    TFRecord files have none."""
+    if config.format == features.PATHS and scan.form not in ('tree', 'manifest'):
+        raise ValueError(
+            f'--format paths names image files that training reads, and the images of --input '
+            f'({scan.form}) are inside files that hold many; build examples (the default), '
+            'which store their bytes'
+        )
 
 
 def _output_dir(config):

@@ -41,6 +41,9 @@ def test_pack_round_trips_every_field():
         _meta(7, payload=2**63 - 1, payload_offset=5 * 2**32),  # where its bytes were kept
         _meta(8, original_height=4000, original_width=3000, source_sha256=bytes(32)),  # resized
         _meta(9, label=(1, 4), levels=((1,), ()), original_height=1, original_width=2**32 - 1),
+        _meta(10, source='tar\tdata/ü.tar\tcat/1.jpg\t512\t1000'),  # inside a container
+        _meta(11, source='s', group='g', phash=0, original_height=3, original_width=4),
+        _meta(12, group='patient 7', phash=2**64 - 1),  # issue 32's fields, without a source
     ]
     block = blocks.pack(metas)
     assert blocks.unpack(block) == metas

@@ -11,6 +11,7 @@ from pipelines.core import options
 from pipelines.inputs import entries
 from pipelines.local import early_listing
 
+import containers_for_tests as made
 import images_for_tests as imgs
 from beam_helpers import built
 
@@ -46,7 +47,7 @@ def test_a_build_takes_the_early_listing_and_builds_what_it_would_have(tmp_path,
     'spec',
     ['missing-folder', 'in/*/*.jpg', 'gs://bucket/images', 'manifest.csv', 'in/ant/img_0000.jpg'],
 )
-def test_not_started_but_for_a_local_folder(tmp_path, monkeypatch, spec):
+def test_not_started_but_for_a_local_folder_or_container(tmp_path, monkeypatch, spec):
     monkeypatch.chdir(tmp_path)
     _tree(tmp_path)
     (tmp_path / 'manifest.csv').write_text('path,label\nin/ant/img_0000.jpg,ant\n')
@@ -54,6 +55,23 @@ def test_not_started_but_for_a_local_folder(tmp_path, monkeypatch, spec):
         early_listing.start_early(options.peek_build_config(['--input', spec, '--output', 'out']))
         is None
     )
+
+
+def test_a_local_archive_is_listed_early_and_builds_as_its_tree(tmp_path, caplog):
+    root = _tree(tmp_path)
+    archive = made.tar_tree(root, str(tmp_path / 'in.tar'))
+    mode = ['--direct_running_mode=in_memory', '--no-analyze']
+    early = early_listing.start_early(options.peek_build_config(_argv(archive, tmp_path / 'tar')))
+    assert early is not None
+    with caplog.at_level('DEBUG', logger='pipelines.local.early_listing'):
+        build.run(_argv(archive, tmp_path / 'tar', *mode))
+    assert 'listed by the early listing process' in caplog.text
+    build.run(_argv(root, tmp_path / 'tree', *mode))
+    (tar_dataset, _), (tree_dataset, _) = built(tmp_path / 'tar'), built(tmp_path / 'tree')
+    assert tar_dataset['counts'] == tree_dataset['counts']
+    assert tar_dataset['counts']['written'] == 15
+    classes = {name: split['class_counts'] for name, split in tar_dataset['splits'].items()}
+    assert classes == {name: s['class_counts'] for name, s in tree_dataset['splits'].items()}
 
 
 def test_a_build_of_other_listing_options_lists_itself(tmp_path, caplog):

@@ -41,14 +41,15 @@ def tree_with_a_huge_file(tmp_path):
 
 @pytest.fixture
 def reads(monkeypatch):
-    """The paths validation reads, in this process (an in_memory build)."""
+    """The paths the build reads, in this process (an in_memory build)."""
     read = []
+    read_input = storage.read_input
 
     def spy(path, max_bytes=None):
         read.append(path)
-        return storage.read_input(path, max_bytes)
+        return read_input(path, max_bytes)
 
-    monkeypatch.setattr(validate, 'read_input', spy)
+    monkeypatch.setattr(storage, 'read_input', spy)
     return read
 
 

@@ -6,7 +6,11 @@ field of the image metadata, a setting of the build, a way to reach an input's b
     context.py   what every step knows once the inputs are listed: ListingSummary, BuildContext
     counters.py  what the steps count: Beam counters, and live counts for the local display
     options.py   the flags of `imageshards build` (and a --config file), parsed into a BuildConfig
-    sources.py   where an input's bytes are: its path from its stable key; small inputs
+    input_flags.py  the flags of what --input is: its form, label columns, label and class files
+    sources.py   where an input's bytes are: a file from its stable key, or a part of a
+                 container (an archive's member, an array's row, a record: Source); small inputs
+    reading.py   an input's bytes read, wherever they are (Reader): the reader validation and
+                 the writer share
     groups.py    which group an image belongs to: a manifest's column, --group-pattern
     settings.py  the build's settings as frozen records: BuildConfig, ResizeSpec,
                  ValidationSettings, TransformSettings, GroupingSettings; who writes the

@@ -23,7 +23,7 @@ class ImageMeta(typing.NamedTuple):
     """What the shuffle moves for one valid image: compact metadata, never pixels or bytes."""
 
     id: int
-    key: str  # the source is `sources.source_path(base, key)`; packed as the name's bytes
+    key: str  # the file is `sources.source_path(base, key)`, unless `source`; packed as bytes
     label: int  # the label's id; in a multi-label build, the sorted tuple of the image's ids
     split: str  # a manifest's split, or '' to be assigned
     format: str
@@ -41,6 +41,7 @@ class ImageMeta(typing.NamedTuple):
     original_width: int = 0  # of it (--resize-shorter-side); 0 where it stores the source
     group: str = ''  # its group (a manifest's group column, --group-pattern; packed as a key is)
     phash: int = -1  # its perceptual hash (--near-duplicates: validation/perceptual.py); -1: none
+    source: str = ''  # an input inside a container: its encoded sources.Source; '' for a file
     payload: int = 0  # the number of the payload file holding the stored bytes; 0: none
     payload_offset: int = 0  # where in it (`num_bytes` long)
 
@@ -67,12 +68,13 @@ _new_meta = tuple.__new__
 # id, label, height, width, channels, num_bytes, source_crc32c, reencoded, payload,
 # payload_offset, then the byte lengths of key, split, format, sha256 and source_sha256, the
 # number of level int32s and flags (bit 0: a multi-label image; bit 1: a resized one; bit 2: one
-# with a group; bit 3: one with a perceptual hash); then key, split, format, sha256 and
-# source_sha256 and the level ids as int32, in that order, for a resized image its original
-# height and width as uint32, then the group's length (uint16) and bytes, then the hash
-# (uint64). A multi-label image's `label` field is its number of label ids, which follow the
-# strings as int32s, and its levels are each a count and that many ids. An image without a group
-# or a hash packs as it did before either existed.
+# with a group; bit 3: one with a perceptual hash; bit 4: one inside a container); then key,
+# split, format, sha256 and source_sha256 and the level ids as int32, in that order, for a
+# resized image its original height and width as uint32, then the group's length (uint16) and
+# bytes, then the hash (uint64), then the source's length (uint32) and bytes. A multi-label
+# image's `label` field is its number of label ids, which follow the strings as int32s, and its
+# levels are each a count and that many ids. An image without a group, a hash or a source packs
+# as it did before any existed.
 _FIXED = struct.Struct('<qIIIHQI?QQIHBBBHB')
 # A key is the bytes of its file name (imageshards/file_names.py): UTF-8, as always, for a name
 # that is UTF-8; its own bytes for one that is not.
@@ -81,7 +83,8 @@ _LEVEL_ID = struct.Struct('<i')
 _ORIGINAL_SIZE = struct.Struct('<II')
 _GROUP_LENGTH = struct.Struct('<H')
 _HASH = struct.Struct('<Q')
-_GROUPED, _HASHED = 4, 8  # flag bits
+_SOURCE_LENGTH = struct.Struct('<I')
+_GROUPED, _HASHED, _SOURCED = 4, 8, 16  # flag bits
 
 
 def pack(metas) -> bytes:
@@ -112,7 +115,8 @@ def pack(metas) -> bytes:
                 multi
                 | meta.resized << 1
                 | _GROUPED * bool(meta.group)
-                | _HASHED * (meta.phash >= 0),
+                | _HASHED * (meta.phash >= 0)
+                | _SOURCED * bool(meta.source),
             )
         )
         parts += (key, split, fmt, meta.sha256, meta.source_sha256)
@@ -127,12 +131,15 @@ def pack(metas) -> bytes:
             parts += (_GROUP_LENGTH.pack(len(group)), group)
         if meta.phash >= 0:
             parts.append(_HASH.pack(meta.phash))
+        if meta.source:
+            source = to_bytes(meta.source)
+            parts += (_SOURCE_LENGTH.pack(len(source)), source)
     return b''.join(parts)
 
 
 def _labels(block, position, label, num_levels, flags):
-    """(label, levels, (original height, original width, group, perceptual hash), position
-    after them) of an image whose strings end at `position`."""
+    """(label, levels, (original height, original width, group, perceptual hash, source),
+    position after them) of an image whose strings end at `position`."""
     multi = flags & 1
     if multi:
         label = struct.unpack_from(f'<{label}i', block, position) if label else ()
@@ -143,10 +150,11 @@ def _labels(block, position, label, num_levels, flags):
     if flags < 2:  # neither resized, nor with a group or a hash: most images
         return label, levels, _PLAIN_TAIL, position
     original, position = _original_size(block, position, flags)
-    if flags > 3:  # a group or a hash
+    if flags > 3:  # a group, a hash or a source
         group, phash, position = _group_and_hash(block, position, flags)
-        return label, levels, (*original, group, phash), position
-    return label, levels, (*original, '', -1), position
+        source, position = _source(block, position, flags)
+        return label, levels, (*original, group, phash, source), position
+    return label, levels, (*original, '', -1, ''), position
 
 
 def _group_and_hash(block, position, flags):
@@ -163,6 +171,15 @@ def _group_and_hash(block, position, flags):
     return group, phash, position
 
 
+def _source(block, position, flags):
+    """(source, position after it) of an input inside a container (flags bit 4), else ''."""
+    if not flags & _SOURCED:
+        return '', position
+    (length,) = _SOURCE_LENGTH.unpack_from(block, position)
+    position += _SOURCE_LENGTH.size
+    return from_bytes(block[position : position + length]), position + length
+
+
 def _original_size(block, position, flags):
     """((original height, original width), position after them) of a resized image (flags bit
     1), else ((0, 0), position)."""
@@ -172,7 +189,7 @@ def _original_size(block, position, flags):
 
 
 _NOT_RESIZED = (0, 0)
-_PLAIN_TAIL = (0, 0, '', -1)  # original height and width, group, hash of most images
+_PLAIN_TAIL = (0, 0, '', -1, '')  # original height and width, group, hash, source of most
 
 
 def _flat_levels(levels):

@@ -13,6 +13,7 @@ from imageshards import configfile
 from imageshards import features
 from imageshards import flags
 from imageshards import layout
+from pipelines.core import input_flags
 from pipelines.core import settings
 from pipelines.core.groups import parse_group_pattern
 from pipelines.core.settings import BuildConfig
@@ -63,9 +64,14 @@ def build_arg_parser() -> flags.ArgumentParser:
     )
     parser.add_argument(
         '--input',
-        help='directory tree <root>/<class>/..., a glob, or a .csv/.jsonl '
-        'manifest with path,label[,split][,group]; local or gs://',
+        help='directory tree <root>/<class>/..., a glob, a .csv/.jsonl manifest with '
+        'path,label[,split][,group], a .tar/.tar.gz/.tgz/.zip of a class tree, per-class tars '
+        'named after their class, WebDataset shards, MNIST IDX files, .npz/.npy arrays, or '
+        'TFRecord files of tf.train.Examples; local or gs://, alone or as a glob. Archives are '
+        'read in place, never extracted: a .tar or .zip by many workers at once, a .tar.gz (and '
+        'a .gz IDX file, a compressed .npz) in one sequential work item per file',
     )
+    input_flags.add_input_flags(parser)
     parser.add_argument('--output', help='output directory (local or gs://)')
     parser.add_argument(
         '--format',

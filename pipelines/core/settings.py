@@ -5,6 +5,7 @@ build's flags, so that a setting travels as one value instead of an argument lis
                  parses them); pipeline (runner) options live apart, in Beam's PipelineOptions
     ResizeSpec   --resize-shorter-side and --resize-quality (pipelines/validation/resize.py
                  applies it)
+    InputSettings  how --input is read: its form, the columns of a label file, class names
     TransformBy  who writes the tf.Transform output, as pipelines/runner.py decides it
     ValidationSettings  what validation checks of every input and keeps of a valid one
     GroupingSettings    what keeps images together in one split (groups, near-duplicates, the
@@ -51,6 +52,42 @@ class ResizeSpec:
         }
 
 
+INPUT_FORMS = (
+    'auto',
+    'tree',
+    'manifest',
+    'archive',
+    'class-archives',
+    'webdataset',
+    'idx',
+    'arrays',
+    'tfrecord',
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class InputSettings:
+    """How --input is read (pipelines/inputs/): its form, where its labels come from.
+
+    Attributes:
+        form: one of INPUT_FORMS; `auto` detects it from names and content.
+        path_column, label_column, labels_column: the columns (JSONL keys) of a manifest or a
+            labels file that hold the path and the label or labels; None: path, label, labels.
+        path_template: forms a row's path from its path column (`train/{}.png`); None: as is.
+        labels_file: a CSV or JSONL file whose rows give a tree's or archive's labels by file
+            name, instead of its folders; None.
+        class_names: a file naming integer labels, one name per line; None: the integer.
+    """
+
+    form: str = 'auto'
+    path_column: str = None
+    label_column: str = None
+    labels_column: str = None
+    path_template: str = None
+    labels_file: str = None
+    class_names: str = None
+
+
 @dataclasses.dataclass(frozen=True)
 class BuildConfig:
     """What to build; pipeline (runner) options live apart, in Beam's PipelineOptions."""
@@ -74,6 +111,13 @@ class BuildConfig:
     label_levels: tuple = ()  # a tree's levels, one per nested folder; a manifest's, to check
     allow_missing_levels: bool = False  # a missing level value gets id -1 instead of a rejection
     label_separator: str = None  # between a multi-label CSV cell's labels; None: whitespace
+    input_form: str = 'auto'  # what --input is (settings.INPUT_FORMS); auto: detected
+    path_column: str = None  # a manifest's (or --labels-file's) path column; None: `path`
+    label_column: str = None  # its label column; None: `label`
+    labels_column: str = None  # its column of several labels; None: `labels`
+    path_template: str = None  # forms a path from the path column: `train/{}.png`
+    labels_file: str = None  # a tree's or archive's labels by file name, not its folders
+    class_names: str = None  # names of integer labels, one per line
     analyze: bool = True  # the analysis of the train split and its tf.Transform output
     analysis_size: int = 32  # images are measured resized to this square size
     analysis_split: str = 'train'
@@ -94,6 +138,19 @@ class BuildConfig:
         if not self.resize_shorter_side:
             return None
         return ResizeSpec(self.resize_shorter_side, self.resize_quality)
+
+    @property
+    def inputs(self) -> InputSettings:
+        """How --input is read."""
+        return InputSettings(
+            form=self.input_form,
+            path_column=self.path_column,
+            label_column=self.label_column,
+            labels_column=self.labels_column,
+            path_template=self.path_template,
+            labels_file=self.labels_file,
+            class_names=self.class_names,
+        )
 
     @property
     def split_names(self) -> tuple:

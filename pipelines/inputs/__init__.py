@@ -1,10 +1,20 @@
-"""Listing a build's inputs, as untrusted input: a folder tree, a glob or a CSV/JSONL manifest
-into a listing file of InputEntry lines, read back in work items. Imports the foundation and
-the base (pipelines/core/) only.
+"""Listing a build's inputs, as untrusted input: a folder tree, a glob, a CSV/JSONL manifest,
+archives, WebDataset shards, arrays or TFRecord files, into a listing file of InputEntry lines,
+read back in work items. Imports the foundation and the base (pipelines/core/) only.
 
-    entries.py      what listing produces (InputEntry, ListingCounts) and the rules of paths
-    listing.py      the listing of a tree, a glob or a manifest, its file and its work items
-    manifests.py    a CSV or JSONL manifest read in row order, labels and levels checked
-    vertex.py       Vertex AI's image classification import files, read as they are
-    confinement.py  where a manifest row's path may lead (its folder, --allow-root)
+    entries.py          what listing produces (InputEntry, ListingCounts) and the rules of paths
+    listing.py          the listing of any form, its file and its work items; trees and globs
+    tree_walk.py        a local tree walked in sorted order, one folder at a time
+    forms.py            what --input is, detected or named (--input-form), and its inputs
+    manifests.py        a CSV or JSONL manifest read in row order, labels and levels checked
+    manifest_columns.py  which columns hold the path, labels, levels (Kaggle-style: by name)
+    vertex.py           Vertex AI's image classification import files, read as they are
+    confinement.py      where a manifest row's path may lead (its folder, --allow-root)
+    archives.py         the members of a tar, .tar.gz or zip, indexed without extracting it
+    archive_members.py  archive members as a manifest names them (`data.tar!cats/1.jpg`)
+    archive_inputs.py   archives of a tree, per-class archives and WebDataset shards as inputs
+    arrays.py           MNIST IDX files and .npz/.npy arrays as inputs, a row each
+    tfrecord_inputs.py  TFRecord files of tf.train.Examples as inputs, a record each
+    label_files.py      a tree's or archive's labels from a file keyed by file name
+    class_names.py      names for integer labels (--class-names)
 """

@@ -10,12 +10,17 @@ import re
 import typing
 
 from imageshards import file_names
+from imageshards.file_names import display
+from pipelines.core import sources
 from pipelines.core.context import ListingSummary
 from pipelines.core.sources import SMALL_INPUT_BYTES
 
 IMAGE_EXTENSIONS = frozenset(
     ['.jpg', '.jpeg', '.jpe', '.jfif', '.png', '.gif', '.bmp', '.webp', '.tif', '.tiff']
 )
+# MNIST's images files: train-images-idx3-ubyte[.gz], t10k-images.idx3-ubyte, ...
+IDX_IMAGES = re.compile(r'^(?P<prefix>.*?)[-.]?images[-.]idx3[-.]ubyte(?P<gz>\.gz)?$')
+TFRECORD_SUFFIXES = ('.tfrecord', '.tfrecords', '.tfrec', '.record', '.records')
 MANIFEST_COLUMNS = ('path', 'label', 'split', 'group')
 MULTI_LABEL_COLUMN = 'labels'  # in place of `label`: several labels per image
 # URL user info (user:password@), which must never be used or shown.
@@ -41,6 +46,9 @@ class InputEntry(typing.NamedTuple):
     detail: str = ''
     levels: dict = {}  # label level -> value ('' or absent: missing); never mutated
     size: int = -1  # bytes, as listing found them (a local stat, an object store's listing)
+    # An input inside a container (an archive's member, an array's row, a TFRecord record):
+    # its encoded pipelines.core.sources.Source; `path` is then `container!member`.
+    source: str = ''
     group: str = ''  # a manifest's group column: images of one group share a split
 
     def to_json(self) -> list:
@@ -57,7 +65,7 @@ class InputEntry(typing.NamedTuple):
         """An entry from its JSON list (`to_json`): lists, a multi-label entry's labels and
         level values, become tuples again."""
         for index in _PATH_FIELDS:
-            if isinstance(fields[index], dict):
+            if index < len(fields) and isinstance(fields[index], dict):
                 fields[index] = file_names.from_json(fields[index])
         if isinstance(fields[_LABEL_FIELD], list):  # in place: a namedtuple's _replace costs
             fields[_LABEL_FIELD] = tuple(fields[_LABEL_FIELD])  # more than the rest together
@@ -67,7 +75,11 @@ class InputEntry(typing.NamedTuple):
         return cls(*fields)
 
 
-_PATH_FIELDS = (1, 2)  # InputEntry.path, InputEntry.key
+# InputEntry.path, .key and .source
+_PATH_FIELDS = tuple(
+    InputEntry._fields.index(name)  # pylint: disable=protected-access
+    for name in ('path', 'key', 'source')
+)
 _LABEL_FIELD = InputEntry._fields.index('label')  # pylint: disable=protected-access
 _LEVELS_FIELD = InputEntry._fields.index('levels')  # pylint: disable=protected-access
 
@@ -112,6 +124,7 @@ class InputScan:
     # Label levels in order: declared, or (a JSONL manifest) added as rows name them.
     levels: list = dataclasses.field(default_factory=list)
     multi_label: bool = False  # several labels per image (a manifest's `labels`)
+    form: str = 'tree'  # what --input is (pipelines/inputs/forms.py)
 
     def skip(self, reason, path) -> None:
         self.skipped[reason] += 1
@@ -125,7 +138,9 @@ class ListingCounts:
     def __init__(self):
         self.num_inputs = 0
         self.input_bytes = 0  # of the inputs not rejected whose size listing knows
-        self.small_input_bytes = 0  # of those of them at most SMALL_INPUT_BYTES
+        # of those of them at most SMALL_INPUT_BYTES, or in a sequential source: the bytes the
+        # local runner keeps beside the build (pipelines/local/spill.py)
+        self.small_input_bytes = 0
         self.rejected = collections.Counter()  # reason -> inputs rejected by listing
         self._labels = set()
         self._groups = collections.Counter()  # (manifest split, label or label set) -> images
@@ -141,7 +156,7 @@ class ListingCounts:
         else:
             if entry.size > 0:
                 self.input_bytes += entry.size
-                if entry.size <= SMALL_INPUT_BYTES:
+                if entry.size <= SMALL_INPUT_BYTES or sources.is_sequential(entry.source):
                     self.small_input_bytes += entry.size
             self._labels.update(names_of(entry.label))
             self._groups[(entry.split, entry.label)] += 1
@@ -220,6 +235,14 @@ class ListingCounts:
         return dict(sorted(placed.items()))
 
 
+GLOB_CHARS = re.compile(r'[*?\[]')
+
+
+def is_glob(spec) -> bool:
+    """Whether --input is a glob (`data/*/*.jpg`)."""
+    return bool(GLOB_CHARS.search(spec))
+
+
 def is_manifest(spec) -> bool:
     return spec.lower().endswith(('.csv', '.jsonl'))
 
@@ -234,3 +257,27 @@ def redact(path) -> str:
 
 def inside(path, root) -> bool:
     return path == root or path.startswith(root.rstrip('/') + '/')
+
+
+def tree_labels(relative, levels):
+    """(label, {level: value}) of a file at `relative` below a tree's root.
+
+    Without levels, the label is the first folder. With levels, folder i is the value of level
+    i (first folder = first level) and the label is the folders of the levels joined by '/'
+    (`birds/sparrow`): the finest class, which stays distinct where two families hold a
+    species of the same name. A file with fewer folders than levels misses the deeper ones.
+    A label is text: a folder whose name is not UTF-8 is the label its name shows, each byte
+    that does not decode as \\xNN (`caf\\xe9`; imageshards/file_names.py).
+    """
+    if not levels:
+        first, slash, _ = relative.partition('/')
+        return (display(first) if slash else ''), {}
+    values = [display(value) for value in relative.split('/')[:-1][: len(levels)]]
+    return '/'.join(values), dict(zip(levels, values))
+
+
+def extension(relative):
+    """posixpath.splitext(relative)[1].lower(), at a third of its cost."""
+    name = relative.rpartition('/')[2].lstrip('.')  # leading dots start no extension
+    dot = name.rfind('.')
+    return name[dot:].lower() if dot > 0 else ''

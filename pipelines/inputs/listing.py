@@ -1,4 +1,5 @@
-"""Listing the inputs of a build: a directory tree, a glob, or a CSV/JSONL manifest.
+"""Listing the inputs of a build: a directory tree, a glob, or a CSV/JSONL manifest; other
+forms (archives, arrays, TFRecord files) through pipelines/inputs/forms.py.
 
 Listing runs once, in the launching process (a local tree possibly in a process of its own,
 started before the launcher imports Beam: pipelines/local/early_listing.py), through Beam's
@@ -12,18 +13,15 @@ Inputs are untrusted (docs/reliability.md):
 * Manifests (pipelines/inputs/manifests.py) may only name files below their own folder or below a
   root given with `--allow-root`.
 * On local disks, a symlinked file that leads outside the input root (or the allowed roots) is
-  rejected, and a symlinked directory is not descended into, unless `--follow-symlinks`.
-  Symlinks exist only there, so local trees are walked here rather than by Beam, whose local
-  listing silently drops symlinked directories and dangling links.
+  rejected, and a symlinked directory is not descended into, unless `--follow-symlinks`
+  (pipelines/inputs/tree_walk.py walks a local tree).
 """
 
 import array
-import itertools
 import json
 import logging
 import os
 import re
-import stat
 import struct
 import sys
 
@@ -32,24 +30,34 @@ from imageshards import storage
 from imageshards.file_names import display
 from imageshards.storage import absolute
 from imageshards.storage import is_uri
+from pipelines.core import sources
+from pipelines.core.settings import InputSettings
 from pipelines.inputs import confinement
+from pipelines.inputs import forms
 from pipelines.inputs import manifests
+from pipelines.inputs import tree_walk
+from pipelines.inputs.entries import GLOB_CHARS
 from pipelines.inputs.entries import IMAGE_EXTENSIONS
 from pipelines.inputs.entries import USERINFO
 from pipelines.inputs.entries import InputEntry
 from pipelines.inputs.entries import InputScan
 from pipelines.inputs.entries import Listing
 from pipelines.inputs.entries import ListingCounts
-from pipelines.inputs.entries import inside
+from pipelines.inputs.entries import extension
+from pipelines.inputs.entries import is_glob
 from pipelines.inputs.entries import is_manifest
 from pipelines.inputs.entries import redact
+from pipelines.inputs.entries import tree_labels
+from pipelines.inputs.tree_walk import NOT_FILES
 
 _LOG = logging.getLogger(__name__)
-_GLOB_CHARS = re.compile(r'[*?\[]')
 
 
-def scan_inputs(spec, allow_roots=(), follow_symlinks=False, label_levels=(), label_separator=None):
-    """Starts listing a tree, glob, .csv or .jsonl manifest; returns an InputScan.
+def scan_inputs(
+    spec, allow_roots=(), follow_symlinks=False, label_levels=(), label_separator=None, inputs=None
+):
+    """Starts listing a tree, glob, .csv or .jsonl manifest, or inputs of another form
+    (pipelines/inputs/forms.py); returns an InputScan.
 
     Problems with `spec` itself (credentials, a missing tree or manifest) raise ValueError here;
     the inputs come as the scan's `entries` are consumed.
@@ -61,30 +69,45 @@ def scan_inputs(spec, allow_roots=(), follow_symlinks=False, label_levels=(), la
         label_levels: a tree's label levels, one per folder below the root, coarse to fine; for a
             manifest, the `label/<level>` columns it must have (default: those it has).
         label_separator: what separates the labels of a multi-label CSV cell (None: whitespace).
+        inputs: the InputSettings (pipelines/core/settings.py): the form, label columns and
+            files, class names.
     """
     if USERINFO.match(spec):
         raise ValueError(f'--input {redact(spec)} carries credentials in its URL; remove them')
     roots = [confinement.normalize_root(root) for root in allow_roots]
     levels = tuple(label_levels)
-    if is_manifest(spec):
-        return manifests.scan_manifest(spec, roots, follow_symlinks, levels, label_separator)
+    inputs = inputs or InputSettings()
+    detected = forms.detect(spec, inputs.form, inputs.labels_file)
+    if detected.form == forms.MANIFEST:
+        return manifests.scan_manifest(
+            spec, roots, follow_symlinks, levels, label_separator, inputs
+        )
+    if detected.form != forms.TREE:
+        scan = InputScan(detected.base, iter(()), levels=list(levels), form=detected.form)
+        scan.entries = forms.container_entries(detected, scan, levels, label_separator, inputs)
+        return scan
+    labeling = forms.tree_labeling(levels, label_separator, inputs)
     if is_glob(spec):
-        return _scan_files(_glob_base(spec), absolute(spec), spec, follow_symlinks, levels)
+        base = _glob_base(spec)
+        return _scan_files(base, absolute(spec), spec, follow_symlinks, levels, labeling)
     root = absolute(spec).rstrip('/')
     if not storage.exists(root):
         raise ValueError(f'--input does not exist: {spec}')
-    return _scan_files(root, storage.join(root, '**'), spec, follow_symlinks, levels)
+    return _scan_files(root, storage.join(root, '**'), spec, follow_symlinks, levels, labeling)
 
 
-def list_inputs(spec, allow_roots=(), follow_symlinks=False, label_levels=(), label_separator=None):
-    """Every input of `spec` in memory, as a Listing; raises ValueError when nothing matches.
+def list_inputs(
+    spec, allow_roots=(), follow_symlinks=False, label_levels=(), label_separator=None, inputs=None
+):
+    """Every input of `spec` in memory, as a Listing, in id order; raises ValueError when
+    nothing matches.
 
     For tests and small inputs: a build streams the same entries into its listing file
     (`write_listing_file`) without holding them.
     """
-    scan = scan_inputs(spec, allow_roots, follow_symlinks, label_levels, label_separator)
+    scan = scan_inputs(spec, allow_roots, follow_symlinks, label_levels, label_separator, inputs)
     counts = ListingCounts()
-    entries = [counts.add(entry) for entry in scan.entries]
+    entries = sorted((counts.add(entry) for entry in scan.entries), key=lambda e: e.id)
     _check(spec, scan, counts)
     return Listing(
         entries,
@@ -137,41 +160,22 @@ def input_base(spec) -> str:
     return _glob_base(spec) if is_glob(spec) else absolute(spec).rstrip('/')
 
 
-def is_glob(spec):
-    """Whether --input is a glob (`data/*/*.jpg`)."""
-    return bool(_GLOB_CHARS.search(spec))
-
-
 def _glob_base(pattern):
     """The folder above the first wildcard: `data/*/*.jpg` -> `data`."""
-    prefix = pattern[: _GLOB_CHARS.search(pattern).start()]
+    prefix = pattern[: GLOB_CHARS.search(pattern).start()]
     base = prefix.rsplit('/', 1)[0] if '/' in prefix else '.'
     return absolute(base).rstrip('/')
 
 
-def _scan_files(root, pattern, spec, follow_symlinks, levels=()):
+def _scan_files(root, pattern, spec, follow_symlinks, levels=(), labeling=None):
     """Lists a tree or glob under `root`; the class is the first folder below `root` (with
-    label levels, the folders of every level: see `tree_labels`)."""
+    label levels, the folders of every level: see `tree_labels`), or (`labeling`) a labels
+    file's."""
     scan = InputScan(root, iter(()), levels=list(levels))
     scan.entries = _file_entries(root, pattern, spec, follow_symlinks, scan)
+    if labeling:
+        scan.entries = labeling.relabeled(scan.entries, scan)
     return scan
-
-
-def tree_labels(relative, levels):
-    """(label, {level: value}) of a file at `relative` below a tree's root.
-
-    Without levels, the label is the first folder. With levels, folder i is the value of level
-    i (first folder = first level) and the label is the folders of the levels joined by '/'
-    (`birds/sparrow`): the finest class, which stays distinct where two families hold a
-    species of the same name. A file with fewer folders than levels misses the deeper ones.
-    A label is text: a folder whose name is not UTF-8 is the label its name shows, each byte
-    that does not decode as \\xNN (`caf\\xe9`; imageshards/file_names.py).
-    """
-    if not levels:
-        first, slash, _ = relative.partition('/')
-        return (display(first) if slash else ''), {}
-    values = [display(value) for value in relative.split('/')[:-1][: len(levels)]]
-    return '/'.join(values), dict(zip(levels, values))
 
 
 def _file_entries(root, pattern, spec, follow_symlinks, scan):
@@ -214,12 +218,12 @@ def _candidates(root, pattern, follow_symlinks, scan):
         ]
         return iter(sorted(_classify(root, found, scan)))
     if os.path.isdir(root):
-        found = _walk_sorted(root, follow_symlinks)
+        found = tree_walk.walk_sorted(root, follow_symlinks)
         if pattern != storage.join(root, '**'):  # a glob: only what it matches
             from apache_beam.io.filesystem import FileSystem
 
             matches = re.compile(FileSystem.translate_pattern(pattern)).match
-            found = (item for item in found if item[1] in _NOT_FILES or matches(item[0]))
+            found = (item for item in found if item[1] in NOT_FILES or matches(item[0]))
         return _classify(root, found, scan)
     return iter(())  # a glob whose folder does not exist, or a file given as a tree
 
@@ -231,140 +235,56 @@ def _classify(root, found, scan):
         relative = path[len(prefix) :] if path.startswith(prefix) else path
         if relative.startswith('.') or '/.' in relative:
             scan.skip('hidden', display(path))
-        elif problem in _NOT_FILES:
+        elif problem in NOT_FILES:
             scan.skip(problem, display(path))
-        elif _extension(relative) not in IMAGE_EXTENSIONS:
+        elif extension(relative) not in IMAGE_EXTENSIONS:
             scan.skip('not_image', display(path))
         else:  # a name that is not UTF-8 is kept as Python lists it (imageshards/file_names.py)
             yield relative, path, problem, detail, size
 
 
-def _extension(relative):
-    """posixpath.splitext(relative)[1].lower(), at a third of its cost."""
-    name = relative.rpartition('/')[2].lstrip('.')  # leading dots start no extension
-    dot = name.rfind('.')
-    return name[dot:].lower() if dot > 0 else ''
-
-
-# Problems of the walk that are not inputs at all, counted as skipped.
-_NOT_FILES = frozenset(['symlinked_dir', 'symlink_loop', 'unreadable_dir'])
-
-
-def _walk_sorted(root, follow_symlinks):
-    """Yields (path, problem, detail, size) for every file below local `root`, in sorted order.
-
-    Files come in the order of their relative paths (as `file_names.display` shows them, as
-    sorted strings compare), so that listing can stream: each folder's entries are sorted, a
-    folder's name followed by '/' (a folder `a` holds `a/x`, which sorts after a file `a-b` and
-    before a file `a0`). What is not walked (unreadable, symlinked or looping folders) comes in
-    no set order. `problem` is '' for a regular file (or a symlink to one) that may be read; a
-    reason code from `_NOT_FILES` for what is not a file; else the reason to reject the file.
-    `size` is the file's (a symlink's target's) in bytes, -1 where unknown.
-    """
-    real_root = os.path.realpath(root)
-    visited = {real_root}  # real folders walked through links: a loop ends there
-    pending = [iter([(root, 'folder', -1)])]
-    while pending:
-        child = next(pending[-1], None)
-        if child is None:
-            pending.pop()
-            continue
-        path, kind, size = child
-        if kind == 'link':
-            target = os.path.realpath(path)
-            if target in visited:
-                yield path, 'symlink_loop', f'{display(target)} is listed already', -1
-                continue
-            visited.add(target)
-        if kind in ('folder', 'link'):
-            try:
-                pending.append(iter(_sorted_children(path, follow_symlinks)))
-            except OSError as e:
-                yield path, 'unreadable_dir', f'{type(e).__name__}: {e}', -1
-        elif kind == 'file':
-            yield path, '', '', size
-        elif kind == 'special':
-            yield path, *_NOT_REGULAR, -1
-        else:
-            yield path, *_symlink_problem(path, real_root, follow_symlinks)
-
-
-def _sorted_children(folder, follow_symlinks):
-    """[(path, kind, size)] of a folder's entries in the order `_walk_sorted` yields them.
-
-    kind: 'folder' and 'link' (a symlinked folder to follow) are walked; 'file' (its size: one
-    lstat), 'special' (a FIFO, socket or device) and 'symlink' (any other link) are not.
-    """
-    children = []
-    with os.scandir(folder) as scan:
-        for child in scan:
-            size = -1
-            if child.is_dir(follow_symlinks=False):
-                kind = 'folder'
-            elif child.is_symlink():
-                kind = 'link' if follow_symlinks and os.path.isdir(child.path) else 'symlink'
-            elif child.is_file(follow_symlinks=False):
-                kind, size = 'file', child.stat(follow_symlinks=False).st_size
-            else:
-                kind = 'special'
-            walked = kind in ('folder', 'link')
-            name = display(child.name) + ('/' if walked else '')
-            children.append((name, child.path, kind, size))
-    children.sort(key=_name)
-    return [child[1:] for child in children]
-
-
-_NOT_REGULAR = ('not_a_regular_file', 'a FIFO, socket or device, not a file')
-
-
-def _name(child):
-    return child[0]
-
-
-def _symlink_problem(path, real_root, follow_symlinks):
-    """(problem, detail, size) of a symlink in a local tree that is not followed as a folder."""
-    target = os.path.realpath(path)
-    try:
-        found = os.stat(target)
-    except OSError as e:
-        return 'broken_symlink', f'links to {display(target)}: {type(e).__name__}', -1
-    if stat.S_ISDIR(found.st_mode):
-        return 'symlinked_dir', '', -1
-    if not follow_symlinks and not inside(target, real_root):
-        return (
-            'symlink_outside_root',
-            (f'links to {display(target)}, outside {real_root}; pass --follow-symlinks to read it'),
-            found.st_size,
-        )
-    if not stat.S_ISREG(found.st_mode):
-        return 'not_a_regular_file', f'links to {display(target)}, not a regular file', -1
-    return '', '', found.st_size
-
-
 def write_listing(entries, path, chunk_size):
-    """Writes entries as JSON lines of `chunk_size` entries each: one line, one work item.
+    """Writes entries as JSON lines of `chunk_size` entries each: one line, one work item (the
+    entries of a sequential source: as many lines as they fill, one work item).
 
     `entries` may be any iterable; it is consumed once. The byte offset of every line (and the
     end of the file) goes to `index_path(path)` as big-endian uint64s, so that the pipeline
-    moves work items as byte ranges instead of holding the lines.
+    moves work items as byte ranges instead of holding the lines; the top bit of a line's
+    offset says that it continues the work item of the line before it.
     """
     offsets = array.array('Q', [0])
     with storage.create(path) as f:
-        for chunk in _batched(entries, chunk_size):
+        for chunk, continues in _chunks(entries, chunk_size):
             line = json.dumps([entry.to_json() for entry in chunk], ensure_ascii=False)
             data = line.encode('utf-8') + b'\n'
             f.write(data)
-            offsets.append(offsets[-1] + len(data))
+            if continues:
+                offsets[-1] |= _CONTINUES
+            offsets.append((offsets[-1] & ~_CONTINUES) + len(data))
     if sys.byteorder == 'little':
         offsets.byteswap()
     with storage.create(index_path(path)) as f:
         f.write(offsets.tobytes())
 
 
-def _batched(items, size):
-    items = iter(items)
-    while chunk := list(itertools.islice(items, size)):
-        yield chunk
+_CONTINUES = 1 << 63
+READ_PIECE = 1 << 23  # bytes of a listing file read in one request
+
+
+def _chunks(entries, size):
+    """(chunk of at most `size` entries, whether it continues the previous one's work item):
+    a chunk holds the entries of one sequential stream or of none (sources.stream_of), and a
+    stream's chunks are one work item."""
+    chunk, stream, previous = [], None, None
+    for entry in entries:
+        entry_stream = sources.stream_of(entry.source)
+        if chunk and (len(chunk) == size or entry_stream != stream):
+            yield chunk, stream is not None and stream == previous
+            chunk, previous = [], stream
+        chunk.append(entry)
+        stream = entry_stream
+    if chunk:
+        yield chunk, stream is not None and stream == previous
 
 
 def index_path(listing_path):
@@ -373,17 +293,39 @@ def index_path(listing_path):
 
 
 def work_items(listing_path):
-    """(start, end) byte ranges of the lines of a listing file, from its index."""
+    """(start, end) byte ranges of the work items of a listing file (a line, or the lines of
+    a sequential source), from its index."""
     with storage.open_read(index_path(listing_path)) as f:
         data = f.read()
+    items = []
     offsets = [value for (value,) in struct.iter_unpack('>Q', data)]
-    return list(zip(offsets, offsets[1:]))
+    for start, end in zip(offsets, offsets[1:]):
+        if start & _CONTINUES and items:
+            items[-1] = (items[-1][0], end)
+        else:
+            items.append((start & ~_CONTINUES, end))
+    return items
 
 
 def read_work_item(listing_path, item):
     """The InputEntry of one work item: a (start, end) byte range of a listing file."""
+    return [entry for entries in read_work_item_lines(listing_path, item) for entry in entries]
+
+
+def read_work_item_lines(listing_path, item):
+    """The InputEntry of each line of a work item, a line at a time."""
     start, end = item
-    return parse_listing_line(storage.read_range(listing_path, start, end))
+    pending = b''
+    while start < end:  # in requests of READ_PIECE bytes: a stream's item may be long
+        piece = storage.read_range(listing_path, start, min(end, start + READ_PIECE))
+        if not piece:
+            break
+        start += len(piece)
+        *lines, pending = (pending + piece).split(b'\n')
+        for line in lines:
+            yield parse_listing_line(line + b'\n')
+    if pending:
+        yield parse_listing_line(pending)
 
 
 def parse_listing_line(line):

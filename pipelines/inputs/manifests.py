@@ -14,6 +14,9 @@ An image with no label is valid in a multi-label build. There, an image listed o
 and the later rows are accounted for as `merged_row`. Elsewhere a repeated path is a
 `duplicate_row`. A row of the other form than the manifest's first is `mixed_label_forms`.
 
+Kaggle-style columns chosen by name: pipelines/inputs/manifest_columns.py. A row may name a
+member of an archive, `data/train.tar!cats/1.jpg` (pipelines/inputs/archive_members.py).
+
 Relative paths resolve against the manifest's folder; where a row may lead is
 pipelines/inputs/confinement.py's. Rows that cannot be used (malformed, empty label or path,
 duplicate) are rejected with a reason, so every row is accounted for.
@@ -23,11 +26,13 @@ import csv
 import io
 import json
 
-from imageshards import features
 from imageshards import file_names
 from imageshards import layout
 from imageshards import storage
 from imageshards.storage import absolute
+from pipelines.inputs import archive_members
+from pipelines.inputs import class_names as class_names_lib
+from pipelines.inputs import manifest_columns
 from pipelines.inputs import vertex
 from pipelines.inputs.confinement import Confinement
 from pipelines.inputs.confinement import Refused
@@ -35,13 +40,17 @@ from pipelines.inputs.entries import MANIFEST_COLUMNS
 from pipelines.inputs.entries import MULTI_LABEL_COLUMN
 from pipelines.inputs.entries import InputEntry
 from pipelines.inputs.entries import InputScan
+from pipelines.inputs.manifest_columns import CSV
+from pipelines.inputs.manifest_columns import JSONL
+from pipelines.inputs.manifest_columns import LEVEL_COLUMN
+from pipelines.inputs.manifest_columns import Choice
+from pipelines.inputs.manifest_columns import LevelColumns
+from pipelines.inputs.manifest_columns import text_of
 
-LEVEL_COLUMN = 'label/'  # prefix of a label level's column: label/<level>
 PATH_B64 = 'path' + file_names.B64_SUFFIX  # a JSONL row's path as its bytes (file_names.py)
-CSV, JSONL = 'csv', 'jsonl'
 
 
-def scan_manifest(spec, roots, follow_symlinks, levels=(), separator=None):
+def scan_manifest(spec, roots, follow_symlinks, levels=(), separator=None, inputs=None):
     """Starts listing a .csv or .jsonl manifest; `roots` are the normalized --allow-root folders.
 
     Returns an InputScan whose entries are read from the manifest row by row, and whose
@@ -51,22 +60,41 @@ def scan_manifest(spec, roots, follow_symlinks, levels=(), separator=None):
         levels: the label levels the manifest must have (--label-levels); by default those of
             its `label/<level>` columns (CSV) or keys (JSONL, in order of first appearance).
         separator: what separates labels in a multi-label CSV cell; None: whitespace.
+        inputs: the build's InputSettings (pipelines/core/settings.py): the columns chosen by
+            name, a path template, class names.
     """
     manifest = absolute(spec)
     if not storage.exists(manifest):
         raise ValueError(f'--input manifest does not exist: {manifest}')
-    kind, multi_label = detect(manifest)
+    choice = Choice(inputs)
+    kind, multi_label = detect(manifest, choice)
     if kind in (vertex.CSV, vertex.JSONL) and levels:
         raise ValueError(f'{manifest}: a Vertex AI import file has no label levels')
     folder = manifest.rsplit('/', 1)[0]
-    scan = InputScan(folder, iter(()), levels=list(levels), multi_label=multi_label)
-    rows = _Rows(manifest, kind, _LevelColumns(levels, scan.levels), separator)
+    scan = InputScan(
+        folder, iter(()), levels=list(levels), multi_label=multi_label, form='manifest'
+    )
+    rows = _Rows(manifest, kind, LevelColumns(levels, scan.levels), separator, choice)
+    rows.multi_label = multi_label
     confinement = Confinement(folder, roots, follow_symlinks)
-    scan.entries = _manifest_entries(rows, confinement, multi_label)
+    class_names = class_names_lib.ClassNames(inputs.class_names if inputs else None)
+    scan.entries = _manifest_entries(rows, confinement, multi_label, class_names)
     return scan
 
 
-def detect(manifest):
+def label_rows(path, inputs, separator=None):
+    """The rows of a CSV or JSONL file of labels (--labels-file), with the columns `inputs`
+    chooses; iterate for (row, problem, line), and `labels(row, multi_label)`."""
+    choice = Choice(inputs)
+    kind, multi_label = detect(path, choice)
+    if kind not in (CSV, JSONL):
+        raise ValueError(f'--labels-file {path}: a CSV or JSONL file of paths and labels')
+    rows = _Rows(path, kind, LevelColumns((), []), separator, choice)
+    rows.multi_label = multi_label
+    return rows
+
+
+def detect(manifest, choice=None):
     """(kind, multi_label) of a manifest, from its first row: CSV or JSONL, ours or Vertex AI's
     (vertex.CSV, vertex.JSONL)."""
     with storage.open_read(manifest, guess_compression=True) as f:
@@ -81,10 +109,14 @@ def detect(manifest):
             keys = json.loads(text) if text.strip() else {}
         except ValueError:
             keys = {}  # its row is rejected as it is read
+        if choice and choice.given and isinstance(keys, dict):
+            return JSONL, choice.columns(list(keys), manifest)[2]
         if isinstance(keys, dict) and vertex.is_vertex_row(keys):
             return vertex.JSONL, True
         return JSONL, isinstance(keys, dict) and MULTI_LABEL_COLUMN in keys
     header = next(csv.reader([text]), [])
+    if choice and choice.given:
+        return CSV, choice.columns(header, manifest)[2]
     if 'path' in header:
         return CSV, MULTI_LABEL_COLUMN in header
     if vertex.is_vertex_csv_row(header):
@@ -96,60 +128,23 @@ def detect(manifest):
     )
 
 
-class _LevelColumns:
-    """The label levels of a manifest: those declared, or those its columns or keys name."""
-
-    def __init__(self, declared, levels):
-        self._declared = tuple(declared)
-        self.levels = levels  # the scan's list, which undeclared JSONL levels are added to
-
-    def check_header(self, header, manifest):
-        """Raises ValueError for unusable, repeated, missing or undeclared level columns."""
-        found = [column[len(LEVEL_COLUMN) :] for column in header if self.is_level(column)]
-        for level in found:
-            features.check_level_name(level, f'{manifest}: column {LEVEL_COLUMN}{level}')
-        repeated = sorted({column for column in header if header.count(column) > 1})
-        if repeated:
-            raise ValueError(f'{manifest}: columns {repeated} appear more than once')
-        if self._declared:
-            missing = [level for level in self._declared if level not in found]
-            extra = [level for level in found if level not in self._declared]
-            if missing or extra:
-                raise ValueError(
-                    f'{manifest}: --label-levels {",".join(self._declared)} does not match its '
-                    f'columns: missing {[LEVEL_COLUMN + m for m in missing]}, not declared '
-                    f'{[LEVEL_COLUMN + e for e in extra]}'
-                )
-        else:  # (a manifest read twice finds them twice)
-            self.levels.extend(level for level in found if level not in self.levels)
-
-    @staticmethod
-    def is_level(key):
-        return key.startswith(LEVEL_COLUMN)
-
-    def key_problem(self, key):
-        """Why a JSONL key `label/<level>` cannot be used ('' if it can); learns new levels."""
-        level = key[len(LEVEL_COLUMN) :]
-        if not features.LEVEL_NAME.match(level):
-            return f'{key!r} does not name a usable label level'
-        if level not in self.levels:
-            if self._declared:
-                return f'{key!r} is not one of --label-levels {",".join(self._declared)}'
-            self.levels.append(level)
-        return ''
-
-    def values(self, row):
-        """{level: the row's raw value} ('' where it has none)."""
-        return {level: row.get(LEVEL_COLUMN + level) or '' for level in self.levels}
-
-
 class _Rows:
     """A manifest's rows, as (row dict, problem, line), each time it is iterated."""
 
-    def __init__(self, manifest, kind, columns, separator):
+    def __init__(self, manifest, kind, columns, separator, choice=None):
         self.manifest, self.kind, self.columns, self.separator = manifest, kind, columns, separator
+        self.choice = choice if choice and choice.given else None
+        self.multi_label = False
 
     def __iter__(self):
+        if self.choice:
+            read = {
+                CSV: manifest_columns.read_chosen_csv_rows,
+                JSONL: manifest_columns.read_chosen_jsonl_rows,
+            }[self.kind]
+            with storage.open_read(self.manifest, guess_compression=True) as f:
+                yield from read(f, self.manifest, self.choice)
+            return
         read = {
             CSV: _read_csv_rows,
             JSONL: _read_jsonl_rows,
@@ -252,16 +247,10 @@ def _jsonl_row(raw, columns):
         return None, '; '.join(problem for problem in level_problems if problem)
     if lists and not all(isinstance(row[k], list) for k in row if k not in _TEXT_KEYS):
         return None, 'in a row with "labels", labels and label levels are JSON arrays of names'
-    return {key: _text(value) for key, value in row.items()}, ''
+    return {key: text_of(value) for key, value in row.items()}, ''
 
 
 _TEXT_KEYS = ('path', 'split', 'group')  # a row's keys that hold text, never lists
-
-
-def _text(value):
-    if isinstance(value, list):
-        return ['' if item is None else str(item) for item in value]
-    return '' if value is None else str(value)
 
 
 def _check_columns(header, manifest):
@@ -273,7 +262,7 @@ def _check_columns(header, manifest):
         column
         for column in header
         if column not in (*MANIFEST_COLUMNS, MULTI_LABEL_COLUMN)
-        and not _LevelColumns.is_level(column)
+        and not LevelColumns.is_level(column)
     ]
     if missing or unknown:
         raise ValueError(
@@ -287,7 +276,7 @@ def _check_columns(header, manifest):
         )
 
 
-def _manifest_entries(rows, confinement, multi_label):
+def _manifest_entries(rows, confinement, multi_label, class_names):
     """The manifest's rows as InputEntry, in row order.
 
     Finding repeated rows keeps each row's path until the end (about 0.1 KB per row); a
@@ -295,14 +284,19 @@ def _manifest_entries(rows, confinement, multi_label):
     """
     merged = _merged_labels(rows, confinement) if multi_label else {}
     first_line_of = {}
+    places = (confinement, archive_members.MemberIndex())
     for entry_id, (row, problem, line) in enumerate(rows):
         context = (entry_id, line, rows.manifest, multi_label)
-        entry = _manifest_entry(context, row, problem, confinement, first_line_of)
+        entry = _manifest_entry(context, row, problem, places, first_line_of)
         if row is None or entry.reject in ('malformed_row', 'mixed_label_forms'):
             yield entry
             continue
         try:
             labels, levels = rows.labels(row, multi_label)
+            labels = class_names.named(labels)
+        except class_names_lib.UnknownClass as e:
+            yield entry if entry.reject else entry._replace(reject='unknown_class', detail=str(e))
+            continue
         except ValueError as e:
             yield entry if entry.reject else entry._replace(reject='empty_label', detail=str(e))
             continue
@@ -350,15 +344,17 @@ def _form_problem(row, multi_label):
     return ''
 
 
-def _manifest_entry(context, row, problem, confinement, first_line_of):
+def _manifest_entry(context, row, problem, places, first_line_of):
     """One manifest row as an InputEntry (its labels still raw); rows that cannot be used
     carry a reason.
 
     Args:
         context: (the row's id: rows count from 0, after a CSV's header; the file's line number
             of the row, from 1, which messages name; the manifest; whether it is multi-label).
+        places: (the Confinement of rows' paths, the archives.MemberIndex of their archives).
     """
     entry_id, line, manifest, multi_label = context
+    confinement, members = places
     row_ref = f'{manifest}#line={line}'
     if row is None:
         return InputEntry(entry_id, row_ref, row_ref, '', reject='malformed_row', detail=problem)
@@ -372,14 +368,17 @@ def _manifest_entry(context, row, problem, confinement, first_line_of):
             entry_id, row_ref, row_ref, '', reject='empty_path', detail='the row has no path'
         )
     try:
-        path, key, size = confinement.resolve(raw_path)
+        entry = archive_members.located(
+            InputEntry(entry_id, '', '', '', split), raw_path, confinement, members
+        )
     except Refused as refused:
         return InputEntry(
             entry_id, refused.path, refused.path, '', split, refused.reason, refused.detail
         )
-    entry = InputEntry(
-        entry_id, path, key, '', split, size=size, group=(row.get('group') or '').strip()
-    )
+    path = entry.path
+    if entry.reject:
+        return entry
+    entry = entry._replace(group=(row.get('group') or '').strip())
     if not multi_label and not (row.get('label') or '').strip():
         return entry._replace(reject='empty_label', detail=f'line {line} has an empty label')
     if split and not layout.SPLIT_NAME.match(split):

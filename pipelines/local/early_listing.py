@@ -1,18 +1,19 @@
-"""Listing a local tree in a process of its own, while the build's launcher imports Beam.
+"""Listing local inputs in a process of its own, while the build's launcher imports Beam.
 
 The launcher's first seconds go to importing Beam and then to listing the inputs, one after the
 other, on one core (bench/RESULTS.md, "Against the peers, after the early listing", has the
-figures). So the `imageshards build` command starts this process first (`start_early`), where its
-input is a local folder: it walks the tree into a listing file of its own, through the same code
-(pipelines/inputs/listing.py, which imports no Beam), and the build takes the file (`take`) in place
-of listing itself, once its options are parsed and are those the listing was made for. Where this
-process fails, or the build asks for something else, the build lists as before, and says what went
-wrong in its own words.
+figures). So the `imageshards build` command starts this process first (`start_early`), where
+its input is a local folder or file (an archive, arrays, TFRecords): it lists the inputs into a
+listing file of its own, through the same code (pipelines/inputs/listing.py, which imports no
+Beam), and the build takes the file (`take`) in place of listing itself, once its options are
+parsed and are those the listing was made for. Where this process fails, or the build asks for
+something else, the build lists as before, and says what went wrong in its own words.
 
     python -m pipelines.local.early_listing FOLDER PARAMETERS_JSON
 """
 
 import collections
+import dataclasses
 import json
 import logging
 import os
@@ -22,6 +23,7 @@ import sys
 import tempfile
 
 from imageshards import storage
+from pipelines.core.settings import InputSettings
 from pipelines.inputs import entries
 from pipelines.inputs import listing
 
@@ -38,7 +40,9 @@ def parameters(config):
         'allow_roots': list(config.allow_roots),
         'follow_symlinks': config.follow_symlinks,
         'label_levels': list(config.label_levels),
+        'label_separator': config.label_separator,
         'chunk_size': config.chunk_size,
+        'inputs': dataclasses.asdict(config.inputs),
     }
 
 
@@ -69,6 +73,8 @@ class EarlyListing:
             collections.Counter(result['skipped']),
             result['skipped_examples'],
             result['levels'],
+            result['multi_label'],
+            result['form'],
         )
         counts = entries.ListingCounts.from_json(result['counts'])
         return os.path.join(self.folder, LISTING), counts, scan
@@ -82,9 +88,9 @@ class EarlyListing:
 
 def start_early(config):
     """Starts listing now where `config` (the build's BuildConfig, peeked from its arguments)
-    names a local folder as its input; returns the EarlyListing, or None."""
+    names a local folder or file as its input; returns the EarlyListing, or None."""
     global _early  # pylint: disable=global-statement
-    if not _a_local_tree(config.input):
+    if not _local_input(config.input):
         return None
     _early = EarlyListing(parameters(config))
     return _early
@@ -125,10 +131,14 @@ def _take():
     return early
 
 
-def _a_local_tree(spec):
-    return not (storage.is_uri(spec) or entries.is_manifest(spec) or listing.is_glob(spec)) and (
-        os.path.isdir(spec)
-    )
+def _local_input(spec):
+    """A local folder, or a local file that is no manifest nor image (an archive, arrays,
+    TFRecords, which the listing indexes; another fails there, and the build says why)."""
+    if storage.is_uri(spec) or entries.is_manifest(spec) or listing.is_glob(spec):
+        return False
+    if os.path.isfile(spec):
+        return entries.extension(spec) not in entries.IMAGE_EXTENSIONS
+    return os.path.isdir(spec)
 
 
 class _Keep(logging.Handler):
@@ -149,7 +159,12 @@ def main(argv=None):
     logging.getLogger().addHandler(kept)
     logging.getLogger().setLevel(logging.INFO)
     scan = listing.scan_inputs(
-        params['input'], params['allow_roots'], params['follow_symlinks'], params['label_levels']
+        params['input'],
+        params['allow_roots'],
+        params['follow_symlinks'],
+        params['label_levels'],
+        params['label_separator'],
+        InputSettings(**params['inputs']),
     )
     counts = listing.write_counted(scan, os.path.join(folder, LISTING), params['chunk_size'])
     result = {
@@ -158,6 +173,8 @@ def main(argv=None):
         'skipped': dict(scan.skipped),
         'skipped_examples': scan.skipped_examples,
         'levels': scan.levels,
+        'multi_label': scan.multi_label,
+        'form': scan.form,
         'logged': kept.logged,
     }
     with open(os.path.join(folder, RESULT), 'w', encoding='utf-8') as f:

@@ -12,7 +12,7 @@ import apache_beam as beam
 from imageshards import file_names
 from pipelines.core import blocks
 from pipelines.core import counters
-from pipelines.core.sources import source_path
+from pipelines.core.sources import display_path
 
 DUPLICATES = 'duplicates'
 
@@ -64,10 +64,12 @@ class _KeepFirst(beam.DoFn):
     def _duplicate(self, digest, meta, kept):
         return {  # paths that are not UTF-8 with their bytes (imageshards/file_names.py)
             'id': meta.id,
-            **file_names.to_json(source_path(self._input_base, meta.key), 'path'),
+            **file_names.to_json(display_path(self._input_base, meta.key, meta.source), 'path'),
             'sha256': digest.hex(),
             'duplicate_of_id': kept.id,
-            **file_names.to_json(source_path(self._input_base, kept.key), 'duplicate_of_path'),
+            **file_names.to_json(
+                display_path(self._input_base, kept.key, kept.source), 'duplicate_of_path'
+            ),
         }
 
 

@@ -7,7 +7,10 @@ local runner has a worker process per core. On `gs://`, a thread pool reads conc
 hide per-object latency, a few work items at once: an image whose read is retried after a
 fault of the network holds up no other item. A read that Cloud Storage does not answer within
 its retries stops the build (StoreUnavailable): a fault of the network is never an image's.
-The metadata of a chunk's valid images leaves as one block (pipelines/core/blocks.py).
+Inputs inside containers (archive members, array rows, TFRecord records) are read in their
+containers' order through one reader (pipelines/core/reading.py), a sequential source's several
+lines in one work item. The metadata of a chunk's valid images leaves as one block
+(pipelines/core/blocks.py).
 With --resize-shorter-side, a valid image larger than that is resized here, from the bytes just
 checked (pipelines/validation/resize.py); with --near-duplicates, every valid image's
 perceptual hash is taken here too (pipelines/validation/perceptual.py).
@@ -16,6 +19,7 @@ perceptual hash is taken here too (pipelines/validation/perceptual.py).
 import concurrent.futures
 import functools
 import hashlib
+import itertools
 import typing
 
 import apache_beam as beam
@@ -27,16 +31,18 @@ from PIL import Image
 
 from imageshards import features
 from imageshards import file_names
+from imageshards import gcs
 from imageshards import layout
 from imageshards import storage
-from imageshards.storage import read_input
 from pipelines.core import blocks
 from pipelines.core import counters
+from pipelines.core import reading
+from pipelines.core import sources
 from pipelines.core.blocks import ImageMeta
 from pipelines.core.groups import MAX_GROUP_BYTES
 from pipelines.core.groups import group_of
 from pipelines.core.sources import SMALL_INPUT_BYTES
-from pipelines.inputs.listing import read_work_item
+from pipelines.inputs.listing import read_work_item_lines
 from pipelines.validation import images
 from pipelines.validation import perceptual
 from pipelines.validation import resize
@@ -126,11 +132,29 @@ class _ValidateWorkItem(beam.DoFn):
             self._pool.shutdown(cancel_futures=True)
 
     def process(self, item):
-        """A work item's outputs. With a thread pool, its inputs are read and checked there while
-        the next items' start: its outputs leave once all its inputs are done, from a later call
-        or at the bundle's end, so that an input whose read is retried after a fault of the
-        network holds up no other item."""
-        entries = read_work_item(self._listing_path, item)
+        """A work item's outputs. A work item of files is one line of the listing: with a thread
+        pool, its inputs are read and checked there while the next items' start, and its outputs
+        leave once all its inputs are done, from a later call or at the bundle's end, so that an
+        input whose read is retried after a fault of the network holds up no other item. One of
+        inputs inside containers (one line, or a sequential source's several) is read in the
+        containers' order, through one Reader, a line at a time."""
+        lines = read_work_item_lines(self._listing_path, item)
+        first = next(lines, [])
+        if not any(entry.source for entry in first):
+            for entries in itertools.chain([first], lines):
+                yield from self._files(entries)
+            return
+        reader = reading.Reader(contiguous=True)
+        try:
+            for entries in itertools.chain([first], lines):
+                self._listed.inc(len(entries))
+                validate = functools.partial(self._validate, reader=reader)
+                yield from self._outputs(entries, map(validate, entries))
+        finally:
+            reader.close()
+
+    def _files(self, entries):
+        """The outputs of a line of files of their own (see `process`)."""
         self._listed.inc(len(entries))
         if not self._pool:
             to_read = functools.partial(_path_to_read, max_bytes=self._settings.max_image_bytes)
@@ -175,10 +199,11 @@ class _ValidateWorkItem(beam.DoFn):
                     continue
                 meta, stored = outcome
                 # A resize is kept whatever its size: making it again would decode the input
-                # again.
+                # again; so is an input of a sequential source, which cannot be read alone.
                 kept = None
                 if payloads and stored is not None:
-                    kept = payloads.add(stored, always=meta.resized)
+                    always = meta.resized or sources.is_sequential(meta.source)
+                    kept = payloads.add(stored, always=always)
                 if kept:
                     meta = meta.with_payload(*kept)
                 valid.append(meta)
@@ -192,10 +217,10 @@ class _ValidateWorkItem(beam.DoFn):
         elif valid:
             yield from self._store.put('validated', [blocks.pack(valid)])
 
-    def _validate(self, entry):
-        """(ImageMeta, the bytes its record stores where small, else None) of a valid input,
-        else its rejection. Holds one input's bytes at most: no larger than --max-image-bytes,
-        known by its size before it is read."""
+    def _validate(self, entry, reader=None):
+        """(ImageMeta, the bytes its record stores where small, else None) of a valid input read
+        by `reader` (default: this thread's), else its rejection. Holds one input's bytes at
+        most: no larger than --max-image-bytes, known by its size before it is read."""
         if entry.reject:
             return rejection(entry, entry.reject, entry.detail)
         settings = self._settings
@@ -203,7 +228,7 @@ class _ValidateWorkItem(beam.DoFn):
         if isinstance(facts, dict):
             return facts
         levels, group = facts
-        data = self._read(entry)
+        data = self._read(entry, reader or reading.thread_reader())
         if isinstance(data, dict):
             return data
         try:
@@ -216,18 +241,7 @@ class _ValidateWorkItem(beam.DoFn):
             phash = perceptual.perceptual_hash(data) if settings.near_duplicates else -1
         except images.Rejected as e:
             return rejection(entry, e.reason, e.detail)
-        source_sha256 = b''
-        if resized:  # the record stores the resize instead
-            self._resized.inc()
-            source_sha256 = hashlib.sha256(data).digest()
-        if info.reencoded:
-            self._reencoded.inc()
-            source_sha256 = hashlib.sha256(data).digest()
-            if settings.reencode_dir:
-                storage.write_once(
-                    storage.join(settings.reencode_dir, layout.reencoded_file(info.sha256)),
-                    stored,
-                )
+        source_sha256 = self._source_digest(data, info, stored, resized)
         meta = ImageMeta(
             id=entry.id,
             key=entry.key,
@@ -247,11 +261,30 @@ class _ValidateWorkItem(beam.DoFn):
             original_width=original.width if resized else 0,
             group=group,
             phash=phash,
+            source=entry.source,
         )
         stored = data if stored is None else stored
-        # Only a small image's bytes, or a resize, are kept (pipelines/local/spill.py): a
-        # larger one's go now, not when the thread pool's results are taken in order.
-        return meta, stored if len(stored) <= SMALL_INPUT_BYTES or resized else None
+        # Only a small image's bytes, a resize or a sequential source's input are kept (spill.py):
+        # a larger one's go now, not when the thread pool's results are taken in order.
+        keep = len(stored) <= SMALL_INPUT_BYTES or resized or sources.is_sequential(entry.source)
+        return meta, stored if keep else None
+
+    def _source_digest(self, data, info, stored, resized):
+        """The input's sha256 where the record stores other bytes (a resize, a re-encode, which
+        a paths build writes now), else b''."""
+        source_sha256 = b''
+        if resized:  # the record stores the resize instead
+            self._resized.inc()
+            source_sha256 = hashlib.sha256(data).digest()
+        if info.reencoded:
+            self._reencoded.inc()
+            source_sha256 = hashlib.sha256(data).digest()
+            if self._settings.reencode_dir:
+                storage.write_once(
+                    storage.join(self._settings.reencode_dir, layout.reencoded_file(info.sha256)),
+                    stored,
+                )
+        return source_sha256
 
     def _levels_and_group(self, entry):
         """(label level ids, group) of an entry, or its rejection: a missing level value, a
@@ -267,20 +300,28 @@ class _ValidateWorkItem(beam.DoFn):
             return rejection(entry, INVALID_GROUP_REASON, detail)
         return levels, group
 
-    def _read(self, entry):
+    def _read(self, entry, reader):
         """The input's bytes, or its rejection: too large by its size as listed or as read,
-        missing or unreadable."""
+        missing or unreadable; inside a container, in a paths build (which names files)."""
+        if entry.source and self._settings.reencode_dir:
+            detail = 'a paths build names files training reads; build examples to store it'
+            return rejection(entry, 'inside_container', detail)
         if entry.size > self._settings.max_image_bytes:  # its size as listed
             too_large = storage.TooLarge(entry.path, entry.size, self._settings.max_image_bytes)
             return rejection(entry, TOO_LARGE_REASON, str(too_large))
         try:
-            return read_input(entry.path, self._settings.max_image_bytes)
+            return reader.read(entry.path, entry.source, self._settings.max_image_bytes)
         except storage.TooLarge as e:  # its size as read: unknown to listing, or it grew
             return rejection(entry, TOO_LARGE_REASON, str(e))
+        except reading.Unreadable as e:  # a container that does not hold it as listed
+            return rejection(entry, e.reason, e.detail)
         except storage.StoreUnavailable:  # the network's fault, not the image's: the build stops
             raise
         except Exception as e:  # an answer about the input itself: a rejection with its cause
-            reason = 'missing_file' if storage.input_missing(entry.path, e) else 'read_error'
+            where = sources.Source.decode(entry.source).container if entry.source else entry.path
+            if gcs.is_transient(e):  # a container's stream that outlasted its reader's retries
+                raise gcs.unavailable('reading', where, e) from e
+            reason = 'missing_file' if storage.input_missing(where, e) else 'read_error'
             return rejection(entry, reason, f'{type(e).__name__}: {e}')
 
 
@@ -290,7 +331,7 @@ def _windowed(output):
 
 
 def _path_to_read(entry, max_bytes):
-    return None if entry.reject or entry.size > max_bytes else entry.path
+    return None if entry.reject or entry.size > max_bytes or entry.source else entry.path
 
 
 class Validated(typing.NamedTuple):

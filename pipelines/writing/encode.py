@@ -10,8 +10,8 @@ from imageshards import features
 from imageshards import file_names
 from imageshards import layout
 from imageshards import storage
-from imageshards.storage import read_input
-from pipelines.core.sources import source_path
+from pipelines.core import reading
+from pipelines.core import sources
 from pipelines.validation import images
 from pipelines.validation import resize
 
@@ -60,8 +60,8 @@ class RecordEncoder:
 
     def encode(self, meta, stored=None, source=None):
         """The record of `meta`; `stored` is the image bytes of an `examples` build, `source`
-        the input's path (default: from its key)."""
-        source = source or source_path(self.input_base, meta.key)
+        the input's path or `container!member` (default: from its key and source)."""
+        source = source or sources.display_path(self.input_base, meta.key, meta.source)
         values = {
             features.FORMAT: meta.format,
             features.HEIGHT: meta.height,
@@ -105,16 +105,19 @@ def _names(names, ids):
     return names[ids] if ids >= 0 else ''
 
 
-def read_checked(source, meta, max_bytes):
-    """The source file's bytes, checked against the CRC validation took of them.
+def read_checked(source, meta, max_bytes, reader=None):
+    """The input's bytes (of the file `source`, or of `meta.source`), checked against the CRC
+    validation took of them.
 
     No more is read than validation could have read: a record that stores its source as it is
     knows the source's size (`meta.num_bytes`), and one that stores a resize or re-encoding of
     it reads at most `max_bytes` (--max-image-bytes). A file that has grown past that since
-    (replaced by a video, a disk image) is found from its size, read no further."""
+    (replaced by a video, a disk image) is found from its size, read no further. `reader`:
+    the pipelines.core.reading.Reader to read with (default: this thread's)."""
     stored_as_is = not (meta.reencoded or meta.resized)
+    reader = reader or reading.thread_reader()
     try:
-        data = read_input(source, meta.num_bytes if stored_as_is else max_bytes)
+        data = reader.read(source, meta.source, meta.num_bytes if stored_as_is else max_bytes)
     except storage.TooLarge as too_large:
         size = too_large.size
         now = f'{size:,} bytes' if size is not None else f'over {too_large.limit:,} bytes'
@@ -123,12 +126,41 @@ def read_checked(source, meta, max_bytes):
             f'{source} changed while the build was running: now {now}, {was} when validated; '
             'not read; rerun the build on inputs that are not being modified'
         ) from None
+    except reading.Unreadable as e:
+        raise InputChangedError(
+            f'{e.detail} ({e.reason}), unlike when validated: it changed while the build was '
+            'running; rerun the build on inputs that are not being modified'
+        ) from None
     if google_crc32c.value(data) != meta.source_crc32c:
         raise InputChangedError(
             f'{source} changed while the build was running (its bytes differ from those '
             f'validated); rerun the build on inputs that are not being modified'
         )
     return data
+
+
+def read_streamed(metas, input_base, max_bytes) -> dict:
+    """{id: bytes, checked} of those of `metas` in sequential sources (a .tar.gz's members, the
+    rows of a .gz IDX file), each stream read once, forward: they cannot be read one by one.
+    Holds their bytes (at most a shard's)."""
+    streamed = sorted(
+        (meta for meta in metas if sources.is_sequential(meta.source)), key=_stream_order
+    )
+    reader = reading.Reader(contiguous=True)
+    try:
+        return {
+            meta.id: read_checked(
+                sources.display_path(input_base, meta.key, meta.source), meta, max_bytes, reader
+            )
+            for meta in streamed
+        }
+    finally:
+        reader.close()
+
+
+def _stream_order(meta):
+    source = sources.Source.decode(meta.source)
+    return source.stream, source.offset
 
 
 def stored_bytes(data, meta, source, resize_spec=None):

@@ -28,10 +28,12 @@ from imageshards.pool import bounded_map
 from pipelines.assignment.assign import order_key
 from pipelines.core import blocks
 from pipelines.core import counters
+from pipelines.core import sources
 from pipelines.core.settings import BuildConfig
 from pipelines.core.sources import source_path
 from pipelines.validation import images
 from pipelines.writing.encode import read_checked
+from pipelines.writing.encode import read_streamed
 from pipelines.writing.encode import stored_bytes
 from pipelines.writing.sample import sample_count
 from pipelines.writing.sample import shard_summary
@@ -69,6 +71,7 @@ class _WriteShard(beam.DoFn):
         self._io_threads = io_threads
         self._sample = sample
         self._pool = None
+        self._streamed = {}  # {id: bytes} of the shard's inputs of sequential sources
         self._records = counters.counter('written')
         self._bytes = counters.counter('bytes_written')
         self._shards = counters.counter('shards_written')
@@ -167,31 +170,41 @@ class _WriteShard(beam.DoFn):
         """(framed record, the bytes it stores, or None in a `paths` build) of each of `metas`,
         in order: their stored bytes from the payload files validation kept (local runner),
         else read from the inputs again."""
+        if self._format == features.EXAMPLES:  # those that cannot be read one by one, first
+            unkept = [meta for meta in metas if not meta.payload]
+            self._streamed = read_streamed(unkept, self._input_base, self._max_image_bytes)
         if self._format == features.EXAMPLES and any(meta.payload for meta in metas):
-            payloads = self._store.read_payloads(metas, self._stored_bytes, path_of=self._source)
+            payloads = self._store.read_payloads(metas, self._stored_bytes, path_of=self._file)
             for meta, stored in zip(metas, payloads):
                 yield tfrecord.frame(self._encoder.encode(meta, stored)), stored
         elif self._pool:
             yield from bounded_map(self._pool, self._framed_record, metas, 4 * self._io_threads)
         elif self._format == features.EXAMPLES:
-            yield from map(self._framed_record, storage.prefetching(metas, self._source))
+            yield from map(self._framed_record, storage.prefetching(metas, self._file))
         else:  # a `paths` build reads no image
             yield from map(self._framed_record, metas)
 
     def _source(self, meta):
-        return source_path(self._input_base, meta.key)
+        """The input's path, or `container!member` (pipelines/core/sources.py)."""
+        return sources.display_path(self._input_base, meta.key, meta.source)
+
+    def _file(self, meta):
+        """The file of an input that has one of its own (to ask of the kernel ahead), or None."""
+        return None if meta.source else source_path(self._input_base, meta.key)
+
+    def _read(self, meta, source):
+        data = self._streamed.pop(meta.id, None)
+        return data if data is not None else read_checked(source, meta, self._max_image_bytes)
 
     def _stored_bytes(self, meta):
         source = self._source(meta)
-        data = read_checked(source, meta, self._max_image_bytes)
-        return stored_bytes(data, meta, source, self._encoder.resize)
+        return stored_bytes(self._read(meta, source), meta, source, self._encoder.resize)
 
     def _framed_record(self, meta):
         source = self._source(meta)
         stored = None
         if self._format == features.EXAMPLES:
-            data = read_checked(source, meta, self._max_image_bytes)
-            stored = stored_bytes(data, meta, source, self._encoder.resize)
+            stored = stored_bytes(self._read(meta, source), meta, source, self._encoder.resize)
         return tfrecord.frame(self._encoder.encode(meta, stored, source)), stored
 
 

@@ -1,0 +1,62 @@
+"""Archives and arrays on gs://, read where they are on a real GCS emulator: the same records as
+the same files on local disk (but for `image/filename`, which names where each came from)."""
+
+import pytest
+from test_archive_inputs import shard_records
+
+from pipelines import build
+
+import containers_for_tests as made
+import images_for_tests as imgs
+
+pytest_plugins = ['gcs_emulator']
+
+FLAGS = ('--splits', 'train=0.6,test=0.4', '--num-shards', '2', '--seed', '3', '--no-analyze')
+
+
+def _run(*args):
+    return build.run(['--direct_running_mode=in_memory', '--no_auth', *FLAGS, *args])
+
+
+@pytest.fixture(scope='module')
+def files(tmp_path_factory):
+    """A tree, its tar, .tar.gz and zip, its per-class tars, and MNIST-like IDX files."""
+    folder = tmp_path_factory.mktemp('gcs-archives')
+    tree = folder / 'tree'
+    imgs.write_tree(tree, 6, ('ant', 'bee', 'cat'))
+    archived = folder / 'archived'
+    archived.mkdir()
+    made.tar_tree(tree, archived / 'tree.tar')
+    made.tar_tree(tree, archived / 'tree.tgz', 'tree', compress=True)
+    made.zip_tree(tree, archived / 'tree.zip')
+    (folder / 'classes').mkdir()
+    for name in ('ant', 'bee', 'cat'):
+        made.tar_tree(tree / name, folder / 'classes' / f'{name}.tar')
+    (folder / 'mnist').mkdir()
+    made.mnist_like(folder / 'mnist')
+    return folder
+
+
+@pytest.fixture(scope='module')
+def uploaded(gcs, files):
+    for name in ('archived', 'classes', 'mnist'):
+        gcs.upload_tree(files / name, name)
+    return gcs
+
+
+@pytest.mark.parametrize('name', ['archived/tree.tar', 'archived/tree.tgz', 'archived/tree.zip'])
+def test_a_gs_archive_builds_the_records_of_the_local_tree(uploaded, files, tmp_path, name):
+    _run('--input', str(files / 'tree'), '--output', str(tmp_path / 'local'))
+    remote = _run('--input', uploaded.uri(name), '--output', str(tmp_path / 'remote'))
+    assert remote['counts']['written'] == 18
+    assert shard_records(tmp_path / 'remote') == shard_records(tmp_path / 'local')
+
+
+def test_a_gs_folder_of_class_tars_and_of_idx_files(uploaded, files, tmp_path):
+    _run('--input', str(files / 'classes'), '--output', str(tmp_path / 'local'))
+    _run('--input', uploaded.uri('classes'), '--output', str(tmp_path / 'remote'))
+    assert shard_records(tmp_path / 'remote') == shard_records(tmp_path / 'local')
+    local = _run('--input', str(files / 'mnist'), '--output', str(tmp_path / 'mnist-local'))
+    remote = _run('--input', uploaded.uri('mnist'), '--output', str(tmp_path / 'mnist-remote'))
+    assert remote['counts'] == local['counts'] and remote['counts']['written'] == 17
+    assert shard_records(tmp_path / 'mnist-remote') == shard_records(tmp_path / 'mnist-local')
