@@ -216,7 +216,8 @@ class PayloadFile:
         path = FileSystems.join(self._spill_dir, payload_name(self.number))
         if FileSystems.get_scheme(path) is None:
             os.makedirs(self._spill_dir, exist_ok=True)
-            return open(path, 'wb')  # pylint: disable=consider-using-with
+            # pylint: disable-next=consider-using-with
+            return open(path, 'wb', buffering=storage.WRITE_BUFFER)
         return FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED)
 
     def close(self):
