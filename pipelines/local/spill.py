@@ -240,6 +240,11 @@ class PayloadFile:
             return open(path, 'wb', buffering=storage.WRITE_BUFFER)
         return FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED)
 
+    def flush(self):
+        """Writes what the buffer holds: the bytes added so far are then readable."""
+        if self._file is not None:
+            self._file.flush()
+
     def close(self):
         if self._file is not None:
             self._file.close()
