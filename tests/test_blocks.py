@@ -81,6 +81,19 @@ def test_spilled_store_writes_one_file_per_put_and_reads_byte_ranges(tmp_path):
     assert store.get(b'') == b'' and store.metas([b'']) == []
 
 
+def test_a_bundles_puts_go_to_one_file_readable_after_each_put(tmp_path):
+    store = spill.SpillingStore(str(tmp_path / 'blocks'))
+    puts = store.appender()
+    first = puts.put('by-group', [blocks.pack([_meta(1)]), blocks.pack([_meta(2)])])
+    assert store.metas(first) == [_meta(1), _meta(2)]  # before the bundle's end
+    second = puts.put('by-group', iter([b'', blocks.pack([_meta(3), _meta(4)])]))
+    puts.close()
+    (only,) = (tmp_path / 'blocks').iterdir()
+    assert only.name.startswith('by-group-') and {ref[0] for ref in first + second} == {only.name}
+    assert store.metas(second + first) == [_meta(3), _meta(4), _meta(1), _meta(2)]
+    assert blocks.BlockStore().appender().put('x', [b'a']) == [b'a']  # inline: refs are blocks
+
+
 def test_a_spilled_block_cut_short_is_an_error(tmp_path):
     store = spill.SpillingStore(str(tmp_path))
     (ref,) = store.put('v', [blocks.pack([_meta(1)])])
