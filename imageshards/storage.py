@@ -35,6 +35,10 @@ from imageshards.local_reads import prefetching  # noqa: F401
 
 URI_SCHEME = re.compile(r'^[a-zA-Z][a-zA-Z0-9+.-]*://')
 _COPY_BUFFER = 1 << 20
+# A local file written through a buffer this large: a shard's records and the payload files'
+# small images come a few KB a write, and the OS's block-sized default buffer made a system call
+# of nearly each (bench/RESULTS.md, "Build cost per image").
+WRITE_BUFFER = 1 << 20
 
 
 def _fs():
@@ -184,7 +188,7 @@ def create(path):
     if not is_uri(path):  # what Beam's LocalFileSystem does, without importing Beam
         if os.path.dirname(path):
             os.makedirs(os.path.dirname(path), exist_ok=True)
-        return open(path, 'wb')  # pylint: disable=consider-using-with
+        return open(path, 'wb', buffering=WRITE_BUFFER)  # pylint: disable=consider-using-with
     if path.startswith('gs://'):
         return gcs_objects.open_write(path)
     return _fs().create(path, compression_type=_compression())

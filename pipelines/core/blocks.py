@@ -281,6 +281,10 @@ class BlockStore:
         """The block a ref stands for."""
         return ref
 
+    def appender(self) -> 'Puts':
+        """What puts the blocks of one bundle, closed at its end: here, this store's `put`."""
+        return Puts(self)
+
     def metas(self, refs) -> list:
         """Every ImageMeta of the blocks `refs` stand for."""
         return [meta for ref in refs for meta in unpack(self.get(ref))]
@@ -298,6 +302,19 @@ class BlockStore:
         file `path_of(meta)` (if given) asked of the kernel ahead (`storage.prefetching`)."""
         for meta in storage.prefetching(metas, path_of or _nothing):
             yield read_input(meta)
+
+
+class Puts:
+    """A store's `put` for one bundle's blocks; `close` when the bundle is done with it."""
+
+    def __init__(self, store):
+        self._store = store
+
+    def put(self, prefix, blocks) -> list:
+        return self._store.put(prefix, blocks)
+
+    def close(self) -> None:
+        """Nothing to release: each `put` holds nothing open."""
 
 
 def _nothing(unused_meta):

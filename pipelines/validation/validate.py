@@ -108,6 +108,7 @@ class _ValidateWorkItem(beam.DoFn):
         self._rank_groups = rank_groups
         self._pool = None
         self._in_flight = []  # (entries, [future of each's _validate]) of the items in flight
+        self._payloads = self._puts = None  # the bundle's payload file and blocks' appender
         self._listed = counters.counter('listed')
         self._valid = counters.counter('validated')
         self._reencoded = counters.counter('reencoded')
@@ -125,9 +126,11 @@ class _ValidateWorkItem(beam.DoFn):
                 yield beam.pvalue.TaggedOutput(output.tag, _windowed(output.value))
             else:
                 yield _windowed(output)
+        self._close_bundle_files()
         counters.flush()  # the bundle's last counts shown before the runner stops this worker
 
     def teardown(self):
+        self._close_bundle_files()
         if self._pool:
             self._pool.shutdown(cancel_futures=True)
 
@@ -189,8 +192,8 @@ class _ValidateWorkItem(beam.DoFn):
         """The outputs of a work item from the `_validate` outcomes of its entries: its
         rejections, and the block of its valid images' ImageMeta."""
         # The bytes each record will store, kept for the writer (local runner, examples).
-        payloads = None if self._settings.reencode_dir else self._store.payloads()
-        valid = []
+        payloads = None if self._settings.reencode_dir else self._bundle_payloads()
+        valid, done = [], False
         try:
             for outcome in outcomes:
                 if isinstance(outcome, dict):
@@ -207,15 +210,37 @@ class _ValidateWorkItem(beam.DoFn):
                 if kept:
                     meta = meta.with_payload(*kept)
                 valid.append(meta)
+            if payloads:  # on disk before the item's block leaves
+                payloads.flush()
+            done = True
         finally:
-            if payloads:  # also where its disk is full: no file of the build left open
-                payloads.close()
+            if not done:  # also where its disk is full: no file of the build left open
+                self._close_bundle_files()
         self._valid.inc(len(valid))
         counters.advance(counters.VALIDATE, len(entries))
+        if self._puts is None:
+            self._puts = self._store.appender()
         if valid and self._rank_groups:
-            yield from self._rank_groups.keyed_blocks(valid, self._store)
+            yield from self._rank_groups.keyed_blocks(valid, self._puts)
         elif valid:
-            yield from self._store.put('validated', [blocks.pack(valid)])
+            yield from self._puts.put('validated', [blocks.pack(valid)])
+
+    def _bundle_payloads(self):
+        """The bundle's payload file, where the store keeps one (else None): one file for all of
+        a bundle's work items, as creating a file costs more than writing a work item's small
+        images (bench/RESULTS.md, "Build cost per image"); so do its blocks (`_puts`)."""
+        if self._payloads is None:
+            self._payloads = self._store.payloads()
+        return self._payloads
+
+    def _close_bundle_files(self):
+        payloads, puts, self._payloads, self._puts = self._payloads, self._puts, None, None
+        try:
+            if puts is not None:
+                puts.close()
+        finally:
+            if payloads is not None:
+                payloads.close()
 
     def _validate(self, entry, reader=None):
         """(ImageMeta, the bytes its record stores where small, else None) of a valid input read
