@@ -56,7 +56,7 @@ class Reader:
     def __init__(self, contiguous=False, max_open=8):
         self._contiguous = contiguous
         self._max_open = max_open
-        self._open = {}  # container -> _Handle, oldest first
+        self._open = {}  # container -> RangeReader, oldest first
         self._streams = {}  # Source.stream -> _Stream
 
     def read(self, path, source, max_bytes) -> bytes:
@@ -92,7 +92,7 @@ class Reader:
     def _handle(self, container):
         handle = self._open.pop(container, None)
         if handle is None:
-            handle = _Handle(container, self._contiguous)
+            handle = RangeReader(container, self._contiguous)
             while len(self._open) >= self._max_open:
                 self._open.pop(next(iter(self._open))).close()
         self._open[container] = handle  # the most recent last
@@ -119,9 +119,9 @@ def thread_reader() -> Reader:
     return reader
 
 
-class _Handle:
-    """A container open for reads of byte ranges: a local file's descriptor, or a remote
-    object's stream (contiguous reads) or ranged requests."""
+class RangeReader:
+    """A container open for reads of byte ranges: a local file's descriptor (one `pread`, no
+    seek, a read), or a remote object's stream (contiguous reads) or ranged requests."""
 
     def __init__(self, container, contiguous):
         self._container = container

@@ -4,8 +4,6 @@ their own names or (Kaggle-style files: `id_code,diagnosis`) by --path-column, -
 levels (pipelines/inputs/manifests.py reads the rows).
 """
 
-import csv
-import io
 import logging
 
 from imageshards import features
@@ -116,26 +114,20 @@ class Choice:
 
 def read_chosen_csv_rows(f, manifest, choice):
     """The rows of a CSV whose columns --path-column and the others choose."""
-    text = io.TextIOWrapper(f, encoding='utf-8-sig', errors='surrogateescape', newline='')
-    reader = csv.reader(text)
+    reader = vertex.csv_reader(f)
     header = next(reader, [])
     columns = choice.columns(header, manifest)
-    while True:
-        try:
-            cells = next(reader)
-        except StopIteration:
-            return
-        except csv.Error as e:
-            yield None, f'unreadable CSV row: {e}', reader.line_num
+    for cells, problem, line in vertex.csv_cells(reader):
+        if problem:
+            yield None, problem, line
+        elif not cells:
             continue
-        if not cells:
-            continue
-        if len(cells) != len(header):
-            yield None, f'row has {len(cells)} fields, the header {len(header)}', reader.line_num
+        elif len(cells) != len(header):
+            yield None, f'row has {len(cells)} fields, the header {len(header)}', line
         elif not all(file_names.is_utf8(cell) for cell in cells):
-            yield None, 'row is not valid UTF-8', reader.line_num
+            yield None, 'row is not valid UTF-8', line
         else:
-            yield choice.row(dict(zip(header, cells)), columns, manifest), '', reader.line_num
+            yield choice.row(dict(zip(header, cells)), columns, manifest), '', line
 
 
 def read_chosen_jsonl_rows(f, manifest, choice):

@@ -55,17 +55,10 @@ def is_vertex_csv_row(fields):
 def read_csv_rows(f, manifest, columns):
     """(row, problem, line) of each row of a Vertex AI CSV import file."""
     del manifest, columns
-    text = io.TextIOWrapper(f, encoding='utf-8-sig', errors='surrogateescape', newline='')
-    reader = csv.reader(text)
-    while True:
-        try:
-            fields = next(reader)
-        except StopIteration:
-            return
-        except csv.Error as e:
-            yield None, f'unreadable CSV row: {e}', reader.line_num
+    for fields, problem, line in csv_cells(csv_reader(f)):
+        if problem:
+            yield None, problem, line
             continue
-        line = reader.line_num
         if not any(field.strip() for field in fields):
             continue  # a blank line is no row
         if not all(file_names.is_utf8(field) for field in fields):
@@ -85,6 +78,27 @@ def read_jsonl_rows(f, manifest, columns):
     for number, raw in enumerate(f, start=1):
         if raw.strip():
             yield *_jsonl_row(raw), number
+
+
+def csv_reader(f):
+    """A csv.reader over a binary file: UTF-8 with or without a BOM, bytes that are not UTF-8
+    kept (surrogates) for the row's check to name."""
+    text = io.TextIOWrapper(f, encoding='utf-8-sig', errors='surrogateescape', newline='')
+    return csv.reader(text)
+
+
+def csv_cells(reader):
+    """(cells, '', line) of each row `reader` has left, or (None, problem, line) of a row the
+    csv module cannot read (e.g. a field over its size limit); line: where the row ends."""
+    while True:
+        try:
+            cells = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as e:
+            yield None, f'unreadable CSV row: {e}', reader.line_num
+            continue
+        yield cells, '', reader.line_num
 
 
 def json_object(raw):

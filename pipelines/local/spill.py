@@ -33,6 +33,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from imageshards import storage
 from pipelines.core import blocks
+from pipelines.core.reading import RangeReader
 from pipelines.core.sources import SMALL_INPUT_BYTES
 
 PAYLOAD_MAX_BYTES = SMALL_INPUT_BYTES
@@ -135,7 +136,9 @@ class SpillingStore(blocks.BlockStore):
         handle = self._open_payloads.get(path)
         if handle is None:
             self._open_payloads.clear()  # one file open at a time: reads come sorted by file
-            handle = self._open_payloads[path] = _PayloadReader(path)
+            # Local: one pread a read, where a buffered file's seek and read cost more than the
+            # read of a few-KB image (bench/RESULTS.md, "Build cost per image").
+            handle = self._open_payloads[path] = RangeReader(path, contiguous=True)
         data = handle.read(meta.payload_offset, meta.num_bytes)
         if len(data) != meta.num_bytes:
             raise OSError(f'{path}: expected {meta.num_bytes} bytes at {meta.payload_offset}')
@@ -188,33 +191,6 @@ class _Handles(dict):
         for handle in self.values():
             handle.close()
         super().clear()
-
-
-class _PayloadReader:
-    """One payload file open for reads at offsets: a local one through its descriptor, one
-    system call a read, where a buffered file's seek and read cost more than the read itself
-    for an image of a few KB (bench/RESULTS.md, "Build cost per image")."""
-
-    def __init__(self, path):
-        self._fd = self._file = None
-        if FileSystems.get_scheme(path) is None:
-            self._fd = os.open(path, os.O_RDONLY)
-        else:
-            self._file = FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
-
-    def read(self, offset, length):
-        if self._fd is not None:
-            return os.pread(self._fd, length, offset)
-        self._file.seek(offset)
-        return self._file.read(length)
-
-    def close(self):
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-        if self._file is not None:
-            self._file.close()
-            self._file = None
 
 
 class _AppendedPuts(blocks.Puts):
