@@ -7,6 +7,8 @@ groups of skewed sizes, planted near-duplicates).
                                                 and --near-duplicates, StratifiedGroupKFold
     python -m bench.trusted_splits grow DATA    80% then 100% with --splits-from: moved, LD
                                                 (--grow-by groups: the new 20% are new groups)
+    python -m bench.trusted_splits search N     CPU per pair of the banded search's compare
+                                                step, over N random hashes (DATA is N here)
     python -m bench.trusted_splits build DATA   the build with and without --near-duplicates,
                                                 alternated (whole commands, CPU and wall)
 
@@ -131,6 +133,26 @@ def pairs(data):
             f'ours = imagededup on {same} of {len(paths)}; bits apart median '
             f'{statistics.median(apart)}, max {max(apart)}'
         )
+
+
+def search_cost(count):
+    """Nanoseconds per pair compared of `neighbours.close_pairs` over `count` random distinct
+    64-bit hashes (one bucket, every pair compared): what docs/scaling.md scales to 100M."""
+    from pipelines.assignment import neighbours  # pylint: disable=import-outside-toplevel
+
+    hashes = np.unique(np.random.default_rng(0).integers(0, 2**63, count, dtype=np.int64))
+    hashes = hashes.astype(np.uint64)
+    ids = np.arange(len(hashes), dtype=np.int64)
+    times = []
+    for _ in range(3):
+        started = time.process_time()
+        neighbours.close_pairs(hashes, ids, 10)
+        times.append(time.process_time() - started)
+    pairs_compared = len(hashes) * (len(hashes) - 1) / 2
+    print(
+        f'close_pairs over {len(hashes)} distinct hashes: CPU {min(times):.2f} s (best of 3), '
+        f'{min(times) / pairs_compared * 1e9:.2f} ns a pair'
+    )
 
 
 def _by_kind(truth, hash_of):
@@ -334,7 +356,7 @@ def build_times(data, work, rounds):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    parser.add_argument('what', choices=('pairs', 'splits', 'grow', 'build'))
+    parser.add_argument('what', choices=('pairs', 'splits', 'grow', 'build', 'search'))
     parser.add_argument('data')
     parser.add_argument('--work', default='/tmp/trusted_splits')
     parser.add_argument('--rounds', type=int, default=3)
@@ -342,6 +364,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.what == 'pairs':
         pairs(args.data)
+    elif args.what == 'search':
+        search_cost(int(args.data))
     elif args.what == 'splits':
         splits(args.data, args.work)
     elif args.what == 'grow':
