@@ -99,6 +99,27 @@ def plural(count, noun, nouns=None):
     return f'{count:,} {word}'
 
 
+def unconfigure_in_forked_child():
+    """In a process forked from one that ran `configure_logging` (the local runner's workers,
+    forked from the build's launcher): logging and stderr as a process started anew has them.
+    Its Python writes to fd 2 again, which the launcher's filter reads, and its records go only
+    where its own code (Beam's worker) sends them, not twice."""
+    global _native  # pylint: disable=global-statement
+    if _native is not None:  # its thread is not in this process; its copy of the real stderr,
+        # held here, would keep a reader of the command's stderr waiting for this process
+        sys.stderr.close()
+        _native = None
+    sys.stderr = sys.__stderr__
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        if isinstance(handler, _CurrentStderr):
+            root.removeHandler(handler)
+    root.setLevel(logging.WARNING)
+    for name in (*OUR_PACKAGES, *_THIRD_PARTY, 'py.warnings'):
+        logging.getLogger(name).setLevel(logging.NOTSET)
+    logging.captureWarnings(False)
+
+
 def duration(seconds):
     """`4.2 s`, `3 min 07 s`, `2 h 05 min`: an elapsed time as a person reads it."""
     if seconds < 60:

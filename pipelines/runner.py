@@ -212,6 +212,13 @@ def watch_workers(verbose) -> None:
     worker_watch.watch_workers(verbose)
 
 
+def imports_done() -> None:
+    """In the launcher, once it has imported everything and frozen it, before it makes a thread
+    or a channel: forks what the command started early and waits for it (the local workers'
+    serving process, pipelines/local/early.py)."""
+    early.imports_done()
+
+
 def stop_early_processes() -> None:
     """Stops what the command started before Beam loaded (pipelines/local/early.py) and no build
     took, or a build is done with."""

@@ -24,6 +24,7 @@ import pytest
 from imageshards import layout
 from imageshards import lifeline
 from imageshards import output_lock
+from pipelines.local import warm_workers
 
 import images_for_tests as imgs
 
@@ -85,6 +86,14 @@ def _error_lines(stderr):
     return [line.split(' ERROR ', 1)[1] for line in stderr.splitlines() if ' ERROR ' in line]
 
 
+def _serving(process):
+    """Whether `process` is the workers' serving process or one it forked: forked from the
+    launcher and named so (pipelines/local/warm_workers.py), or started as `serve`."""
+    return process.name() == warm_workers.SERVER_NAME.decode() or (
+        'warm_workers serve' in ' '.join(process.cmdline())
+    )
+
+
 def _workers(command, forked_only=False):
     """The worker processes of a running build command, once there are any."""
     deadline = time.monotonic() + 120
@@ -93,10 +102,11 @@ def _workers(command, forked_only=False):
         for process in psutil.Process(command.pid).children(recursive=True):
             try:
                 line, parent = ' '.join(process.cmdline()), process.parent()
-                served = parent is not None and 'warm_workers serve' in ' '.join(parent.cmdline())
+                served = parent is not None and _serving(parent)
+                forked = _serving(process) and served
             except psutil.NoSuchProcess:
                 continue
-            if 'warm_workers serve' in line and served:  # a worker forked for a claim
+            if forked:  # a worker forked for a claim
                 found.append(process)
             elif not forked_only and ('sdk_worker_main' in line or 'warm_workers claim' in line):
                 found.append(process)

@@ -1,8 +1,9 @@
 """What the `imageshards build` command starts before it imports Beam, so that the seconds of
 importing it are not spent waiting: the early listing of a local tree
-(pipelines/local/early_listing.py), and either the tf.Transform graph process
-(pipelines/local/transform_writer.py) or the local runner's warm workers
-(pipelines/local/warm_workers.py), whose imports would otherwise take the same core.
+(pipelines/local/early_listing.py), the tf.Transform graph process
+(pipelines/local/transform_writer.py) where the build analyses, and the local runner's warm
+workers (pipelines/local/warm_workers.py), whose serving process the launcher forks once it has
+imported (`imports_done`).
 
 Each is a guess from the command line alone; a build that turns out not to want one stops it,
 and `stop_untaken` stops whatever no build took. No Beam here: imported before Beam is.
@@ -28,8 +29,17 @@ def start(argv) -> None:
     local_analysis = not (
         flags & set(_NO_LOCAL_ANALYSIS) or any('dataflow' in arg.lower() for arg in argv)
     )
-    if not (local_analysis and transform_writer.start_early(config)):
-        warm_workers.start_early(argv)  # else its imports take the time the workers' would
+    if local_analysis:
+        transform_writer.start_early(config)
+    # Its serving process is forked from the launcher once it has imported Beam
+    # (`imports_done`): it imports nothing of its own, so it is wanted beside the tf.Transform
+    # process too.
+    warm_workers.start_early(argv, fork=True)
+
+
+def imports_done() -> None:
+    """In the launcher, its imports done and frozen, no thread nor channel made yet."""
+    warm_workers.serve_from_here()
 
 
 def stop_untaken() -> None:

@@ -1,21 +1,27 @@
-"""The local runner's worker processes, their imports done while the launcher imports Beam.
+"""The local runner's worker processes, forked from the launcher once it has imported Beam.
 
 The FnApiRunner starts its workers (`python -m apache_beam.runners.worker.sdk_worker_main`,
 one per core) once the pipeline runs, and each then imports Beam after the launcher has
-imported it too: on a small machine, the build's second core idles through most of the
-launcher's first seconds, then every core spends a second more on the same imports before any
-image is read (bench/RESULTS.md, "Against the peers, with the workers' imports done early").
-So the `imageshards build` command starts
-one process first (`start_early`, beside the early listing) that imports what a worker needs,
-once, and waits. The runner's worker command then is `python -m pipelines.local.warm_workers claim
-FOLDER`, a process of no imports that takes a slot and hands it the environment the runner gave
-the command (where to reach the runner, the pipeline options, the progress folder); the waiting
-process forks a worker for it, which runs Beam's worker in that environment, and the claim
-waits for that worker to end and exits with its status, as the runner expects of the process it
-started. Forking is safe there: that process has one thread and has opened no gRPC channel.
-With no slot left, the claim becomes Beam's own worker.
+imported it too: on a small machine, every core spends a second more on the same imports before
+any image is read (bench/RESULTS.md, "Against the peers, with the workers' imports done early").
+So the `imageshards build` command makes a folder of worker slots first (`start_early`, beside
+the early listing), and the launcher, once its imports are done and before it starts a thread
+or opens a channel, forks the **serving process** (`serve_from_here`): a copy of it that waits,
+with every module a worker needs already imported, at no CPU of its own (bench/RESULTS.md,
+"Build cost per image", measures what a serving process that imported for itself cost). The
+runner's worker command then is `python -m pipelines.local.warm_workers claim FOLDER`, a process
+of no imports that takes a slot and hands it the environment the runner gave the command (where
+to reach the runner, the pipeline options, the progress folder); the serving process forks a
+worker for it, which runs Beam's worker in that environment, and the claim waits for that
+worker to end and exits with its status, as the runner expects of the process it started.
+Forking is safe there: the serving process has one thread and has opened no gRPC channel.
+With no slot left, or no serving process, the claim becomes Beam's own worker.
 
-    python -m pipelines.local.warm_workers serve FOLDER   the waiting process
+Where no launcher of ours forks it (a build run from Python, `start_early(argv, fork=False)`),
+the serving process is `python -m pipelines.local.warm_workers serve FOLDER`, which imports what
+a worker needs itself while the launcher imports Beam.
+
+    python -m pipelines.local.warm_workers serve FOLDER   a serving process that imports
     python -m pipelines.local.warm_workers claim FOLDER   the runner's worker command
 
 FOLDER/free/N is there until a claim takes slot N (a rename: one claim wins); FOLDER/slots/N/
@@ -23,6 +29,7 @@ then gets the claim's `environment.json`, the forked worker's `pid` and the `exi
 leaves. No Beam at module level: the build command imports this before Beam.
 """
 
+import ctypes
 import gc
 import importlib
 import json
@@ -31,6 +38,7 @@ import os
 import select
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -42,6 +50,8 @@ CLAIMED = 'claimed-'  # FOLDER/free/N, once taken
 SERVER = 'server.pid'  # the serving process's
 BEAM_WORKER = 'apache_beam.runners.worker.sdk_worker_main'
 _POLL_SECONDS = 0.01
+SERVER_NAME = b'warm_workers'  # the forked serving process's name (`ps -o comm`), and its workers'
+_PR_SET_NAME = 15
 # What a worker unpickles the build's steps from: the modules of their DoFns and functions
 # (pipelines/steps.py composes them; a test checks that this names every stage module it
 # imports), and the local runner's block store, pickled into them.
@@ -64,20 +74,44 @@ _early = None  # the WarmWorkers `start_early` started, until the build ends
 
 
 class WarmWorkers:
-    """The serving process for `count` workers, and its folder."""
+    """The serving process for `count` workers, and its folder. With `fork`, the process is
+    made by `serve_from_here`, in the launcher, once it has imported; else started now."""
 
-    def __init__(self, count):
+    def __init__(self, count, fork=False):
         self.folder = tempfile.mkdtemp(prefix='imageshards-workers-')
         self.count = count
         for index in range(count):
             os.makedirs(os.path.join(self.folder, 'slots', str(index)))
-        self._process = subprocess.Popen(  # pylint: disable=consider-using-with
-            [sys.executable, '-m', __name__, 'serve', self.folder]
-        )
-        _write_atomically(os.path.join(self.folder, SERVER), str(self._process.pid).encode())
+        self._process = self._pid = None
+        if not fork:
+            self._process = subprocess.Popen(  # pylint: disable=consider-using-with
+                [sys.executable, '-m', __name__, 'serve', self.folder]
+            )
+            self._serving(self._process.pid)
+
+    @property
+    def serving(self) -> bool:
+        """Whether a serving process was started (claims can take its workers)."""
+        return self._process is not None or self._pid is not None
+
+    def fork(self) -> None:
+        """Forks the serving process from this one: call once what a worker needs is imported,
+        before a thread or a gRPC channel is made, and after `gc.freeze()`."""
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover (the child; tests see what it serves)
+            status = 1
+            try:
+                status = _serve_forked(self.folder)
+            finally:
+                os._exit(status)  # pylint: disable=protected-access
+        self._serving(pid)
+
+    def _serving(self, pid):
+        _write_atomically(os.path.join(self.folder, SERVER), str(pid).encode())
         os.makedirs(os.path.join(self.folder, 'free'))
-        for index in range(count):  # claimable once the server's pid is there to watch
+        for index in range(self.count):  # claimable once the server's pid is there to watch
             open(os.path.join(self.folder, 'free', str(index)), 'wb').close()
+        self._pid = pid
 
     @property
     def command(self) -> str:
@@ -92,18 +126,26 @@ class WarmWorkers:
     def close(self) -> None:
         """Stops the workers still running (a claimed one has ended with the pipeline) and
         removes the folder."""
-        if self._process.poll() is None:
-            self._process.kill()
-        self._process.wait()
+        if self._process is not None:
+            if self._process.poll() is None:
+                self._process.kill()
+            self._process.wait()
+        elif self._pid is not None:
+            try:
+                os.kill(self._pid, signal.SIGKILL)
+                os.waitpid(self._pid, 0)
+            except (ProcessLookupError, ChildProcessError):  # reaped or gone already
+                pass
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def start_early(argv) -> WarmWorkers | None:
-    """Starts the workers now where `argv` (the build's arguments) runs the local runner with
-    worker processes: no --runner, --dry_run, --config (it may name another runner) or help,
-    and `--direct_running_mode`, if given, multi_processing; and on Linux (pidfds, and forking
-    a process that imported gRPC but opened nothing, which macOS does not promise to allow).
-    Returns the WarmWorkers, or None.
+def start_early(argv, fork=False) -> WarmWorkers | None:
+    """Starts the workers now (with `fork`: their folder now, their serving process when the
+    launcher calls `serve_from_here`) where `argv` (the build's arguments) runs the local runner
+    with worker processes: no --runner, --dry_run, --config (it may name another runner) or
+    help, and `--direct_running_mode`, if given, multi_processing; and on Linux (pidfds, and
+    forking a process that imported gRPC but opened nothing, which macOS does not promise to
+    allow). Returns the WarmWorkers, or None.
     """
     global _early  # pylint: disable=global-statement
     if not hasattr(os, 'pidfd_open') or not hasattr(os, 'fork'):
@@ -117,14 +159,24 @@ def start_early(argv) -> WarmWorkers | None:
         count = int(values.get('--direct_num_workers') or 0) or os.cpu_count() or 1
     except ValueError:
         return None  # the build itself says what is wrong with it
-    _early = WarmWorkers(count)
+    _early = WarmWorkers(count, fork)
     return _early
+
+
+def serve_from_here() -> None:
+    """In the launcher, its imports done: forks the serving process of the workers
+    `start_early(argv, fork=True)` made the folder of; nothing where there are none to serve."""
+    if _early is not None and not _early.serving:
+        try:
+            _early.fork()
+        except OSError as e:  # no process to be had: claims become Beam's own workers
+            _LOG.debug('the workers started early cannot be served: %s', e)
 
 
 def worker_command(num_workers) -> str | None:
     """The worker command for a local run of `num_workers` worker processes: the early workers',
     where they were started for as many; else None (Beam's own)."""
-    if _early is not None and _early.count == num_workers:
+    if _early is not None and _early.serving and _early.count == num_workers:
         return _early.command
     return None
 
@@ -140,8 +192,7 @@ def stop_untaken() -> None:
 
 
 def serve(folder) -> int:
-    """The waiting workers: imports what a worker needs once; then, as claims hand the slots
-    their environments, forks a worker for each, and waits for them to end."""
+    """A serving process started anew: imports what a worker needs once, then serves."""
     # pylint: disable=import-outside-toplevel
     # Nothing to collect among what the imports make, only to walk again and again (a fifth of
     # their CPU): the collector is off until they are frozen.
@@ -155,6 +206,33 @@ def serve(folder) -> int:
     # each full collection (and copy, page by page, as the walk touches them).
     gc.freeze()
     gc.enable()
+    return _serve(sdk_worker_main, folder)
+
+
+def _serve_forked(folder) -> int:
+    """The serving process forked from the launcher, which has imported (and frozen) it all."""
+    # pylint: disable=import-outside-toplevel
+    from apache_beam.runners.worker import sdk_worker_main
+
+    from imageshards import console
+
+    console.unconfigure_in_forked_child()
+    _name_this_process(SERVER_NAME)
+    return _serve(sdk_worker_main, folder)
+
+
+def _name_this_process(name):
+    """Sets this process's name (`ps -o comm`, psutil's `name()`; Linux), which its forks keep:
+    its command line is the launcher's."""
+    try:
+        ctypes.CDLL(None).prctl(_PR_SET_NAME, ctypes.c_char_p(name), 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _serve(sdk_worker_main, folder):
+    """As claims hand the slots their environments, forks a worker for each, and waits for them
+    to end."""
     slots = os.path.join(folder, 'slots')
     waiting, children = set(os.listdir(slots)), []
     while waiting:
