@@ -6,6 +6,7 @@ import hashlib
 import pytest
 
 from imageshards import storage
+from imageshards.file_names import to_bytes as key_bytes
 from pipelines.core import blocks
 from pipelines.core.blocks import ImageMeta
 from pipelines.local import spill
@@ -49,6 +50,15 @@ def test_pack_round_trips_every_field():
     block = blocks.pack(metas)
     assert blocks.unpack(block) == metas
     assert blocks.unpack(blocks.pack([])) == []
+    # Split without unpacking: each image's key bytes, label and packed bytes, which join in
+    # any order into the block of the metas in that order.
+    split = blocks.split(block)
+    assert [(key, label) for key, label, _ in split] == [
+        (key_bytes(meta.key), meta.label) for meta in metas
+    ]
+    assert [packed for _, _, packed in split] == [blocks.pack([meta]) for meta in metas]
+    assert blocks.unpack(b''.join(packed for _, _, packed in split[::-1])) == metas[::-1]
+    assert blocks.split(b'') == []
     # About a hundred bytes per image: what every shuffle carries instead of Python objects.
     assert len(blocks.pack([_meta(i) for i in range(1000)])) < 120 * 1000
 

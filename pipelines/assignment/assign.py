@@ -40,8 +40,13 @@ def shuffle_hash(seed, purpose, key):
     """A 64-bit value uniform over keys, fixed by (seed, purpose, key): the first 8 bytes of
     the SHA-256 of f'{seed}\\0{purpose}\\0{key}', the key as its file name's bytes (UTF-8 for a
     name that is UTF-8: imageshards/file_names.py)."""
+    return key_bytes_hash(seed, purpose, file_names.to_bytes(key))
+
+
+def key_bytes_hash(seed, purpose, key):
+    """shuffle_hash of the key whose file name's bytes are `key`."""
     digest = _salted(seed, purpose).copy()
-    digest.update(file_names.to_bytes(key))
+    digest.update(key)
     return int.from_bytes(digest.digest()[:8], 'big')
 
 
@@ -144,15 +149,19 @@ class _PlaceInShards(beam.DoFn):
 
     def process(self, grouped, plan):
         (group, _, bucket), counted = grouped
-        by_label = collections.defaultdict(list)  # one label; in a multi-label build, sets
-        for meta in self._store.metas(value[0] for value in counted):
-            by_label[meta.label].append(meta)
+        # Images are ranked and regrouped as they are packed (blocks.split), never unpacked:
+        # [(rank, the key's bytes, the packed image)] per label; in a multi-label build, per set.
+        by_label = collections.defaultdict(list)
+        seed = self._seed
+        for value in counted:
+            for key, label, packed in blocks.split(self._store.get(value[0])):
+                by_label[label].append((key_bytes_hash(seed, RANK_SALT, key), key, packed))
         by_shard = collections.defaultdict(list)
-        for label, metas in by_label.items():
-            ranked = sorted(metas, key=lambda meta: (_rank_hash(self._seed, meta), meta.key))
+        for label, ranked in by_label.items():
+            ranked.sort()  # by rank, ties (a 64-bit collision) by the key's bytes
             for split, shard, start, end in plan.runs(group, label, bucket, len(ranked)):
-                by_shard[(split, shard)] += ranked[start:end]
-        refs = self._store.put('placed', [blocks.pack(metas) for metas in by_shard.values()])
+                by_shard[(split, shard)] += (image[2] for image in ranked[start:end])
+        refs = self._store.put('placed', [b''.join(packed) for packed in by_shard.values()])
         yield from zip(by_shard, refs)
 
 

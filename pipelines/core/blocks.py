@@ -268,6 +268,24 @@ def unpack(block) -> list:
     return metas
 
 
+def split(block) -> list:
+    """(key's bytes, label, the image's packed bytes) of each image of a block, in the order
+    they were packed: what a step that only regroups and reorders images needs, at a fraction
+    of `unpack`'s cost; `b''.join` of any of them is a block again."""
+    images, position, size = [], 0, len(block)
+    while position < size:
+        start = position
+        fixed = _FIXED.unpack_from(block, position)
+        label, key_len, num_levels, flags = fixed[1], fixed[10], fixed[15], fixed[16]
+        position += _FIXED.size
+        key = block[position : position + key_len]
+        position += key_len + fixed[11] + fixed[12] + fixed[13] + fixed[14]
+        if flags or num_levels:  # a label set, levels, a tail: where the image ends
+            label, _, _, position = _labels(block, position, label, num_levels, flags)
+        images.append((key, label, block[start:position]))
+    return images
+
+
 class BlockStore:
     """Keeps blocks inline: a ref is its block. The interface every store has; configuration
     only, so that it pickles into every DoFn that puts or gets blocks."""

@@ -120,27 +120,33 @@ class SpillingStore(blocks.BlockStore):
                 size += metas[end].num_bytes if metas[end].payload else 0
                 end += 1
             window = metas[start:end]
+            found = [None] * len(window)
             kept = sorted(
-                (i for i in range(len(window)) if window[i].payload),
-                key=lambda i: _payload_position(window[i]),
+                (m.payload, m.payload_offset, i) for i, m in enumerate(window) if m.payload
             )
-            found = {i: self._read_payload(window[i]) for i in kept}
+            for _, _, i in kept:
+                found[i] = self._read_payload(window[i])
             self._open_payloads.clear()
-            ahead = lambda m: None if m.payload or not path_of else path_of(m)
-            for i, meta in enumerate(storage.prefetching(window, ahead)):
-                yield found.pop(i) if meta.payload else read_input(meta)
+            if len(kept) == len(window):  # nothing to read from the inputs
+                yield from found
+            else:
+                ahead = lambda m: None if m.payload or not path_of else path_of(m)
+                for i, meta in enumerate(storage.prefetching(window, ahead)):
+                    yield found[i] if meta.payload else read_input(meta)
+                    found[i] = None
             start = end
 
     def _read_payload(self, meta):
-        path = storage.join(self.spill_dir, payload_name(meta.payload))
-        handle = self._open_payloads.get(path)
+        handle = self._open_payloads.get(meta.payload)
         if handle is None:
             self._open_payloads.clear()  # one file open at a time: reads come sorted by file
+            path = storage.join(self.spill_dir, payload_name(meta.payload))
             # Local: one pread a read, where a buffered file's seek and read cost more than the
             # read of a few-KB image (bench/RESULTS.md, "Build cost per image").
-            handle = self._open_payloads[path] = RangeReader(path, contiguous=True)
+            handle = self._open_payloads[meta.payload] = RangeReader(path, contiguous=True)
         data = handle.read(meta.payload_offset, meta.num_bytes)
         if len(data) != meta.num_bytes:
+            path = storage.join(self.spill_dir, payload_name(meta.payload))
             raise OSError(f'{path}: expected {meta.num_bytes} bytes at {meta.payload_offset}')
         return data
 
@@ -152,10 +158,6 @@ class SpillingStore(blocks.BlockStore):
 
     def __getstate__(self):
         return {'spill_dir': self.spill_dir}
-
-
-def _payload_position(meta):
-    return meta.payload, meta.payload_offset
 
 
 def payload_name(number):
@@ -185,7 +187,7 @@ def _read_local(path, offset, length):
 
 
 class _Handles(dict):
-    """Open payload files, closed when forgotten."""
+    """Open payload files by number, closed when forgotten."""
 
     def clear(self):
         for handle in self.values():

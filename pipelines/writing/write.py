@@ -46,7 +46,8 @@ def count_labels(meta, class_counts, level_counts) -> None:
     without a value as features.MISSING_LEVEL; a multi-label record counts each of its ids."""
     if not isinstance(meta.label, tuple):
         class_counts[meta.label] += 1
-        level_counts.update(enumerate(meta.levels))
+        if meta.levels:  # Counter.update costs as much as the rest, even given nothing
+            level_counts.update(enumerate(meta.levels))
         return
     class_counts.update(meta.label)
     for index, ids in enumerate(meta.levels):
