@@ -28,6 +28,7 @@ it. `example_class` is the message class, from the .proto's schema, for reading 
 """
 
 import functools
+import operator
 import re
 
 from google.protobuf import descriptor_pb2
@@ -177,29 +178,76 @@ def encode_example(fmt, values, levels=(), multi_label=False, original=False, gr
         original: records with the original's size and digest (ORIGINAL_KEYS).
         grouped: records naming their group (GROUP).
     """
-    kind = (fmt, tuple(levels), multi_label, original, grouped)
-    ordered = _sorted_schema(*kind)
-    if values.keys() != _schema_keys(*kind):
+    steps, size = _steps(fmt, tuple(levels), multi_label, original, grouped)
+    parts = []
+    try:
+        if len(values) != size:
+            raise KeyError
+        for step, key, key_field, run in steps:
+            if step is _RUN:  # features whose values repeat: encoded once per value tuple
+                value = key(values)
+                entry = run.get(value)
+                if entry is None:
+                    entry = run.encode(value)
+                parts.append(entry)
+            elif step is _BYTES:  # the image's bytes among them: copied once, by the join
+                _append_bytes_entry(parts, key_field, values[key])
+            elif step is _INT:
+                parts.append(_int_entry(key_field, values[key]))
+            else:
+                parts.append(_entry(key, step, values[key]))
+    except KeyError:
+        ordered = _sorted_schema(fmt, tuple(levels), multi_label, original, grouped)
         raise ValueError(
             f'record keys {sorted(values)} do not match the {fmt} schema '
             f'{sorted(key for key, _, _ in ordered)}'
-        )
-    parts = []
-    for key, kind, repeating in ordered:
-        value = values[key]
-        if repeating:  # a handful of values across a whole build: encoded once each
-            entry = _ENTRIES.get((key, value))
-            if entry is None:
-                if len(_ENTRIES) > _MAX_ENTRIES:
-                    _ENTRIES.clear()
-                entry = _ENTRIES[(key, value)] = _entry(key, kind, value)
-            parts.append(entry)
-        elif kind != 'bytes':
-            parts.append(_entry(key, kind, value))
-        else:  # the image's bytes among them: headers only, the bytes copied once by the join
-            _append_bytes_entry(parts, _KEY_FIELDS[key], value)
+        ) from None
     features_bytes = b''.join(parts)
     return _header(0x0A, len(features_bytes)) + features_bytes  # Example.features
+
+
+_RUN, _BYTES, _INT = 'run', 'bytes', 'int64'
+
+
+class _Run(dict):
+    """Consecutive features (in the serialized order) whose values repeat from record to
+    record: their entries, encoded together, by their values' tuple."""
+
+    def __init__(self, keys_and_kinds):
+        super().__init__()
+        self.keys_and_kinds = keys_and_kinds
+
+    def encode(self, value):
+        values = value if len(self.keys_and_kinds) > 1 else (value,)
+        if len(self) > _MAX_ENTRIES:
+            self.clear()
+        self[value] = b''.join(
+            _entry(key, kind, one) for (key, kind), one in zip(self.keys_and_kinds, values)
+        )
+        return self[value]
+
+
+@functools.cache
+def _steps(fmt, levels, multi_label, original, grouped):
+    """((step, key or getter, key field, _Run or None), ...) that encode a record's features in
+    the serialized order, and their number. A run of repeating features is one step, its
+    values got at once (operator.itemgetter); a single bytes or int64 value has a step of its
+    own kind; any other kind (a list) the general `_entry`."""
+    ordered = _sorted_schema(fmt, levels, multi_label, original, grouped)
+    steps, run = [], []
+    for index, (key, kind, repeating) in enumerate(ordered):
+        if repeating:
+            run.append((key, kind))
+            if index + 1 < len(ordered) and ordered[index + 1][2]:
+                continue  # the run goes on
+            getter = operator.itemgetter(*(key for key, _ in run))
+            steps.append((_RUN, getter, None, _Run(tuple(run))))
+            run = []
+        elif kind in (_BYTES, _INT):
+            steps.append((kind, key, _KEY_FIELDS[key], None))
+        else:
+            steps.append((kind, key, None, None))
+    return tuple(steps), len(ordered)
 
 
 def _append_bytes_entry(parts, key_field, value):
@@ -210,6 +258,15 @@ def _append_bytes_entry(parts, key_field, value):
     entry_value = _header(0x12, len(feature) + len(bytes_list) + len(data))  # entry value
     size = len(key_field) + len(entry_value) + len(feature) + len(bytes_list) + len(data)
     parts += (_header(0x0A, size), key_field, entry_value, feature, bytes_list, data)
+
+
+def _int_entry(key_field, value):
+    """The map entry `_entry` makes of a single int64 feature, its key field given."""
+    numbers = _varint(value)
+    int64_list = _header(0x0A, len(numbers)) + numbers  # Int64List.value, packed
+    feature = _header(0x1A, len(int64_list)) + int64_list  # Feature.int64_list
+    entry_value = _header(0x12, len(feature)) + feature
+    return _header(0x0A, len(key_field) + len(entry_value)) + key_field + entry_value
 
 
 def _entry(key, kind, value):
@@ -225,15 +282,10 @@ def _entry(key, kind, value):
     return _delimited(0x0A, _KEY_FIELDS[key] + _delimited(0x12, feature))
 
 
-# Features whose values repeat from record to record, and the entries encoded for them.
+# Features whose values repeat from record to record: their entries are encoded once per value
+# (at most _MAX_ENTRIES kept per run of them).
 _REPEATING = frozenset([FORMAT, HEIGHT, WIDTH, CHANNELS, LABEL, LABEL_TEXT])
-_ENTRIES = {}
 _MAX_ENTRIES = 100_000
-
-
-@functools.cache
-def _schema_keys(fmt, levels, multi_label, original, grouped):
-    return frozenset(record_schema(fmt, levels, multi_label, original, grouped))
 
 
 @functools.cache

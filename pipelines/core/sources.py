@@ -30,7 +30,6 @@ start: its container's inputs are validated in one work item, in the container's
 the local runner their bytes are kept for the writer (pipelines/local/spill.py).
 """
 
-import posixpath
 import typing
 
 from imageshards import storage
@@ -47,8 +46,10 @@ MEMBER_SEPARATOR = '!'  # `archive.tar!class/img.jpg`: a member, as people and m
 
 def source_path(base: str, key: str) -> str:
     """The path or URI of the input with this stable key (see `InputEntry.key`)."""
-    if storage.is_uri(key) or posixpath.isabs(key):
+    if key[:1] == '/' or storage.is_uri(key):  # absolute already
         return key
+    if base and base[-1] != '/' and '://' not in base:  # a local folder: os.path.join's result
+        return f'{base}/{key}'
     return storage.join(base, key)
 
 

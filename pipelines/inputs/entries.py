@@ -55,6 +55,8 @@ class InputEntry(typing.NamedTuple):
         """The entry as a JSON list (a listing file's): a path or key that is not UTF-8 as
         file_names.to_json's object in its place."""
         fields = list(self)
+        if self.path.isascii() and self.key.isascii() and self.source.isascii():
+            return fields  # nearly every entry: file_names.is_utf8's own first test
         for index in _PATH_FIELDS:
             if not file_names.is_utf8(fields[index]):
                 fields[index] = file_names.to_json(fields[index])
@@ -158,16 +160,25 @@ class ListingCounts:
                 self.input_bytes += entry.size
                 if entry.size <= SMALL_INPUT_BYTES or sources.is_sequential(entry.source):
                     self.small_input_bytes += entry.size
-            self._labels.update(names_of(entry.label))
-            self._groups[(entry.split, entry.label)] += 1
-            self.grouped = self.grouped or bool(entry.group)
-            if isinstance(entry.label, tuple):  # shuffled by the first label (assign.rank_class)
-                self._rank_groups[(entry.split, entry.label[:1])] += 1
-            for level, value in entry.levels.items():
-                self._level_values[level].update(names_of(value))
-                if isinstance(value, tuple) and len(value) > 1:
-                    self._multi_levels.add(level)
+            label = entry.label
+            if label.__class__ is str:  # one label (names_of's, without its call per input)
+                if label:
+                    self._labels.add(label)
+            else:
+                self._labels.update(label)
+                self._rank_groups[(entry.split, label[:1])] += 1  # by its first (rank_class)
+            self._groups[(entry.split, label)] += 1
+            if entry.group:
+                self.grouped = True
+            if entry.levels:
+                self._add_levels(entry.levels)
         return entry
+
+    def _add_levels(self, levels):
+        for level, value in levels.items():
+            self._level_values[level].update(names_of(value))
+            if isinstance(value, tuple) and len(value) > 1:
+                self._multi_levels.add(level)
 
     @property
     def labels(self) -> list:

@@ -72,7 +72,11 @@ def _sorted_children(folder, follow_symlinks):
             else:
                 kind = 'special'
             walked = kind in ('folder', 'link')
-            name = display(child.name) + ('/' if walked else '')
+            name = child.name
+            if not name.isascii():  # display's own first test, per file, without its call
+                name = display(name)
+            if walked:
+                name += '/'
             children.append((name, child.path, kind, size))
     children.sort(key=_name)
     return [child[1:] for child in children]
