@@ -65,6 +65,16 @@ class ImageMeta(typing.NamedTuple):
 _new_meta = tuple.__new__
 
 
+def new_meta(fields) -> ImageMeta:
+    """The ImageMeta of a tuple of all its fields, in order (what a step makes per image)."""
+    if len(fields) != _NUM_FIELDS:
+        raise TypeError(f'ImageMeta has {_NUM_FIELDS} fields, not {len(fields)}')
+    return _new_meta(ImageMeta, fields)
+
+
+_NUM_FIELDS = len(ImageMeta._fields)  # pylint: disable=protected-access
+
+
 # id, label, height, width, channels, num_bytes, source_crc32c, reencoded, payload,
 # payload_offset, then the byte lengths of key, split, format, sha256 and source_sha256, the
 # number of level int32s and flags (bit 0: a multi-label image; bit 1: a resized one; bit 2: one

@@ -74,6 +74,8 @@ class InputEntry(typing.NamedTuple):
             if len(fields) > _LEVELS_FIELD:
                 levels = fields[_LEVELS_FIELD]
                 fields[_LEVELS_FIELD] = {level: tuple(values) for level, values in levels.items()}
+        if len(fields) == _NUM_FIELDS:  # as written: the tuple as it is, without cls(*fields)'s
+            return tuple.__new__(cls, fields)  # call per input
         return cls(*fields)
 
 
@@ -84,6 +86,7 @@ _PATH_FIELDS = tuple(
 )
 _LABEL_FIELD = InputEntry._fields.index('label')  # pylint: disable=protected-access
 _LEVELS_FIELD = InputEntry._fields.index('levels')  # pylint: disable=protected-access
+_NUM_FIELDS = len(InputEntry._fields)  # pylint: disable=protected-access
 
 
 def names_of(value) -> tuple:

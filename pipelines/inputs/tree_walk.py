@@ -63,12 +63,12 @@ def _sorted_children(folder, follow_symlinks):
     with os.scandir(folder) as scan:
         for child in scan:
             size = -1
-            if child.is_dir(follow_symlinks=False):
+            if child.is_file(follow_symlinks=False):  # most entries: asked first
+                kind, size = 'file', child.stat(follow_symlinks=False).st_size
+            elif child.is_dir(follow_symlinks=False):
                 kind = 'folder'
             elif child.is_symlink():
                 kind = 'link' if follow_symlinks and os.path.isdir(child.path) else 'symlink'
-            elif child.is_file(follow_symlinks=False):
-                kind, size = 'file', child.stat(follow_symlinks=False).st_size
             else:
                 kind = 'special'
             walked = kind in ('folder', 'link')
