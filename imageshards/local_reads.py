@@ -2,7 +2,8 @@
 
 A step that reads many local files in turn (validation, the writer) first asks the kernel to
 fetch the next ones (`prefetching`), so that on a cold page cache the disk works while the
-files before them are checked. The descriptor opened to ask is handed to the read that follows
+files before them are checked; on a warm one, where the first file of a run is in the page
+cache already, the run is not asked for. The descriptor opened to ask is handed to the read that follows
 (`take`, from storage.read_input) instead of being closed and the path opened again: a path
 lookup less per file, which on a warm cache was a third of a small file's read (bench/RESULTS.md,
 "Build cost per image"). At most HELD descriptors wait at once; one that no read takes (its
@@ -31,19 +32,24 @@ def prefetching(items, path_of, ahead=PREFETCH_AHEAD):
     try:
         for start in range(0, len(items), ahead):
             if start == 0:
-                asked += prefetch_local(map(path_of, items[:ahead]))
-            asked += prefetch_local(map(path_of, items[start + ahead : start + 2 * ahead]))
+                asked += prefetch_local(map(path_of, items[:ahead]), probe=True)
+            run = items[start + ahead : start + 2 * ahead]
+            asked += prefetch_local(map(path_of, run), probe=True)
             yield from items[start : start + ahead]
     finally:  # what no read took
         _close(asked)
 
 
-def prefetch_local(paths):
+def prefetch_local(paths, probe=False):
     """Asks the kernel to start reading the local files among `paths` into the page cache, and
     returns at once the paths whose descriptors it keeps for `take`: the reads that follow find
     them there instead of each waiting on the disk in turn (on a cold cache, this halved a build
     of 200,000 small JPEGs: bench/RESULTS.md). Files that cannot be opened are left to the read
-    that reports them."""
+    that reports them.
+
+    With `probe`, the first file is looked for in the page cache first; where it is there, as a
+    warm cache holds a whole run of files, the others are not asked for: asking for files the
+    cache holds costs a fifth of their reads (bench/RESULTS.md, "Build cost per image")."""
     kept = []
     if not hasattr(os, 'posix_fadvise'):
         return kept
@@ -54,6 +60,11 @@ def prefetch_local(paths):
             fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
         except OSError:
             continue
+        if probe:
+            probe = False
+            if _in_page_cache(fd):
+                _hold(path, fd)
+                return [*kept, path]
         try:  # at most PREFETCH_MAX_BYTES: a huge file is rejected by its size, never read
             os.posix_fadvise(fd, 0, PREFETCH_MAX_BYTES, os.POSIX_FADV_WILLNEED)
         except OSError:
@@ -61,6 +72,22 @@ def prefetch_local(paths):
         _hold(path, fd)
         kept.append(path)
     return kept
+
+
+def _in_page_cache(fd):
+    """Whether an open file's first byte is in the page cache: a read that may not wait for the
+    disk (RWF_NOWAIT, Linux 4.14) succeeds. False where that cannot be asked (elsewhere, not a
+    regular file)."""
+    if _NOWAIT is None:
+        return False
+    try:
+        os.preadv(fd, [bytearray(1)], 0, _NOWAIT)
+        return True
+    except OSError:  # EAGAIN: on the disk; or not supported here
+        return False
+
+
+_NOWAIT = getattr(os, 'RWF_NOWAIT', None)
 
 
 def take(path):

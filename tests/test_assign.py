@@ -52,6 +52,12 @@ def test_shuffle_hash_is_the_salted_sha256_of_the_key():
     for seed, purpose, key in ((0, 'rank', 'a'), (42, 'order', 'cat/0001.jpg'), (7, 'rank', 'é')):
         digest = hashlib.sha256(f'{seed}\x00{purpose}\x00{key}'.encode()).digest()
         assert assign.shuffle_hash(seed, purpose, key) == int.from_bytes(digest[:8], 'big')
+        key_bytes = key.encode()
+        assert assign.key_bytes_hash(seed, purpose, key_bytes) == int.from_bytes(digest[:8], 'big')
+    # A record's place in its shard: the order salt's hash, then the key.
+    meta = _meta(3, 0)._replace(key='cat/0001.jpg')
+    order = assign.shuffle_hash(42, assign.ORDER_SALT, meta.key)
+    assert assign.order_key(42, meta) == (order, meta.key)
 
 
 def _place(plan, group, label, bucket, rank_in_bucket):

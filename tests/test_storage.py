@@ -5,11 +5,16 @@ import threading
 
 import pytest
 
+from imageshards import local_reads
 from imageshards import storage
 
 
+@pytest.mark.parametrize('cached', [False, True])
 @pytest.mark.parametrize('count', [0, 1, 3, 4, 5, 11])
-def test_prefetching_yields_every_item_in_order(tmp_path, count):
+def test_prefetching_yields_every_item_in_order(tmp_path, monkeypatch, count, cached):
+    # Files on the disk are all asked for, a run ahead; of a run found in the page cache (its
+    # first file there), only that first file is looked at.
+    monkeypatch.setattr(local_reads, '_in_page_cache', lambda fd: cached)
     paths = []
     for i in range(count):
         path = tmp_path / f'{i}.bin'
@@ -22,11 +27,23 @@ def test_prefetching_yields_every_item_in_order(tmp_path, count):
         return path
 
     yielded = []
-    for path in storage.prefetching(paths, path_of, ahead=4):
-        assert path in asked, 'yielded before its file was asked for'
+    for index, path in enumerate(storage.prefetching(paths, path_of, ahead=4)):
+        run_start = paths[index - index % 4]
+        assert (path if not cached else run_start) in asked, 'yielded before it was asked for'
         yielded.append(path)
     assert yielded == paths
-    assert asked == paths  # each file asked for once, in order
+    assert asked == (paths[::4] if cached else paths)  # each asked for once, in order
+
+
+def test_a_file_just_read_is_found_in_the_page_cache(tmp_path):
+    path = tmp_path / 'x.bin'
+    path.write_bytes(b'x' * 10_000)
+    assert path.read_bytes()
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert local_reads._in_page_cache(fd)  # pylint: disable=protected-access
+    finally:
+        os.close(fd)
 
 
 def test_prefetch_takes_what_it_cannot_open_in_its_stride(tmp_path):
@@ -53,7 +70,8 @@ def _open_descriptors():
     return len(os.listdir('/proc/self/fd'))
 
 
-def test_a_read_after_prefetching_uses_the_descriptor_opened_ahead(tmp_path):
+def test_a_read_after_prefetching_uses_the_descriptor_opened_ahead(tmp_path, monkeypatch):
+    monkeypatch.setattr(local_reads, '_in_page_cache', lambda fd: False)  # as on a cold cache
     paths = []
     for i in range(10):
         path = tmp_path / f'{i}.jpg'

@@ -320,6 +320,8 @@ class _ValidateWorkItem(beam.DoFn):
         """(label level ids, group) of an entry, or its rejection: a missing level value, a
         group name too long to be one."""
         settings = self._settings
+        if not (settings.levels or settings.group_pattern or entry.group):
+            return (), ''  # most builds: no levels, no groups (a microsecond an image, saved)
         try:
             levels = level_ids(entry, settings.levels, settings.allow_missing_levels)
         except MissingLevel as e:
