@@ -3,12 +3,12 @@
 A step that reads many local files in turn (validation, the writer) first asks the kernel to
 fetch the next ones (`prefetching`), so that on a cold page cache the disk works while the
 files before them are checked; on a warm one, where the first file of a run is in the page
-cache already, the run is not asked for. The descriptor opened to ask is handed to the read that follows
-(`take`, from storage.read_input) instead of being closed and the path opened again: a path
-lookup less per file, which on a warm cache was a third of a small file's read (bench/RESULTS.md,
-"Build cost per image"). At most HELD descriptors wait at once; one that no read takes (its
-input rejected before reading, a step that stopped early) is closed when pushed out, or when the
-`prefetching` that opened it ends.
+cache already, the run is not asked for. The descriptor opened to ask is handed to the read
+that follows (`take`, from storage.read_input) instead of being closed and the path opened
+again: a path lookup less per file, which on a warm cache was a third of a small file's read
+(bench/RESULTS.md, "Build cost per image"). At most HELD descriptors wait at once; one that no
+read takes (its input rejected before reading, a step that stopped early) is closed when pushed
+out, or when the `prefetching` that opened it ends.
 """
 
 import collections
