@@ -49,7 +49,7 @@ def prefetch_local(paths, probe=False):
 
     With `probe`, the first file is looked for in the page cache first; where it is there, as a
     warm cache holds a whole run of files, the others are not asked for: asking for files the
-    cache holds costs a fifth of their reads (bench/RESULTS.md, "Build cost per image")."""
+    cache holds costs a fifth of their reads (bench/RESULTS.md, "Build CPU at or below TFDS's")."""
     kept = []
     if not hasattr(os, 'posix_fadvise'):
         return kept

@@ -8,7 +8,7 @@ So the `imageshards build` command makes a folder of worker slots first (`start_
 the early listing), and the launcher, once its imports are done and before it starts a thread
 or opens a channel, forks the **serving process** (`serve_from_here`): a copy of it that waits,
 with every module a worker needs already imported, at no CPU of its own (bench/RESULTS.md,
-"Build cost per image", measures what a serving process that imported for itself cost). The
+"Build CPU at or below TFDS's": one that imported for itself cost a second of CPU). The
 runner's worker command then is `python -m pipelines.local.warm_workers claim FOLDER`, a process
 of no imports that takes a slot and hands it the environment the runner gave the command (where
 to reach the runner, the pipeline options, the progress folder); the serving process forks a
