@@ -186,10 +186,7 @@ def encode_example(fmt, values, levels=(), multi_label=False, original=False, gr
         for step, key, key_field, run in steps:
             if step is _RUN:  # features whose values repeat: encoded once per value tuple
                 value = key(values)
-                entry = run.get(value)
-                if entry is None:
-                    entry = run.encode(value)
-                parts.append(entry)
+                parts.append(run.get(value) or run.encode(value))  # an entry is never empty
             elif step is _BYTES:  # the image's bytes among them: copied once, by the join
                 _append_bytes_entry(parts, key_field, values[key])
             elif step is _INT:
