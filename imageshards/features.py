@@ -240,8 +240,8 @@ def _steps(fmt, levels, multi_label, original, grouped):
             getter = operator.itemgetter(*(key for key, _ in run))
             steps.append((_RUN, getter, None, _Run(tuple(run))))
             run = []
-        elif kind in (_BYTES, _INT):
-            steps.append((kind, key, _KEY_FIELDS[key], None))
+        elif kind in (_BYTES, _INT):  # the constant itself, which encode_example tests by `is`
+            steps.append((_BYTES if kind == _BYTES else _INT, key, _KEY_FIELDS[key], None))
         else:
             steps.append((kind, key, None, None))
     return tuple(steps), len(ordered)

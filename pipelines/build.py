@@ -240,7 +240,7 @@ def command(argv) -> int:
         # bench/RESULTS.md, "The build's processes freeze what their imports made", measures it.
         gc.freeze()
         gc.enable()  # off while the imports ran (imageshards/cli/main.py)
-        runner.imports_done()  # one thread, no channel yet: the workers' server forks from here
+        runner.imports_done()  # no runner thread nor channel yet: the workers' server forks here
         return main(argv)
     return supervise.run_supervised('pipelines.build', argv, lambda: interrupted_message(argv))
 

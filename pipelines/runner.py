@@ -213,9 +213,9 @@ def watch_workers(verbose) -> None:
 
 
 def imports_done() -> None:
-    """In the launcher, once it has imported everything and frozen it, before it makes a thread
-    or a channel: forks what the command started early and waits for it (the local workers'
-    serving process, pipelines/local/early.py)."""
+    """In the launcher, once it has imported everything and frozen it, before the runner makes a
+    thread or a channel: forks what the command started early and waits for it (the local
+    workers' serving process, pipelines/local/early.py)."""
     early.imports_done()
 
 

@@ -58,10 +58,8 @@ def _salted(seed, purpose):
 
 def order_key(seed, meta):
     """Sort key of a record inside its shard: shuffle_hash(seed, ORDER_SALT, meta.key), then
-    the key (in one call: it is made for every record)."""
-    digest = _salted(seed, ORDER_SALT).copy()
-    digest.update(file_names.to_bytes(meta.key))
-    return int.from_bytes(digest.digest()[:8], 'big'), meta.key
+    the key."""
+    return key_bytes_hash(seed, ORDER_SALT, file_names.to_bytes(meta.key)), meta.key
 
 
 def bucket_bits_for(largest_class, target=50_000):

@@ -38,7 +38,7 @@ def start(argv) -> None:
 
 
 def imports_done() -> None:
-    """In the launcher, its imports done and frozen, no thread nor channel made yet."""
+    """In the launcher, its imports done and frozen, no runner thread nor channel made yet."""
     warm_workers.serve_from_here()
 
 

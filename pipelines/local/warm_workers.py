@@ -5,8 +5,8 @@ one per core) once the pipeline runs, and each then imports Beam after the launc
 imported it too: on a small machine, every core spends a second more on the same imports before
 any image is read (bench/RESULTS.md, "Against the peers, with the workers' imports done early").
 So the `imageshards build` command makes a folder of worker slots first (`start_early`, beside
-the early listing), and the launcher, once its imports are done and before it starts a thread
-or opens a channel, forks the **serving process** (`serve_from_here`): a copy of it that waits,
+the early listing), and the launcher, once its imports are done and before the runner makes a
+thread or a channel, forks the **serving process** (`serve_from_here`): a copy of it that waits,
 with every module a worker needs already imported, at no CPU of its own (bench/RESULTS.md,
 "Build CPU at or below TFDS's": one that imported for itself cost a second of CPU). The
 runner's worker command then is `python -m pipelines.local.warm_workers claim FOLDER`, a process
@@ -14,7 +14,9 @@ of no imports that takes a slot and hands it the environment the runner gave the
 to reach the runner, the pipeline options, the progress folder); the serving process forks a
 worker for it, which runs Beam's worker in that environment, and the claim waits for that
 worker to end and exits with its status, as the runner expects of the process it started.
-Forking is safe there: the serving process has one thread and has opened no gRPC channel.
+Forking is safe there: the serving process has one thread (the launcher's other one, its
+stderr filter's, is not copied, and the copy's logging and stderr are set as a new process's:
+console.unconfigure_in_forked_child) and has opened no gRPC channel.
 With no slot left, or no serving process, the claim becomes Beam's own worker.
 
 Where no launcher of ours forks it (a build run from Python, `start_early(argv, fork=False)`),
@@ -92,11 +94,11 @@ class WarmWorkers:
     @property
     def serving(self) -> bool:
         """Whether a serving process was started (claims can take its workers)."""
-        return self._process is not None or self._pid is not None
+        return self._pid is not None
 
     def fork(self) -> None:
         """Forks the serving process from this one: call once what a worker needs is imported,
-        before a thread or a gRPC channel is made, and after `gc.freeze()`."""
+        before the runner makes a thread or a gRPC channel, and after `gc.freeze()`."""
         pid = os.fork()
         if pid == 0:  # pragma: no cover (the child; tests see what it serves)
             status = 1
