@@ -67,6 +67,21 @@ def test_listing_knows_every_local_file_size(tree_with_a_huge_file):
     assert all(size == os.path.getsize(tree_with_a_huge_file / key) for key, size in sizes.items())
 
 
+def test_the_space_estimate_leaves_out_an_input_that_will_be_rejected_unread(
+    tree_with_a_huge_file, tmp_path
+):
+    """A 3 GB file over --max-image-bytes is never written: a disk with less than 3 GB free
+    must not refuse the build for it (the estimate counts the six small images only)."""
+    scan = listing.scan_inputs(str(tree_with_a_huge_file))
+    summary = listing.write_listing_file(scan, str(tmp_path / 'l.jsonl'), 4, 'in', 1 << 20)
+    files = [p for p in tree_with_a_huge_file.rglob('*') if p.is_file()]
+    small = sum(p.stat().st_size for p in files if p.name != 'video.jpg')
+    assert summary.num_inputs == 7 and summary.input_bytes == small < HUGE
+    scan = listing.scan_inputs(str(tree_with_a_huge_file))  # its entries stream once
+    unlimited = listing.write_listing_file(scan, str(tmp_path / 'm.jsonl'), 4, 'in')
+    assert unlimited.input_bytes == small + HUGE
+
+
 def test_a_huge_input_is_rejected_from_its_listed_size_without_being_read(
     tree_with_a_huge_file, tmp_path, reads
 ):

@@ -140,7 +140,9 @@ class InputScan:
 class ListingCounts:
     """What the pipeline needs to know of the inputs, counted as they stream past."""
 
-    def __init__(self):
+    def __init__(self, max_image_bytes=None):
+        # inputs larger than this are rejected unread (too_large): their bytes are not counted
+        self._max_bytes = max_image_bytes if max_image_bytes is not None else float('inf')
         self.num_inputs = 0
         self.input_bytes = 0  # of the inputs not rejected whose size listing knows
         # of those of them at most SMALL_INPUT_BYTES, or in a sequential source: the bytes the
@@ -159,7 +161,7 @@ class ListingCounts:
         if entry.reject:
             self.rejected[entry.reject] += 1
         else:
-            if entry.size > 0:
+            if 0 < entry.size <= self._max_bytes:
                 self.input_bytes += entry.size
                 if entry.size <= SMALL_INPUT_BYTES or sources.is_sequential(entry.source):
                     self.small_input_bytes += entry.size

@@ -119,18 +119,19 @@ def list_inputs(
     )
 
 
-def write_listing_file(scan, path, chunk_size, spec):
+def write_listing_file(scan, path, chunk_size, spec, max_image_bytes=None):
     """Streams the scan's entries into the listing file `path`; returns a ListingSummary.
+    Inputs above `max_image_bytes` are not counted in its bytes (validation rejects them unread).
 
     Raises:
         ValueError: nothing to build (no image files matched `spec`).
     """
-    return summarise(spec, scan, write_counted(scan, path, chunk_size))
+    return summarise(spec, scan, write_counted(scan, path, chunk_size, max_image_bytes))
 
 
-def write_counted(scan, path, chunk_size):
+def write_counted(scan, path, chunk_size, max_image_bytes=None):
     """Streams the scan's entries into the listing file `path`; returns their ListingCounts."""
-    counts = ListingCounts()
+    counts = ListingCounts(max_image_bytes)
     write_listing((counts.add(entry) for entry in scan.entries), path, chunk_size)
     return counts
 

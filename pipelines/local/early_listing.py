@@ -42,6 +42,7 @@ def parameters(config):
         'label_levels': list(config.label_levels),
         'label_separator': config.label_separator,
         'chunk_size': config.chunk_size,
+        'max_image_bytes': config.max_image_bytes,
         'inputs': dataclasses.asdict(config.inputs),
     }
 
@@ -109,7 +110,9 @@ def listing_for(config, scan, folder):
     if taken is None:
         if early:
             early.close()
-        return path, listing.write_listing_file(scan, path, config.chunk_size, config.input)
+        return path, listing.write_listing_file(
+            scan, path, config.chunk_size, config.input, config.max_image_bytes
+        )
     made, counts, early_scan = taken
     for name in (made, listing.index_path(made)):
         os.replace(name, os.path.join(folder, os.path.basename(name)))
@@ -166,7 +169,9 @@ def main(argv=None):
         params['label_separator'],
         InputSettings(**params['inputs']),
     )
-    counts = listing.write_counted(scan, os.path.join(folder, LISTING), params['chunk_size'])
+    counts = listing.write_counted(
+        scan, os.path.join(folder, LISTING), params['chunk_size'], params['max_image_bytes']
+    )
     result = {
         'counts': counts.to_json(),
         'base': scan.base,
