@@ -8,6 +8,7 @@ commands in imageshards/cli/.
     dataset_json.py      dataset.json read, and a build as readers see it (`Build`)
     dataset_facts.py     dataset.json made from a build's facts, and checked
     features.py          the record contract: one feature spec for writer, parser and serving
+    example_bytes.py     records serialized as TensorFlow does, without it; their message class
     tfrecord.py          TFRecord framing and index files, without TensorFlow
     records.py           the records of a build, or of any TFRecord file, read
     tfds_metadata.py     a build as a TensorFlow Datasets dataset

@@ -10,7 +10,7 @@ import hashlib
 
 from google.protobuf.message import DecodeError
 
-from imageshards import features
+from imageshards import example_bytes
 from imageshards import storage
 from imageshards import tfrecord
 
@@ -66,7 +66,7 @@ def framed_records(f, name):
 def parse_example(record):
     """The `tensorflow.Example` in a record; raises NotAnExampleError if it is none."""
     try:
-        return features.example_class().FromString(record)
+        return example_bytes.example_class().FromString(record)
     except DecodeError as e:
         raise NotAnExampleError(f'not a tf.train.Example ({len(record):,} bytes): {e}') from e
 

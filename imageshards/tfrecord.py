@@ -28,17 +28,27 @@ def masked_crc32c(data):
     return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
 
 
+class _Headers(dict):
+    """A record's header (its length and the length's masked CRC) by its length: records of
+    a shard have a few thousand lengths between them (at most _MAX_HEADERS kept)."""
+
+    def __missing__(self, length):
+        if len(self) > _MAX_HEADERS:
+            self.clear()
+        packed = struct.pack('<Q', length)
+        header = self[length] = _HEADER.pack(length, masked_crc32c(packed))
+        return header
+
+
+_MAX_HEADERS = 100_000
+_HEADERS = _Headers()
+
+
 def frame(record):
     """The bytes that store one record in a TFRecord file."""
-    length = struct.pack('<Q', len(record))
-    return b''.join(
-        (
-            length,
-            struct.pack('<I', masked_crc32c(length)),
-            record,
-            _FOOTER.pack(masked_crc32c(record)),
-        )
-    )
+    crc = google_crc32c.value(record)
+    masked = (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF  # masked_crc32c's
+    return b''.join((_HEADERS[len(record)], record, _FOOTER.pack(masked)))
 
 
 FRAMING_BYTES = _HEADER.size + _FOOTER.size  # what framing adds to a record's length

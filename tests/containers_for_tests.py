@@ -11,7 +11,7 @@ import zipfile
 
 import numpy as np
 
-from imageshards import features
+from imageshards import example_bytes
 from imageshards import tfrecord
 
 
@@ -113,7 +113,7 @@ def mnist_like(folder, train=12, test=5, size=(8, 6), classes=3, compress=True, 
 
 def example(image, label=None, text=None):
     """A serialized tf.train.Example with `image/encoded` and the given labels (lists too)."""
-    example_class = features.example_class()
+    example_class = example_bytes.example_class()
     message = example_class()
     feature = message.features.feature
     if image is not None:

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from imageshards import example_bytes
 from imageshards import features
 from imageshards import tfrecord
 from pipelines import build
@@ -197,7 +198,7 @@ def test_a_sample_never_asks_a_shard_for_more_records_than_it_holds():
 def _records_of(out, shard):
     with open(out / shard['path'], 'rb') as f:
         for record in tfrecord.read_records(f, shard['path']):
-            yield features.example_class().FromString(record).features.feature
+            yield example_bytes.example_class().FromString(record).features.feature
 
 
 def _serialized(out, dataset, split):

@@ -5,6 +5,7 @@ skip_bad_images keeps."""
 import numpy as np
 import pytest
 
+from imageshards import example_bytes
 from imageshards import features
 from imageshards import tfrecord
 from trainer import dataset_info
@@ -65,7 +66,7 @@ def test_evaluation_batches_decoded_in_one_call_are_those_decoded_image_by_image
     for path in dataset_info.load(str(build)).shard_paths('val'):
         with open(path, 'rb') as f:
             for record in tfrecord.read_records(f):
-                example = features.example_class().FromString(record).features.feature
+                example = example_bytes.example_class().FromString(record).features.feature
                 encoded[example[features.ID].int64_list.value[0]] = example[
                     features.ENCODED
                 ].bytes_list.value[0]

@@ -4,6 +4,7 @@ import hashlib
 
 import pytest
 
+from imageshards import example_bytes
 from imageshards import features
 
 VALUES = {
@@ -41,7 +42,7 @@ def _tensorflow_bytes(tf, fmt, values, levels=()):
 )
 def test_encoding_matches_tensorflow_deterministic_serialization(tf, fmt, extra):
     values = {**VALUES, **extra}
-    ours = features.encode_example(fmt, values)
+    ours = example_bytes.encode_example(fmt, values)
     assert ours == _tensorflow_bytes(tf, fmt, values)
     parsed = tf.io.parse_single_example(ours, features.feature_spec(fmt))
     assert parsed[features.LABEL].numpy() == -1
@@ -51,7 +52,7 @@ def test_encoding_matches_tensorflow_deterministic_serialization(tf, fmt, extra)
 
 def test_encoding_refuses_records_that_do_not_match_the_schema():
     with pytest.raises(ValueError, match='do not match'):
-        features.encode_example(features.EXAMPLES, VALUES)  # no image/encoded
+        example_bytes.encode_example(features.EXAMPLES, VALUES)  # no image/encoded
     with pytest.raises(ValueError, match='unknown format'):
         features.record_schema('pixels')
 
@@ -71,7 +72,7 @@ PAYLOADS = {
 @pytest.mark.parametrize('fmt', features.FORMATS)
 def test_records_without_levels_keep_their_golden_bytes(fmt):
     values = {**VALUES, **PAYLOADS[fmt]}
-    assert hashlib.sha256(features.encode_example(fmt, values)).hexdigest() == GOLDEN[fmt]
+    assert hashlib.sha256(example_bytes.encode_example(fmt, values)).hexdigest() == GOLDEN[fmt]
     assert not any(key.startswith(features.LEVEL_PREFIX) for key in features.record_schema(fmt))
 
 
@@ -85,14 +86,14 @@ def test_label_levels_add_an_id_and_a_text_feature_per_level(tf):
         'image/label/species': features.MISSING_LEVEL,
         'image/label/species/text': '',
     }
-    ours = features.encode_example(features.EXAMPLES, values, levels)
+    ours = example_bytes.encode_example(features.EXAMPLES, values, levels)
     assert ours == _tensorflow_bytes(tf, features.EXAMPLES, values, levels)
     parsed = tf.io.parse_single_example(ours, features.feature_spec(features.EXAMPLES, levels))
     assert parsed['image/label/family'].numpy() == 1
     assert parsed['image/label/family/text'].numpy() == b'fish'
     assert parsed['image/label/species'].numpy() == -1
     with pytest.raises(ValueError, match='do not match'):  # a level's features are required
-        features.encode_example(features.EXAMPLES, values, ('family', 'species', 'genus'))
+        example_bytes.encode_example(features.EXAMPLES, values, ('family', 'species', 'genus'))
 
 
 def test_encoding_equals_the_protobuf_runtime_on_random_records():
@@ -114,7 +115,7 @@ def test_encoding_equals_the_protobuf_runtime_on_random_records():
                     [b'', 'ü', bytes(rng.randrange(256) for _ in range(200))]
                     + [bytes([rng.randrange(256)]) * rng.choice(lengths)] * 3
                 )
-        message = features.example_class()()
+        message = example_bytes.example_class()()
         for key, kind in features.record_schema(features.EXAMPLES, levels).items():
             value = values[key]
             if kind == 'int64':
@@ -123,7 +124,7 @@ def test_encoding_equals_the_protobuf_runtime_on_random_records():
                 message.features.feature[key].bytes_list.value.append(
                     value.encode('utf-8') if isinstance(value, str) else value
                 )
-        assert features.encode_example(features.EXAMPLES, values, levels) == (
+        assert example_bytes.encode_example(features.EXAMPLES, values, levels) == (
             message.SerializeToString(deterministic=True)
         )
 
@@ -151,7 +152,7 @@ def test_multi_label_records_hold_lists_as_tensorflow_serializes_them(tf):
             'image/label/species': (),
             'image/label/species/text': (),
         }
-        ours = features.encode_example(features.EXAMPLES, values, levels, multi_label=True)
+        ours = example_bytes.encode_example(features.EXAMPLES, values, levels, multi_label=True)
         example = tf.train.Example()
         for key, kind in schema.items():
             value = values[key] if kind.endswith(features.LIST) else (values[key],)

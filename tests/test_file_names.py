@@ -7,6 +7,7 @@ import random
 
 import pytest
 
+from imageshards import example_bytes
 from imageshards import features
 from imageshards import file_names
 from imageshards import records
@@ -79,7 +80,7 @@ def test_image_filename_holds_the_names_bytes():
     schema = features.record_schema(features.PATHS)
     values = {key: 0 if kind == 'int64' else b'' for key, kind in schema.items()}
     values[features.FILENAME] = file_names.to_bytes(file_names.from_bytes(b'in/' + LATIN1))
-    example = records.parse_example(features.encode_example(features.PATHS, values))
+    example = records.parse_example(example_bytes.encode_example(features.PATHS, values))
     kind, stored = records.feature_values(example.features.feature[features.FILENAME])
     assert (kind, stored) == ('bytes', [b'in/' + LATIN1])
 

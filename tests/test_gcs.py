@@ -12,6 +12,7 @@ import json
 
 import pytest
 
+from imageshards import example_bytes
 from imageshards import features
 from imageshards import tfrecord
 from pipelines import build
@@ -110,14 +111,14 @@ def _with_local_paths(data, fmt, moves):
     schema = features.record_schema(fmt)
     out = []
     for record in tfrecord.read_records(io.BytesIO(data)):
-        feature = features.example_class().FromString(record).features.feature
+        feature = example_bytes.example_class().FromString(record).features.feature
         values = {
             key: (feature[key].int64_list if kind == 'int64' else feature[key].bytes_list).value[0]
             for key, kind in schema.items()
         }
         for key in {features.FILENAME, features.PATH} & set(schema):
             values[key] = _moved(values[key].decode('utf-8'), moves)
-        out.append(tfrecord.frame(features.encode_example(fmt, values)))
+        out.append(tfrecord.frame(example_bytes.encode_example(fmt, values)))
     return b''.join(out)
 
 

@@ -6,6 +6,7 @@ import shutil
 import numpy as np
 import pytest
 
+from imageshards import example_bytes
 from imageshards import features
 from imageshards import tfrecord
 from trainer import corrupt_shards
@@ -236,7 +237,7 @@ def test_a_corrupt_shard_is_named(tf, tmp_path, color_builds):
 
 
 def _with_an_undecodable_image(records):
-    example = features.example_class().FromString(records[0])
+    example = example_bytes.example_class().FromString(records[0])
     example.features.feature[features.ENCODED].bytes_list.value[0] = b'\xff\xd8\xff' + b'x' * 50
     broken = [example.SerializeToString(deterministic=True)] + records[1:]
     return b''.join(tfrecord.frame(r) for r in broken)

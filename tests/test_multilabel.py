@@ -9,6 +9,7 @@ import random
 import numpy as np
 import pytest
 
+from imageshards import example_bytes
 from imageshards import features
 from imageshards import records
 from imageshards import stratification
@@ -71,7 +72,7 @@ def planet_build(planet, tmp_path_factory):
 
 
 def _records(out, dataset, split):
-    example = features.example_class()
+    example = example_bytes.example_class()
     found = []
     for shard in dataset['splits'][split]['shards']:
         with open(out / shard['path'], 'rb') as f:
@@ -282,12 +283,12 @@ def test_verify_finds_a_label_list_that_does_not_name_its_texts(planet_build):
         ((0, 99), ('agriculture', 'x'), 'not all indices'),
         ((0, 1), ('agriculture', 'x'), 'do not name their texts'),
     ):
-        record = features.encode_example(
+        record = example_bytes.encode_example(
             features.EXAMPLES, _values(label, text), ('sky',), multi_label=True
         )
         found = checker.check('x', 0, record).label
         assert found is None and expected in problems.found[-1]
-    record = features.encode_example(
+    record = example_bytes.encode_example(
         features.EXAMPLES, _values((0, 1), ('agriculture', 'clear')), ('sky',), True
     )
     assert checker.check('x', 0, record).label == ('agriculture', 'clear')

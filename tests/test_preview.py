@@ -5,6 +5,7 @@ import io
 import numpy as np
 from PIL import Image
 
+from imageshards import example_bytes
 from imageshards import features
 from imageshards import tfrecord
 from imageshards.cli import main as cli
@@ -20,7 +21,7 @@ def _label_texts(build):
     for path in info.shard_paths('train'):
         with open(path, 'rb') as f:
             for record in tfrecord.read_records(f):
-                feature = features.example_class().FromString(record).features.feature
+                feature = example_bytes.example_class().FromString(record).features.feature
                 record_id = feature[features.ID].int64_list.value[0]
                 texts[record_id] = feature[features.LABEL_TEXT].bytes_list.value[0].decode()
     return texts

@@ -5,6 +5,7 @@ import json
 import numpy as np
 import pytest
 
+from imageshards import example_bytes
 from imageshards import features
 from imageshards import tfrecord
 from trainer import best_epoch
@@ -81,7 +82,7 @@ def test_exported_model_serves_raw_bytes_like_the_evaluation_pipeline(tf, traine
         with open(path, 'rb') as f:
             encoded.append(
                 [
-                    features.example_class()
+                    example_bytes.example_class()
                     .FromString(r)
                     .features.feature[features.ENCODED]
                     .bytes_list.value[0]

@@ -6,6 +6,7 @@ import hashlib
 
 import google_crc32c
 
+from imageshards import example_bytes
 from imageshards import features
 from imageshards import file_names
 from imageshards import layout
@@ -88,7 +89,7 @@ class RecordEncoder:
             if meta.reencoded:
                 source = storage.join(self.output_dir, layout.reencoded_file(meta.sha256.hex()))
             values[features.PATH] = file_names.to_bytes(source)
-        return features.encode_example(
+        return example_bytes.encode_example(
             self.format,
             values,
             self._level_names,
