@@ -43,8 +43,7 @@ def encode_example(fmt, values, levels=(), multi_label=False, original=False, gr
             raise KeyError
         for step, key, field, run in steps:
             if step is _RUN:  # features whose values repeat: encoded once per value tuple
-                value = key(values)
-                parts.append(run.get(value) or run.encode(value))  # an entry is never empty
+                parts.append(run[key(values)])
             elif step is _BYTES:  # the image's bytes among them: copied once, by the join
                 data = values[key]
                 data = data.encode('utf-8') if isinstance(data, str) else data
@@ -66,7 +65,21 @@ def encode_example(fmt, values, levels=(), multi_label=False, original=False, gr
 _RUN, _BYTES, _INT = 'run', 'bytes', 'int64'
 
 
-class _Run(dict):
+class _Table(dict):
+    """Encoded pieces by what they are made of, each made once (`make`) when first asked for;
+    at most _MAX_ENTRIES kept."""
+
+    def __missing__(self, key):
+        if len(self) > _MAX_ENTRIES:
+            self.clear()
+        made = self[key] = self.make(key)
+        return made
+
+    def make(self, key):
+        raise NotImplementedError
+
+
+class _Run(_Table):
     """Consecutive features (in the serialized order) whose values repeat from record to
     record: their entries, encoded together, by their values' tuple."""
 
@@ -74,14 +87,11 @@ class _Run(dict):
         super().__init__()
         self.keys_and_kinds = keys_and_kinds
 
-    def encode(self, value):
-        values = value if len(self.keys_and_kinds) > 1 else (value,)
-        if len(self) > _MAX_ENTRIES:
-            self.clear()
-        self[value] = b''.join(
-            _entry(key, kind, one) for (key, kind), one in zip(self.keys_and_kinds, values)
+    def make(self, key):
+        values = key if len(self.keys_and_kinds) > 1 else (key,)
+        return b''.join(
+            _entry(name, kind, one) for (name, kind), one in zip(self.keys_and_kinds, values)
         )
-        return self[value]
 
 
 @functools.cache
@@ -108,24 +118,20 @@ def _steps(fmt, levels, multi_label, original, grouped):
     return tuple(steps), len(ordered)
 
 
-class _BytesPrefixes(dict):
+class _BytesPrefixes(_Table):
     """The map entry of one bytes feature up to its value, by the value's length (what `_entry`
-    writes before the bytes; at most _MAX_ENTRIES lengths kept)."""
+    writes before the bytes)."""
 
     def __init__(self, key_field):
         super().__init__()
         self.key_field = key_field
 
-    def __missing__(self, size):
-        if len(self) > _MAX_ENTRIES:
-            self.clear()
+    def make(self, size):
         bytes_list = _header(0x0A, size)  # BytesList.value
         feature = _header(0x0A, len(bytes_list) + size)  # Feature.bytes_list
         entry_value = _header(0x12, len(feature) + len(bytes_list) + size)
         fields = (self.key_field, entry_value, feature, bytes_list)
-        prefix = _header(0x0A, sum(map(len, fields)) + size) + b''.join(fields)
-        self[size] = prefix
-        return prefix
+        return _header(0x0A, sum(map(len, fields)) + size) + b''.join(fields)
 
 
 def _int_entry(key_field, value):

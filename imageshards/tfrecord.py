@@ -46,9 +46,7 @@ _HEADERS = _Headers()
 
 def frame(record):
     """The bytes that store one record in a TFRecord file."""
-    crc = google_crc32c.value(record)
-    masked = (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF  # masked_crc32c's
-    return b''.join((_HEADERS[len(record)], record, _FOOTER.pack(masked)))
+    return b''.join((_HEADERS[len(record)], record, _FOOTER.pack(masked_crc32c(record))))
 
 
 FRAMING_BYTES = _HEADER.size + _FOOTER.size  # what framing adds to a record's length
