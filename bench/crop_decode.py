@@ -26,7 +26,8 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from imageshards import features
+from imageshards.kinds import features
+from imageshards.kinds import registry as kinds
 from trainer import dataset_info
 from trainer import preprocess
 
@@ -34,7 +35,9 @@ FAST = preprocess.TRAINING_DCT_METHOD
 
 
 def _records(shards, count):
-    spec = {features.ENCODED: features.feature_spec(features.EXAMPLES)[features.ENCODED]}
+    spec = {
+        features.ENCODED: kinds.Classification(features.EXAMPLES).feature_spec()[features.ENCODED]
+    }
     files = dataset_info.load(shards).shard_paths('train')
     encoded = [
         tf.io.parse_single_example(record, spec)[features.ENCODED]

@@ -20,8 +20,8 @@ import shutil
 import numpy as np
 
 from imageshards import dataset_json
-from imageshards import features
 from imageshards import records
+from imageshards.kinds import features
 
 _LOG = logging.getLogger('bench.hierarchy_digits')
 DIGITS = ('zero', 'one', 'two', 'three', 'four', 'five', 'six', 'seven', 'eight', 'nine')
@@ -56,19 +56,19 @@ def make_build(out):
 def _split_records(data, split):
     """[(encoded bytes, parity name, digit name)] of a split's records."""
     found = []
-    for path in dataset_json.Build.load(data).shard_paths(split):
-        with open(path, 'rb') as f:
-            for _, record in records.framed_records(f, path):
-                values = records.example_values(records.parse_example(record))
-                encoded, parity_name, digit = (
-                    values[key][1][0]
-                    for key in (
-                        features.ENCODED,
-                        features.level_text('parity'),
-                        features.level_text('digit'),
-                    )
+    build = dataset_json.Build.load(data)
+    for path in build.shard_paths(split):
+        for _, record in records.shard_records(path, build.shard_format):
+            values = records.example_values(records.parse_example(record))
+            encoded, parity_name, digit = (
+                values[key][1][0]
+                for key in (
+                    features.ENCODED,
+                    features.level_text('parity'),
+                    features.level_text('digit'),
                 )
-                found.append((encoded, parity_name.decode(), digit.decode()))
+            )
+            found.append((encoded, parity_name.decode(), digit.decode()))
     return found
 
 

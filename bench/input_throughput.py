@@ -22,8 +22,9 @@ import numpy as np
 import tensorflow as tf
 
 from bench import datasets
-from imageshards import features
 from imageshards import layout
+from imageshards.kinds import features
+from imageshards.kinds import registry as kinds
 from trainer import dataset_info
 from trainer import input_pipeline
 from trainer.input_options import IMAGENET_CROP_AREA
@@ -81,7 +82,9 @@ def rate_and_cpu(dataset, batches, warmup=5):
 
 
 def _parse_single(record):
-    parsed = tf.io.parse_single_example(record, features.feature_spec(features.EXAMPLES))
+    parsed = tf.io.parse_single_example(
+        record, kinds.Classification(features.EXAMPLES).feature_spec()
+    )
     return parsed[features.ENCODED], parsed[features.LABEL]
 
 

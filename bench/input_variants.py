@@ -23,7 +23,8 @@ import time
 import tensorflow as tf
 
 from bench.input_throughput import rate_and_cpu
-from imageshards import features
+from imageshards.kinds import features
+from imageshards.kinds import registry as kinds
 from trainer import dataset_info
 from trainer import input_pipeline
 from trainer import preprocess
@@ -34,7 +35,7 @@ BATCH = 128
 
 
 def _minimal(info, threads=None, crop=True):
-    spec = {features.ENCODED: features.feature_spec(info.format)[features.ENCODED]}
+    spec = {features.ENCODED: kinds.Classification(info.format).feature_spec()[features.ENCODED]}
 
     def one(record):
         encoded = tf.io.parse_single_example(record, spec)[features.ENCODED]

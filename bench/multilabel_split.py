@@ -42,7 +42,10 @@ def ours(label_sets, seed, num_shards):
     keys = [f'images/{i:08d}.jpg' for i in range(len(label_sets))]
     counts = collections.Counter(label_sets)
     plan = plan_lib.make_plan(
-        {('', labels, 0): (n, n) for labels, n in counts.items()}, FRACTIONS, num_shards
+        {('', labels, 0): (n, n) for labels, n in counts.items()},
+        FRACTIONS,
+        num_shards,
+        multi_label=True,
     )
     members = collections.defaultdict(list)
     for i, (labels, key) in enumerate(zip(label_sets, keys)):

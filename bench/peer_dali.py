@@ -17,7 +17,7 @@ import runpy
 import shutil
 import sys
 
-from imageshards import features
+from imageshards.kinds import features
 
 INDEX_TOOL = 'tfrecord2idx'  # installed by nvidia-dali beside the interpreter
 

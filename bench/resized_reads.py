@@ -28,9 +28,9 @@ from bench.build_throughput import imageshards_build
 from bench.input_throughput import rate_and_cpu
 from bench.measure import run_measured
 from imageshards import dataset_json
-from imageshards import features
 from imageshards import records
-from imageshards import tfrecord
+from imageshards.kinds import features
+from imageshards.shard_formats import tfrecord
 from trainer.input_options import IMAGENET_CROP_AREA
 
 SIZE = (224, 224)

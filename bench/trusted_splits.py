@@ -184,9 +184,10 @@ def _build(args, out):
 
 def _split_of_paths(out, data):
     """{manifest path: split} of a build's records."""
-    from imageshards import features  # pylint: disable=import-outside-toplevel
     from imageshards import file_names  # pylint: disable=import-outside-toplevel
     from imageshards import records  # pylint: disable=import-outside-toplevel
+    from imageshards.kinds import features  # pylint: disable=import-outside-toplevel
+    from imageshards.shard_formats import registry as shard_formats  # pylint: disable=import-outside-toplevel
 
     with open(os.path.join(out, 'dataset.json'), encoding='utf-8') as f:
         dataset = json.load(f)
@@ -195,11 +196,10 @@ def _split_of_paths(out, data):
     for split, info in dataset['splits'].items():
         for shard in info['shards']:
             path = os.path.join(out, shard['path'])
-            with open(path, 'rb') as f:
-                for _, record in records.framed_records(f, path):
-                    values = records.example_values(records.parse_example(record))
-                    name = file_names.from_bytes(values[features.FILENAME][1][0])
-                    found[name[len(base) :]] = split
+            for _, record in records.shard_records(path, shard_formats.of_build(dataset)):
+                values = records.example_values(records.parse_example(record))
+                name = file_names.from_bytes(values[features.FILENAME][1][0])
+                found[name[len(base) :]] = split
     return found
 
 

@@ -2,14 +2,17 @@
 
 The foundation, which imports no other folder of this project: the output contract, records,
 files and what every command shares. The build is in pipelines/, the trainer in trainer/, the
-commands in imageshards_cli/.
+commands in imageshards_cli/. Two folders below the rest, which import nothing of it:
+
+    kinds/               what a build's records hold: the feature keys, a kind's schema, values,
+                         parse spec and TFDS features (classification; new kinds: one module)
+    shard_formats/       the files shards are written in and read from (TFRecord; new formats:
+                         one module)
 
     layout.py            every file and folder of an output: its name, and which are ours
     dataset_json.py      dataset.json read, and a build as readers see it (`Build`)
     dataset_facts.py     dataset.json made from a build's facts, and checked
-    features.py          the record contract: one feature spec for writer, parser and serving
     example_bytes.py     records serialized as TensorFlow does, without it; their message class
-    tfrecord.py          TFRecord framing and index files, without TensorFlow
     records.py           the records of a build, or of any TFRecord file, read
     tfds_metadata.py     a build as a TensorFlow Datasets dataset
     transform.py         the tf.Transform preprocessing of a build (TensorFlow)

@@ -8,8 +8,6 @@ import dataclasses
 import datetime
 
 import imageshards
-from imageshards import dataset_json
-from imageshards import features
 from imageshards import stratification
 from imageshards.dataset_json import FORMATS_KEY
 from imageshards.dataset_json import INDEX_KEY
@@ -17,6 +15,9 @@ from imageshards.dataset_json import LEVEL_KEYS
 from imageshards.dataset_json import REQUIRED_KEYS
 from imageshards.dataset_json import SHARD_KEYS
 from imageshards.dataset_json import format_counts
+from imageshards.kinds import features
+from imageshards.kinds import registry as kinds
+from imageshards.shard_formats import registry as shard_formats
 
 
 class AccountingError(RuntimeError):
@@ -27,7 +28,7 @@ class AccountingError(RuntimeError):
 class BuildFacts:
     """What a build states about itself beside its shards and rejections."""
 
-    format: str
+    kind: object  # the RecordKind of the records (imageshards/kinds/)
     seed: int
     input: str  # the --input as given
     labels: tuple  # names, by id
@@ -35,12 +36,11 @@ class BuildFacts:
     allow_missing_levels: bool
     inputs: int  # listed inputs
     skipped: dict  # {reason: files} listing skipped as not inputs
-    multi_label: bool = False  # several labels per image
     multi_label_levels: tuple = ()  # the levels where some image has several values
     fractions: tuple = ()  # (split, fraction) the build asked for (--splits)
     manifest_splits: dict = dataclasses.field(default_factory=dict)  # split -> images placed
     resize: dict = None  # --resize-shorter-side's setting (settings.ResizeSpec.describe)
-    grouped: bool = False  # records name their group (features.GROUP)
+    shard_format: str = shard_formats.DEFAULT  # the shards' file format
 
 
 def make(facts, shards, rejections, duplicates, split_names):
@@ -59,7 +59,8 @@ def make(facts, shards, rejections, duplicates, split_names):
     for shard in shards:
         by_split[shard['split']].append(shard)
     levels = facts.label_levels or {}
-    shard_keys = _shard_keys(levels, facts.multi_label)
+    indexed = shard_formats.named(facts.shard_format).index_suffix is not None
+    shard_keys = _shard_keys(levels, facts.kind.multi_label, indexed)
     splits = {}
     for split in split_names:
         entries = sorted(by_split[split], key=lambda shard: shard['index'])
@@ -76,7 +77,7 @@ def make(facts, shards, rejections, duplicates, split_names):
             **(_summed_level_counts(entries, levels) if levels else {}),
             'shards': [{key: shard[key] for key in shard_keys} for shard in entries],
         }
-        if facts.multi_label:
+        if facts.kind.multi_label:
             splits[split].update(_split_spread(splits[split]))
     counts = _counts(facts, splits, shards, rejections, duplicates)
     gap = accounting_gap(counts)
@@ -86,9 +87,7 @@ def make(facts, shards, rejections, duplicates, split_names):
         **_summary(facts, splits, counts),
         'counts': counts,
         'splits': splits,
-        'features': features.record_schema(
-            facts.format, levels, facts.multi_label, bool(facts.resize), facts.grouped
-        ),
+        'features': facts.kind.schema,
         'imageshards_version': imageshards.__version__,
         'created': datetime.datetime.now(datetime.UTC).isoformat(timespec='seconds'),
     }
@@ -96,16 +95,24 @@ def make(facts, shards, rejections, duplicates, split_names):
 
 def _summary(facts, splits, counts):
     """dataset.json's keys before `counts`: the build's settings."""
-    summary = {
-        'format': facts.format,
-        'seed': facts.seed,
-        'input': facts.input,
-        'labels': facts.labels,
-    }
+    summary = {'format': facts.kind.format}
+    # Only a build of another kind or shard format says so: a classification build in TFRecord
+    # shards writes the dataset.json it did before either existed.
+    if facts.kind.name != kinds.DEFAULT:
+        summary['kind'] = facts.kind.name
+    if facts.shard_format != shard_formats.DEFAULT:
+        summary['shard_format'] = facts.shard_format
+    summary.update(
+        {
+            'seed': facts.seed,
+            'input': facts.input,
+            'labels': facts.labels,
+        }
+    )
     if facts.label_levels:  # only then: a build without levels writes the dataset.json it did
         summary['label_levels'] = facts.label_levels
         summary['allow_missing_levels'] = facts.allow_missing_levels
-    if facts.multi_label:  # likewise: only a multi-label build has these
+    if facts.kind.multi_label:  # likewise: only a multi-label build has these
         summary.update(_multi_label_summary(facts, splits, counts))
     if facts.resize:  # and only a resizing build has this
         summary['resize'] = facts.resize
@@ -115,9 +122,10 @@ def _summary(facts, splits, counts):
 MULTI_KEYS = ('unlabeled',)  # of every shard of a multi-label build: records with no label
 
 
-def _shard_keys(levels, multi_label):
-    """The keys of a shard's entry in dataset.json, in order."""
-    keys = (SHARD_KEYS[0], INDEX_KEY, *SHARD_KEYS[1:], FORMATS_KEY)
+def _shard_keys(levels, multi_label, indexed):
+    """The keys of a shard's entry in dataset.json, in order (INDEX_KEY where the shard format
+    writes index files)."""
+    keys = (SHARD_KEYS[0], *((INDEX_KEY,) if indexed else ()), *SHARD_KEYS[1:], FORMATS_KEY)
     return keys + (LEVEL_KEYS if levels else ()) + (MULTI_KEYS if multi_label else ())
 
 
@@ -168,7 +176,7 @@ def _counts(facts, splits, shards, rejections, duplicates):
         ),
         'skipped_by_reason': dict(sorted(facts.skipped.items())),
     }
-    if facts.multi_label:
+    if facts.kind.multi_label:
         counts['unlabeled'] = sum(split['unlabeled'] for split in splits.values())
     if facts.resize:
         counts['resized'] = sum(shard['resized'] for shard in shards)
@@ -235,7 +243,11 @@ def structure_problems(dataset):
         for key in LEVEL_KEYS
         if levels and any(key not in entry for entry in objects[name])
     ]
-    schema = dataset_json.record_schema(dataset)
+    try:
+        schema = kinds.of_build(dataset).schema
+        shard_formats.of_build(dataset)
+    except ValueError as e:
+        return found + [str(e)]
     if dataset.get('features', schema) != schema:
         found.append(f'features {dataset["features"]} are not the {dataset["format"]} schema')
     return found

@@ -3,6 +3,9 @@
 Keys (those of `REQUIRED_KEYS` always; `label_levels` ... with label levels; `analysis` unless
 built with --no-analyze):
     format, seed, input, labels            `labels[i]` is the name of label id i
+    kind, shard_format                     what the records hold (imageshards/kinds/) and the
+                                           shards' file format (imageshards/shard_formats/),
+                                           where not a classification in TFRecord files
     label_levels, allow_missing_levels     {level: names}; ids are positions
     multi_label, multi_label_levels        a multi-label build: records hold id lists; the
                                            levels where some image has several values
@@ -16,7 +19,7 @@ built with --no-analyze):
                                            class_counts, formats, ...}]}; `index_file` is the
                                            shard's index file, `formats` {stored format:
                                            records} (builds before them have none)
-    features                               the records' schema (imageshards/features.py)
+    features                               the records' schema (their kind's)
     grouping                               a build with groups, --near-duplicates or
                                            --splits-from: what keeps images in one split, and
                                            how well it held (imageshards/grouping_facts.py; each
@@ -38,11 +41,15 @@ imageshards/dataset_facts.py.
 
 import collections
 import dataclasses
+import functools
 import json
 
-from imageshards import features
 from imageshards import layout
 from imageshards import storage
+from imageshards.kinds import features
+from imageshards.kinds import registry as kinds
+from imageshards.kinds.record_kind import LabelNames
+from imageshards.shard_formats import registry as shard_formats
 
 REQUIRED_KEYS = (
     ('dataset.json', ('format', 'labels', 'counts', 'splits')),
@@ -51,8 +58,8 @@ REQUIRED_KEYS = (
     ('shard', ('path', 'num_records', 'num_bytes', 'sha256', 'class_counts')),
 )
 SHARD_KEYS = REQUIRED_KEYS[3][1]
-# Of every shard since imageshards wrote index files: its index file, relative to the build
-# (DALI's tfrecord2idx format, imageshards/tfrecord.py).
+# Of every shard since imageshards wrote index files, where its format keeps one: its index
+# file, relative to the build (for TFRecord, DALI's tfrecord2idx format).
 INDEX_KEY = 'index_file'
 LEVEL_KEYS = ('level_counts', 'level_missing')  # of every split and shard, with label levels
 # Of every split and shard since imageshards counted them: {stored format: records}. A reader
@@ -61,17 +68,6 @@ FORMATS_KEY = 'formats'
 
 
 GROUPING = 'grouping'
-
-
-def record_schema(dataset) -> dict:
-    """The schema of a build's records (imageshards/features.py), from its dataset.json."""
-    return features.record_schema(
-        dataset['format'],
-        dataset.get('label_levels') or {},
-        bool(dataset.get('multi_label')),
-        bool(dataset.get('resize')),
-        'groups' in (dataset.get(GROUPING) or {}),
-    )
 
 
 class NotABuildError(FileNotFoundError):
@@ -172,6 +168,21 @@ class Build:
     def format(self):
         """'examples' or 'paths'."""
         return self.raw['format']
+
+    @functools.cached_property
+    def kind(self):
+        """The RecordKind of the records (imageshards/kinds/)."""
+        return kinds.of_build(self.raw)
+
+    @functools.cached_property
+    def shard_format(self):
+        """The ShardFormat of the shard files (imageshards/shard_formats/)."""
+        return shard_formats.of_build(self.raw)
+
+    @property
+    def names(self):
+        """The LabelNames the records' ids stand for."""
+        return LabelNames.of_dataset(self.raw)
 
     @property
     def labels(self):

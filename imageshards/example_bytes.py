@@ -1,25 +1,27 @@
-"""Records as bytes: the `tensorflow.Example` of a record of imageshards/features.py's schema,
+"""Records as bytes: the `tensorflow.Example` of a record of a kind's schema (imageshards/kinds/),
 serialized without TensorFlow, so that Beam workers writing shards need not import it (seconds
 and hundreds of MB per worker process). The bytes are those of TensorFlow's `example_pb2` with
 deterministic serialization; tests hold the two to it. `example_class` is the message class,
 from the .proto's schema, for reading records.
 
-Apart from the schema (features.py), for the tf.Transform graphs follow the schema's module
-(pipelines/analysis/graph_cache.py), not how records are written.
+Apart from the schema (features.py and the kinds), for the tf.Transform graphs follow the
+schema's modules (pipelines/analysis/graph_cache.py), not how records are written.
 """
 
 import functools
 import operator
+import struct
 
 from google.protobuf import descriptor_pb2
 from google.protobuf import descriptor_pool
 from google.protobuf import message_factory
 
-from imageshards import features
+from imageshards.kinds import features
 
 
-def encode_example(fmt, values, levels=(), multi_label=False, original=False, grouped=False):
-    """Serializes one record; byte-identical for identical values, whatever the process.
+def encode_example(kind, values):
+    """Serializes one record of `kind` (a RecordKind); byte-identical for identical values,
+    whatever the process.
 
     The bytes are those of the protobuf runtime's deterministic serialization of a
     `tensorflow.Example` (map entries sorted by key), written out directly: six times faster
@@ -27,16 +29,11 @@ def encode_example(fmt, values, levels=(), multi_label=False, original=False, gr
     to each other and to TensorFlow).
 
     Args:
-        fmt: `examples` or `paths`.
-        values: {key: value} with every key of `features.record_schema(fmt, levels,
-            multi_label, original)`; bytes features take `bytes` or `str` (UTF-8), int64
-            features take `int`, list kinds a tuple of those.
-        levels: the build's label level names.
-        multi_label: a multi-label build's records.
-        original: records with the original's size and digest (features.ORIGINAL_KEYS).
-        grouped: records naming their group (features.GROUP).
+        values: {key: value} with every key of `kind.schema`; bytes features take `bytes` or
+            `str` (UTF-8), int64 features `int`, float features `float` (stored as float32),
+            list types a tuple of those.
     """
-    steps, size = _steps(fmt, tuple(levels), multi_label, original, grouped)
+    steps, size = _steps(kind)
     parts = [b'']  # Example.features' header, once the rest's length is known
     try:
         if len(values) != size:
@@ -53,9 +50,9 @@ def encode_example(fmt, values, levels=(), multi_label=False, original=False, gr
             else:
                 parts.append(_entry(key, step, values[key]))
     except KeyError:
-        ordered = _sorted_schema(fmt, tuple(levels), multi_label, original, grouped)
+        ordered = _sorted_schema(kind)
         raise ValueError(
-            f'record keys {sorted(values)} do not match the {fmt} schema '
+            f'record keys {sorted(values)} do not match the schema of {kind} '
             f'{sorted(key for key, _, _ in ordered)}'
         ) from None
     parts[0] = _header(0x0A, sum(map(len, parts)))
@@ -95,12 +92,12 @@ class _Run(_Table):
 
 
 @functools.cache
-def _steps(fmt, levels, multi_label, original, grouped):
+def _steps(kind):
     """((step, key or getter, key field or _BytesPrefixes, _Run or None), ...) that encode a
     record's features in the serialized order, and their number. A run of repeating features
     is one step, its values got at once (operator.itemgetter); a single bytes or int64 value
     has a step of its own kind; any other kind (a list) the general `_entry`."""
-    ordered = _sorted_schema(fmt, levels, multi_label, original, grouped)
+    ordered = _sorted_schema(kind)
     steps, run = [], []
     for index, (key, kind, repeating) in enumerate(ordered):
         if repeating:
@@ -150,6 +147,9 @@ def _entry(key, kind, value):
     if kind.startswith('int64'):  # Feature.int64_list (3) holding a packed Int64List
         numbers = b''.join(_varint(v) for v in values)
         feature = _delimited(0x1A, _delimited(0x0A, numbers) if numbers else b'')
+    elif kind.startswith('float'):  # Feature.float_list (2) holding a packed FloatList
+        numbers = struct.pack(f'<{len(values)}f', *values)
+        feature = _delimited(0x12, _delimited(0x0A, numbers) if numbers else b'')
     else:  # Feature.bytes_list (1) holding a BytesList
         data = (v.encode('utf-8') if isinstance(v, str) else v for v in values)
         feature = _delimited(0x0A, b''.join(_delimited(0x0A, d) for d in data))
@@ -172,12 +172,12 @@ _MAX_ENTRIES = 100_000
 
 
 @functools.cache
-def _sorted_schema(fmt, levels, multi_label, original, grouped):
+def _sorted_schema(kind):
     """[(key, kind, whether its values repeat)] in the order the protobuf runtime's
     deterministic serialization writes map entries: by key bytes, a key after the longer keys it
     is a prefix of (upb's order)."""
     pairs = sorted(
-        features.record_schema(fmt, levels, multi_label, original, grouped).items(),
+        kind.schema.items(),
         key=functools.cmp_to_key(lambda a, b: _upb_key_order(a[0], b[0])),
     )
     for key, _ in pairs:

@@ -1,9 +1,11 @@
 """The output directory of a build: what each file and folder is called, and which are ours.
 
 Layout of a build (the contract the trainer and the tools read; paths relative to OUT):
-    <split>/<split>-SSSSS-of-NNNNN.tfrecord   shards (`shard_path`)
-    <split>/<split>-SSSSS-of-NNNNN.tfrecord.idx   each shard's index: a line `offset length` per
-                        record, as DALI's tfrecord2idx writes it (`index_path`)
+    <split>/<split>-SSSSS-of-NNNNN.tfrecord   shards, named by their format
+                        (imageshards/shard_formats/: `ShardFormat.shard_path`)
+    <split>/<split>-SSSSS-of-NNNNN.tfrecord.idx   each shard's index, where its format keeps
+                        one: for TFRecord a line `offset length` per record, as DALI's
+                        tfrecord2idx writes it (`ShardFormat.index_path`)
     rejected.jsonl      one object per rejected input: id, path, reason, detail
     duplicates.jsonl    with --dedup: each dropped input and the one kept instead
     near_duplicates.jsonl   with --near-duplicates: each cluster of near-duplicates (its images
@@ -32,7 +34,8 @@ DUPLICATES_JSONL = 'duplicates.jsonl'
 NEAR_DUPLICATES_JSONL = 'near_duplicates.jsonl'
 SUCCESS = '_SUCCESS'
 TEMP_DIR = '.imageshards-tmp'
-# The running build's lock. Not an "own file" (is_own_file): --overwrite, run by the build that
+# The running build's lock. Not a build's own file (pipelines/writing/overwrite.is_own_file):
+# --overwrite, run by the build that
 # holds it, must keep it, or a third build could lock a new file of the same name.
 LOCK_FILE = '.imageshards-lock'
 REENCODED_DIR = 'reencoded'
@@ -60,35 +63,7 @@ TFT_TEMP_DIR = 'tft'
 
 # A split names a folder of the build and its shards (--splits, a manifest's split column).
 SPLIT_NAME = re.compile(r'^[A-Za-z0-9][A-Za-z0-9_.-]*$')
-_SHARD_NAME = re.compile(r'^([^/]+)/\1-\d{5}-of-\d{5}\.tfrecord$')  # split/split-SSSSS-of-NNNNN
-# The same names in TFDS's template language (tfds.core.ShardedFileTemplate).
-TFDS_SHARD_TEMPLATE = '{SPLIT}/{SPLIT}-{SHARD_X_OF_Y}.tfrecord'
-INDEX_SUFFIX = '.idx'
 _REPORT_FILE = re.compile(r'^(order\.csv|metrics\.json|report\.md|[a-z]+_[A-Za-z0-9_.-]+\.png)$')
-
-
-def shard_name(split, index, num_shards):
-    return f'{split}-{index:05d}-of-{num_shards:05d}.tfrecord'
-
-
-def shard_path(split, index, num_shards):
-    """A shard's path relative to the output directory (as listed in dataset.json)."""
-    return f'{split}/{shard_name(split, index, num_shards)}'
-
-
-def is_shard_path(relative):
-    """Whether a path relative to the output directory is named like a shard."""
-    return bool(_SHARD_NAME.match(relative))
-
-
-def index_path(shard_relative):
-    """The index file beside a shard (its path relative to the output directory)."""
-    return shard_relative + INDEX_SUFFIX
-
-
-def is_index_path(relative):
-    """Whether a path relative to the output directory is named like a shard's index file."""
-    return relative.endswith(INDEX_SUFFIX) and is_shard_path(relative[: -len(INDEX_SUFFIX)])
 
 
 def staged_shard(relative):
@@ -100,19 +75,6 @@ def staged_shard(relative):
 def reencoded_file(sha256_hex):
     """A `paths` build's lossless copy of an image, relative to the output directory."""
     return f'{REENCODED_DIR}/{sha256_hex}.png'
-
-
-def is_own_file(relative):
-    """Whether a file of an output directory (its path relative to it) is one that an
-    imageshards build or tool writes there, or a temporary file of theirs: what --overwrite
-    removes. Not the lock file (`is_lock_file`), which the build running now holds."""
-    top, _, rest = relative.partition('/')
-    if not rest:
-        name = relative.removesuffix('.tmp')  # write_atomically's temporary name
-        return name in OWN_FILES or name == PREVIEW_PNG or is_tfds_metadata_file(name)
-    if top in (TEMP_DIR, REENCODED_DIR, *TRANSFORM_DIRS):
-        return True
-    return is_tool_output(relative) or is_shard_path(relative) or is_index_path(relative)
 
 
 def is_lock_file(relative):

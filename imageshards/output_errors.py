@@ -14,9 +14,9 @@ import re
 import resource
 import shutil
 
-from imageshards import features
 from imageshards import file_names
 from imageshards import storage
+from imageshards.kinds import features
 
 EXIT_STATUS = 1
 _SPACE = (errno.ENOSPC, errno.EDQUOT)

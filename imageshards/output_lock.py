@@ -14,9 +14,9 @@ NFS (Linux emulates it there with byte-range locks, across hosts).
 
 A lock file removed while locked would let a third build lock a new file of the same name: so a
 build that has locked a file checks that the name still leads to it (else it locks the new one),
---overwrite keeps the file (`layout.is_own_file`), and `check` finds a file that went. Readers
-probe with a shared lock held for an instant; a build that meets one retries for a second before
-it calls the output busy.
+--overwrite keeps the file (pipelines/writing/overwrite.is_own_file), and `check` finds a file
+that went. Readers probe with a shared lock held for an instant; a build that meets one retries
+for a second before it calls the output busy.
 
 A `gs://` output's lock is an object written with a generation precondition and refreshed
 (imageshards/gcs_lock.py). Other schemes have no lock (a warning says so).

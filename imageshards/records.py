@@ -1,9 +1,9 @@
 """Reading the records of a build, or of any TFRecord file, without TensorFlow.
 
 Files are read through Beam's `FileSystems` (imageshards/storage.py: local and `gs://` alike)
-and streamed: one record in memory at a time, every length and CRC checked by
-`imageshards.tfrecord`. Records are parsed with the `tensorflow.Example` class of
-`imageshards.features`, so nothing here imports TensorFlow.
+and streamed: one record in memory at a time, checked as their shard format reads them
+(imageshards/shard_formats/: a TFRecord's every length and CRC). Records are parsed with the
+`tensorflow.Example` class of imageshards/example_bytes.py, so nothing here imports TensorFlow.
 """
 
 import hashlib
@@ -12,10 +12,7 @@ from google.protobuf.message import DecodeError
 
 from imageshards import example_bytes
 from imageshards import storage
-from imageshards import tfrecord
 
-# The framing around each record: length (8 bytes) and its CRC (4) before, the data's CRC after.
-FRAMING_BYTES = 16
 KINDS = {'bytes_list': 'bytes', 'int64_list': 'int64', 'float_list': 'float'}
 
 
@@ -51,16 +48,15 @@ class HashingReader:
             pass
 
 
-def framed_records(f, name):
-    """Yields (byte offset, record) for each record of an open TFRecord file, in order.
+def shard_records(path, shard_format):
+    """Yields (position, record) of each record of the shard file `path`, as its ShardFormat
+    reads them (for TFRecord, the position is the record's byte offset).
 
     Raises:
-        tfrecord.CorruptRecordError: naming `name` and the offset of the first bad record.
+        shard_formats.CorruptRecordError: naming `path` and where the first bad record is.
     """
-    offset = 0
-    for record in tfrecord.read_records(f, name):
-        yield offset, record
-        offset += FRAMING_BYTES + len(record)
+    with storage.open_read(path) as f:
+        yield from shard_format.read(f, path)
 
 
 def parse_example(record):

@@ -3,7 +3,8 @@
 TFDS reads the shards of a build as they are, once three kinds of file describe them:
     OUT/dataset_info.json        name, version, description, splits (shard lengths, bytes,
                                  `{SPLIT}/{SPLIT}-{SHARD_X_OF_Y}.tfrecord`), supervised keys
-    OUT/features.json            one feature per record key (imageshards/features.py)
+    OUT/features.json            one feature per record key, as the build's kind says
+                                 (imageshards/kinds/)
     OUT/<feature>.labels.txt     the names of each ClassLabel: image.class.label.labels.txt,
                                  image.label.<level>.labels.txt
 They are made here from dataset.json alone, with TFDS's own API, so that a build and its TFDS
@@ -38,71 +39,34 @@ runs on a Beam worker, which must not pay for TensorFlow.
 import os
 import tempfile
 
-import numpy as np
 from google.protobuf import json_format
 
-from imageshards import dataset_json
-from imageshards import features
 from imageshards import layout
 from imageshards import storage
+from imageshards.kinds import features
+from imageshards.kinds import registry as kinds
+from imageshards.kinds.record_kind import LabelNames
+from imageshards.shard_formats import registry as shard_formats
 
 NAME = 'imageshards'
 VERSION = '1.0.0'
 
-_DOCS = {
-    features.ENCODED: 'the image file as stored (JPEG, or a lossless PNG re-encoding)',
-    features.PATH: 'where the image file is; a paths build stores no pixels',
-    features.FORMAT: 'the encoding of the stored bytes, e.g. jpeg or png',
-    features.HEIGHT: 'height of the image in pixels',
-    features.WIDTH: 'width of the image in pixels',
-    features.CHANNELS: 'channels of the stored image (1 for grey); it decodes to 3',
-    features.LABEL: "the label's index in dataset.json labels",
-    features.LABEL_TEXT: 'the label',
-    features.FILENAME: 'the input the image came from',
-    features.SHA256: 'sha256 of the image bytes, hex',
-    features.ID: "the input's position in listing order (measures the shuffle)",
-    features.ORIGINAL_HEIGHT: 'height of the input image (as shown), before --resize-shorter-side',
-    features.ORIGINAL_WIDTH: 'width of the input image (as shown), before --resize-shorter-side',
-    features.ORIGINAL_SHA256: "sha256 of the input file's bytes, hex",
-    features.GROUP: "the image's group (empty: none); a group's images share a split",
-}
-
 
 def features_dict(dataset):
-    """The `tfds.features.FeaturesDict` of a build's records, from its dataset.json."""
+    """The `tfds.features.FeaturesDict` of a build's records, from its dataset.json: each
+    feature its kind's (imageshards/kinds/), a list of values a `Sequence` of it."""
     import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
 
-    levels = dataset.get('label_levels') or {}
-    names, docs = {features.LABEL: dataset['labels']}, dict(_DOCS)
-    for level, level_names in levels.items():
-        names[features.level_label(level)] = list(level_names)
-        docs[features.level_label(level)] = f'index in label_levels.{level}; -1: no value'
-        docs[features.level_text(level)] = f'the name in label level {level}; empty: no value'
+    kind, names = kinds.of_build(dataset), LabelNames.of_dataset(dataset)
+    docs = kind.feature_docs(names)
     connectors = {}
-    schema = dataset_json.record_schema(dataset)
-    for key, kind in schema.items():
-        listed = kind.endswith(features.LIST)  # the doc goes to the Sequence
-        doc = None if listed else docs[key]
-        if key in names:
-            connector = tfds.features.ClassLabel(names=names[key], doc=doc)
-        elif key == features.ENCODED:
-            connector = tfds.features.Image(shape=(None, None, 3), doc=doc)
-        elif kind.startswith('int64'):
-            connector = tfds.features.Scalar(np.int64, doc=doc)
-        elif kind.startswith('bytes'):
-            connector = tfds.features.Text(doc=doc)
-        else:
-            raise ValueError(f'record key {key} of kind {kind!r} has no TFDS feature')
+    for key, type_ in kind.schema.items():
+        listed = type_.endswith(features.LIST)  # the doc goes to the Sequence
+        connector = kind.tfds_feature(key, None if listed else docs[key], names)
         if listed:
-            connector = tfds.features.Sequence(connector, doc=_MULTI_DOCS.get(key, docs[key]))
+            connector = tfds.features.Sequence(connector, doc=docs[key])
         connectors[key] = connector
     return tfds.features.FeaturesDict(connectors)
-
-
-_MULTI_DOCS = {
-    features.LABEL: "the image's labels: their indices in dataset.json labels, sorted",
-    features.LABEL_TEXT: "the image's labels, in the order of their indices",
-}
 
 
 def dataset_info(dataset, data_dir='.'):
@@ -118,7 +82,7 @@ def dataset_info(dataset, data_dir='.'):
     identity = tfds.core.DatasetIdentity(
         name=NAME, version=VERSION, data_dir=data_dir, module_name=__name__
     )
-    payload = features.ENCODED if dataset['format'] == features.EXAMPLES else features.PATH
+    payload = kinds.of_build(dataset).payload_key
     info = tfds.core.DatasetInfo(
         builder=identity,
         description=_description(dataset),
@@ -133,7 +97,7 @@ def dataset_info(dataset, data_dir='.'):
             num_bytes=sum(shard['num_bytes'] for shard in entry['shards']),
             filename_template=tfds.core.ShardedFileTemplate(
                 data_dir=data_dir,
-                template=layout.TFDS_SHARD_TEMPLATE,
+                template=shard_formats.of_build(dataset).tfds_template,
                 dataset_name=NAME,
                 split=split,
             ),

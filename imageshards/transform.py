@@ -1,7 +1,7 @@
 """The tf.Transform preprocessing of a build: one `preprocessing_fn` over the records' own
 features, for TFX-style code, for the trainer and for serving.
 
-Raw features are exactly the records' (`imageshards/features.py`, `raw_feature_spec`), so code
+Raw features are exactly the records' (`imageshards/kinds/features.py`, `raw_feature_spec`), so code
 that does what TFX's Trainer does works unchanged on a build:
 
     output = tft.TFTransformOutput(OUT)
@@ -46,8 +46,8 @@ from apache_beam.io.filesystems import FileSystems
 from tensorflow_transform.beam import experimental as tft_beam_experimental
 
 from imageshards import decode
-from imageshards import features
 from imageshards import transform_assets
+from imageshards.kinds import features
 
 # Outputs of the transform.
 IMAGE = 'image'
@@ -68,25 +68,26 @@ def level_output(level):
     return f'label/{level}'
 
 
-def raw_feature_spec(fmt=features.EXAMPLES, levels=(), multi_label=False):
-    """The feature spec of the build's records: the transform's raw inputs."""
-    return features.feature_spec(fmt, levels, multi_label)
+def raw_feature_spec(kind):
+    """The feature spec of the build's records (their RecordKind as the graph reads them:
+    `RecordKind.core`): the transform's raw inputs."""
+    return kind.core().feature_spec()
 
 
-def make_preprocessing_fn(labels, statistics, fmt, levels, image_size, multi_label=False):
+def make_preprocessing_fn(labels, statistics, kind, image_size):
     """The preprocessing_fn of a build.
 
     Args:
         labels: the build's label names, by id (dataset.json `labels`).
         statistics: a PCollection holding dataset.json's `analysis` entry (its `pixel_mean` and
             `pixel_std`), in the pipeline that runs the analysis.
-        fmt: the build's format; a `paths` build's images are read from `image/path`.
-        levels: the build's label level names.
+        kind: the build's RecordKind (imageshards/kinds/classification.py): its format (a
+            `paths` build's images are read from `image/path`), label levels, and whether it is
+            multi-label (its labels and levels arrive as SparseTensors, and the `label` output
+            is a SparseTensor of each record's label ids).
         image_size: S of the `image` output (the build's --transform-image-size).
-        multi_label: a multi-label build: its labels and levels arrive as SparseTensors, and
-            the `label` output is a SparseTensor of each record's label ids.
     """
-    labels, levels = tuple(labels), tuple(levels)
+    labels, levels, multi_label = tuple(labels), kind.levels, kind.multi_label
 
     def preprocessing_fn(inputs):
         texts, ids = inputs[features.LABEL_TEXT], inputs[features.LABEL]
@@ -116,9 +117,9 @@ def make_preprocessing_fn(labels, statistics, fmt, levels, image_size, multi_lab
         # The constants depend on the label alone, so that a caller asking for them feeds it
         # alone (trainer/transform.py): no record is decoded.
         batch = ids.dense_shape[0] if multi_label else tf.shape(ids)[0]
-        source = inputs[features.ENCODED if fmt == features.EXAMPLES else features.PATH]
+        source = inputs[kind.payload_key]
         images = tf.map_fn(
-            lambda value: _resized(value, image_size, fmt == features.PATHS),
+            lambda value: _resized(value, image_size, kind.format == features.PATHS),
             source,
             fn_output_signature=tf.TensorSpec([image_size, image_size, CHANNELS], tf.float32),
         )

@@ -17,15 +17,19 @@ import itertools
 
 from imageshards import console
 from imageshards import dataset_json
-from imageshards import features
 from imageshards import records
 from imageshards import storage
-from imageshards import tfrecord
+from imageshards.kinds import features
+from imageshards.kinds import registry as kinds
+from imageshards.shard_formats import registry as shard_formats
 
 _TEXT_LIMIT = 256  # bytes values up to this long that are printable UTF-8 are shown as text
 _FILE_NAMES = (features.FILENAME, features.PATH)
 _VALUES_SHOWN = 8  # of a multi-value feature
 _SHA_CHARS = 12
+# What a TFRecord file of any tf.train.Examples is shown as: a classification's, whose keys are
+# the TFDS and Model Garden image keys most such files have.
+_ANY_RECORDS = kinds.Classification()
 
 
 class _Schema:
@@ -100,31 +104,23 @@ def format_values(kind, values, key=None):
     return f'[{", ".join(shown)}{more}]'
 
 
-def _headline(values):
-    """'cat, 32x24 jpeg, id 17' for a record of a build; '' for records without those keys."""
+def _headline(values, kind):
+    """'cat, 32x24 jpeg, id 17' for a record of a build (what its `kind` says of it first); ''
+    for records without those keys."""
 
     def scalar(key):
-        kind, items = values.get(key, (None, []))
+        type_, items = values.get(key, (None, []))
         if len(items) != 1:
             return None
-        return items[0].decode('utf-8', 'replace') if kind == 'bytes' else items[0]
+        return items[0].decode('utf-8', 'replace') if type_ == 'bytes' else items[0]
 
-    text, height, width = (
-        scalar(features.LABEL_TEXT),
-        scalar(features.HEIGHT),
-        scalar(features.WIDTH),
-    )
-    parts = [text] if text is not None else []
-    if height is not None and width is not None:
-        parts.append(f'{width}x{height} {scalar(features.FORMAT) or ""}'.rstrip())
-    if scalar(features.ID) is not None:
-        parts.append(f'id {scalar(features.ID)}')
-    return ', '.join(str(part) for part in parts)
+    return ', '.join(str(part) for part in kind.headline(scalar))
 
 
-def record_lines(index, where, offset, values):
-    """The lines that show one record: a header, then every feature."""
-    headline = _headline(values)
+def record_lines(index, where, offset, values, kind=_ANY_RECORDS):
+    """The lines that show one record: a header (what the build's `kind` says of it first), then
+    every feature."""
+    headline = _headline(values, kind)
     lines = [f'record {index} ({where}, byte {offset})' + (f': {headline}' if headline else '')]
     width = max([len(key) for key in values] + [3])
     for key, (kind, items) in values.items():
@@ -132,30 +128,33 @@ def record_lines(index, where, offset, values):
     return lines
 
 
-def _read(paths, display, limit):
+def _read(paths, display, limit, shard_format):
     """Yields (path shown, offset, record) from the files in order, at most `limit` in all."""
 
     def every_record():
         for path in paths:
             with storage.open_read(path, guess_compression=True) as f:
-                for offset, record in records.framed_records(f, path):
+                for offset, record in shard_format.read(f, path):
                     yield display(path), offset, record
 
     return itertools.islice(every_record(), limit)
 
 
-def inspect(paths, display, num_shown, num_scanned):
+def inspect(paths, display, num_shown, num_scanned, build=None):
     """Prints the schema and the first `num_shown` records; returns 1 on a corrupt file, else 0.
 
     Args:
-        paths: TFRecord files, read in this order.
+        paths: shard files, read in this order: a build's, or TFRecord files of any records.
         display: how a file's path is printed.
         num_scanned: records read for the schema (at least `num_shown`); None for all.
+        build: the dataset_json.Build the files are shards of, or None.
     """
+    shard_format = build.shard_format if build else shard_formats.named(shard_formats.DEFAULT)
+    kind = build.kind if build else _ANY_RECORDS
     limit = None if num_scanned is None else max(num_scanned, num_shown)
     schema, shown, status = _Schema(), [], 0
     try:
-        for index, (where, offset, record) in enumerate(_read(paths, display, limit)):
+        for index, (where, offset, record) in enumerate(_read(paths, display, limit, shard_format)):
             try:
                 values = records.example_values(records.parse_example(record))
             except records.NotAnExampleError as e:
@@ -163,8 +162,8 @@ def inspect(paths, display, num_shown, num_scanned):
                 continue
             schema.add(values)
             if index < num_shown:
-                shown += record_lines(index, where, offset, values)
-    except tfrecord.CorruptRecordError as e:
+                shown += record_lines(index, where, offset, values, kind)
+    except shard_formats.CorruptRecordError as e:
         shown.append(f'error: {e} (no records read after it)')
         status = 1
     print(f'schema over {schema.num_records:,} records:')
@@ -174,9 +173,11 @@ def inspect(paths, display, num_shown, num_scanned):
 
 
 def _build_files(output_dir, split):
-    """The shard paths of a build's split, and a description printed before them."""
+    """(the shard paths of a build's split, how a path is shown, the dataset_json.Build), and a
+    description printed before them."""
     output_dir = output_dir.rstrip('/')
-    dataset = dataset_json.load(output_dir, complete=False)
+    build = dataset_json.Build.load(output_dir, complete=False)
+    dataset = build.raw
     split = split or next(iter(dataset['splits']), None)
     if split is None:
         raise ValueError(f'{output_dir}/dataset.json lists no splits')
@@ -198,7 +199,7 @@ def _build_files(output_dir, split):
         + ''.join(f'{line}\n' for line in levels)
         + f'  split {split}: {info["num_records"]:,} records in {len(shards)} shards'
     )
-    return shards, lambda path: path[len(output_dir) + 1 :]
+    return shards, lambda path: path[len(output_dir) + 1 :], build
 
 
 def _shown(names):
@@ -225,8 +226,9 @@ def main(argv=None):
     args = build_arg_parser().parse_args(argv)
     console.configure_logging()
     try:
+        build = None
         if dataset_json.is_build(args.path):
-            paths, display = _build_files(args.path, args.split)
+            paths, display, build = _build_files(args.path, args.split)
         elif args.split:
             raise ValueError(f'--split needs a build directory; {args.path} has no dataset.json')
         else:
@@ -235,4 +237,4 @@ def main(argv=None):
             print(f'{paths[0]}{more}')
     except (ValueError, FileNotFoundError) as e:
         return console.refuse('imageshards inspect', e)
-    return inspect(paths, display, max(args.n, 0), args.scan or None)
+    return inspect(paths, display, max(args.n, 0), args.scan or None, build)

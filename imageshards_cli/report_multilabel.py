@@ -22,6 +22,7 @@ import numpy as np
 
 from imageshards import stratification
 from imageshards_cli import shuffle_metrics
+from imageshards_cli.report_text import number
 
 TOP_PAIRS = 10
 
@@ -91,7 +92,7 @@ def markdown(metrics):
         ('records_until_all_labels', 'records read until every label appeared, epoch 0'),
         ('spearman_id_vs_position', 'Spearman ρ of record id and read position, epoch 0'),
     ):
-        cells = ' | '.join(_number(metrics[order][key]) for order in orders)
+        cells = ' | '.join(number(metrics[order][key]) for order in orders)
         lines.append(f'| {text} | {cells} |')
     lines += ['', 'Most frequent label pairs:', '', '| labels | records |', '|---|---|']
     lines += [f'| {a}, {b} | {n:,} |' for a, b, n in metrics['top_label_pairs']]
@@ -106,16 +107,8 @@ def headline(metrics):
     return [
         f'{metrics["records"]:,} records, {metrics["label_cardinality"]} labels per record, '
         f'{metrics["unlabeled"]:,} with none',
-        f'label distribution over batches: {_number(mine[key])} (baseline {_number(base[key])}, '
-        f'a random order {_number(rand[key])})',
-        f'over files: {_number(mine["label_distribution_over_files"])} (baseline '
-        f'{_number(base["label_distribution_over_files"])})',
+        f'label distribution over batches: {number(mine[key])} (baseline {number(base[key])}, '
+        f'a random order {number(rand[key])})',
+        f'over files: {number(mine["label_distribution_over_files"])} (baseline '
+        f'{number(base["label_distribution_over_files"])})',
     ]
-
-
-def _number(value):
-    if value is None:
-        return '-'
-    if isinstance(value, float):
-        return f'{value:.4g}'
-    return f'{value:,}'

@@ -12,11 +12,12 @@ from matplotlib.figure import Figure
 from PIL import Image
 
 from imageshards import dataset_json
-from imageshards import features
 from imageshards import file_names
 from imageshards import layout
 from imageshards import records
 from imageshards import storage
+from imageshards.kinds import features
+from imageshards.shard_formats import registry as shard_formats
 
 MAX_SHOWN = 12
 FIGURES = ('near_duplicates_closest', 'near_duplicates_largest')
@@ -68,16 +69,15 @@ def figures(data_dir, dataset, clusters, found):
 
 def _images(data_dir, dataset, ids):
     """{id: (PIL image, split, label text)} of the records with these ids."""
-    found = {}
+    found, shard_format = {}, shard_formats.of_build(dataset)
     for split, info in dataset['splits'].items():
         for shard in info['shards']:
             path = storage.join(data_dir, shard['path'])
-            with storage.open_read(path) as f:
-                for _, record in records.framed_records(f, path):
-                    values = records.example_values(records.parse_example(record))
-                    record_id = values[features.ID][1][0]
-                    if record_id in ids:
-                        found[record_id] = (_image(values), split, _label(values))
+            for _, record in records.shard_records(path, shard_format):
+                values = records.example_values(records.parse_example(record))
+                record_id = values[features.ID][1][0]
+                if record_id in ids:
+                    found[record_id] = (_image(values), split, _label(values))
             if len(found) == len(ids):
                 return found
     return found

@@ -47,8 +47,8 @@ def markdown(metrics):
         '|---|---|---|---|',
     ]
     for key, text, random_text in rows:
-        expected = _number(random_values[key]) if random_text is None else random_text
-        lines.append(f'| {text} | {_number(mine[key])} | {_number(base[key])} | {expected} |')
+        expected = number(random_values[key]) if random_text is None else random_text
+        lines.append(f'| {text} | {number(mine[key])} | {number(base[key])} | {expected} |')
     lines += _level_lines(metrics.get('label_levels', {}))
     lines += ['', '| imageshards | baseline |', '|---|---|']
     for kind in ('ids', 'labels', 'distinct', 'shards'):
@@ -73,16 +73,18 @@ def _level_lines(levels):
     ]
     for level, m in levels.items():
         lines.append(
-            f'| {level} | {_number(m["mean_distinct_labels_per_batch"])} '
-            f'| {_number(m["ideal_distinct_labels_per_batch"])} '
-            f'| {_number(m["max_window_label_kl"])} '
-            f'| {_number(m["mean_window_label_kl"])} ({_number(m["random_window_label_kl"])}) '
-            f'| {_number(m["shard_class_spread"])} |'
+            f'| {level} | {number(m["mean_distinct_labels_per_batch"])} '
+            f'| {number(m["ideal_distinct_labels_per_batch"])} '
+            f'| {number(m["max_window_label_kl"])} '
+            f'| {number(m["mean_window_label_kl"])} ({number(m["random_window_label_kl"])}) '
+            f'| {number(m["shard_class_spread"])} |'
         )
     return lines
 
 
-def _number(value):
+def number(value):
+    """A measure in report.md and the headlines: 4 significant digits, counts in full, '—'
+    where there is none."""
     if value is None:
         return '—'
     if isinstance(value, float):
@@ -127,14 +129,14 @@ def headline(metrics):
         (
             f'distinct labels per batch of {metrics["batch_size"]}',
             'mean_distinct_labels_per_batch',
-            _number(mine['ideal_distinct_labels_per_batch']),
+            number(mine['ideal_distinct_labels_per_batch']),
         ),
         ('worst window label KL (nats)', 'max_window_label_kl', '~0'),
         ('max |count - share| in a file', 'shard_class_spread', '<= 1'),
     ]
     lines = [f'{"":<36} {"imageshards":>12} {"baseline":>12} {"random":>8}']
     lines += [
-        f'{text:<36} {_number(mine[key]):>12} {_number(base[key]):>12} {ideal:>8}'
+        f'{text:<36} {number(mine[key]):>12} {number(base[key]):>12} {ideal:>8}'
         for text, key, ideal in rows
     ]
     if metrics['baseline_is_a_full_shuffle']:

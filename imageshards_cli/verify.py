@@ -32,7 +32,6 @@ import time
 from imageshards import console
 from imageshards import dataset_facts
 from imageshards import dataset_json
-from imageshards import features
 from imageshards import file_names
 from imageshards import layout
 from imageshards import output_lock
@@ -40,9 +39,11 @@ from imageshards import progress
 from imageshards import records
 from imageshards import storage
 from imageshards import tfds_metadata
-from imageshards import tfrecord
+from imageshards.kinds import features
+from imageshards.kinds import registry as kinds
 from imageshards.lock_holder import being_written_message
 from imageshards.pool import bounded_map
+from imageshards.shard_formats import registry as shard_formats
 from imageshards_cli.verify_grouping import GroupingCheck
 from imageshards_cli.verify_records import ImageChecker
 from imageshards_cli.verify_records import RecordChecker
@@ -74,13 +75,14 @@ class _Problems:
 
 
 class _ShardTally:
-    def __init__(self):
+    def __init__(self, multi_label):
+        self._multi_label = multi_label  # labels and level values are tuples of names
         self.records = 0
         self.classes = collections.Counter()
         self.levels = collections.defaultdict(collections.Counter)  # level -> name -> records
         self.unlabeled = 0  # multi-label records with no label
         self.formats = collections.Counter()  # image/format -> records
-        self.framed = []  # (offset, framed length) of each record, for the index file
+        self.lengths = []  # of each record, for the index file
         self.intact = True
 
     def count(self, label, levels, stored_format):
@@ -88,13 +90,13 @@ class _ShardTally:
         or () where a level has no value) and its image/format (None: missing, not counted)."""
         if stored_format is not None:
             self.formats[stored_format] += 1
-        if isinstance(label, tuple):
+        if label is not None and self._multi_label:
             self.classes.update(label)
             self.unlabeled += not label
         elif label is not None:
             self.classes[label] += 1
         for level, name in levels.items():
-            if isinstance(name, tuple):
+            if name is not None and self._multi_label:
                 self.levels[level].update(name or ('',))
             elif name is not None:
                 self.levels[level][name] += 1
@@ -110,6 +112,8 @@ class _ShardReader:
         self._problems = problems
         self._batch_size = batch_size
         self._grouping = grouping  # a verify_grouping.GroupingCheck
+        self._format = shard_formats.of_build(dataset)
+        self._multi_label = kinds.of_build(dataset).multi_label
         self.totals = {split: collections.Counter() for split in dataset['splits']}
 
     def batches(self):
@@ -120,7 +124,7 @@ class _ShardReader:
                 yield from self._shard(split, path, entry)
 
     def _shard(self, split, path, entry):
-        tally = _ShardTally()
+        tally = _ShardTally(self._multi_label)
         try:
             with storage.open_read(path) as f:
                 reader = records.HashingReader(f)
@@ -136,15 +140,16 @@ class _ShardReader:
     def _check_index(self, path, tally):
         """The index file against the offsets and lengths of the records as read."""
         try:
-            found = tfrecord.parse_index(storage.read(path))
+            found = self._format.parse_index(storage.read(path))
         except (OSError, ValueError) as e:
             self._problems.add(path, f'cannot read the index file: {e}')
             return
-        if len(found) != len(tally.framed):
+        expected = self._format.index_entries(tally.lengths)
+        if len(found) != len(expected):
             self._problems.add(
                 path, f'{len(found)} lines, but the shard has {tally.records} records'
             )
-        for number, (line, record) in enumerate(zip(found, tally.framed), 1):
+        for number, (line, record) in enumerate(zip(found, expected), 1):
             if line != record:
                 self._problems.add(
                     path,
@@ -155,9 +160,9 @@ class _ShardReader:
     def _records(self, split, path, reader, tally):
         batch, batch_bytes = [], 0
         try:
-            for offset, record in records.framed_records(reader, path):
+            for offset, record in self._format.read(reader, path):
                 tally.records += 1
-                tally.framed.append((offset, tfrecord.FRAMING_BYTES + len(record)))
+                tally.lengths.append(len(record))
                 checked = self._checker.check(path, offset, record)
                 tally.count(checked.label, checked.levels, checked.format)
                 if self._grouping.active:
@@ -169,7 +174,7 @@ class _ShardReader:
                 if len(batch) >= self._batch_size or batch_bytes >= _BATCH_BYTES:
                     yield path, batch
                     batch, batch_bytes = [], 0
-        except tfrecord.CorruptRecordError as e:
+        except shard_formats.CorruptRecordError as e:
             self._problems.add(path, str(e).removeprefix(f'{path}: '))
             tally.intact = False
             reader.drain()  # so that size and sha256 are still compared

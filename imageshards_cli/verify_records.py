@@ -6,11 +6,11 @@ import concurrent.futures
 import hashlib
 import typing
 
-from imageshards import dataset_json
-from imageshards import features
 from imageshards import file_names
 from imageshards import records
 from imageshards import storage
+from imageshards.kinds import features
+from imageshards.kinds import registry as kinds
 from pipelines.validation.resize import target_size
 
 
@@ -39,11 +39,12 @@ class RecordChecker:
     """Checks each record's keys, label and id; keeps what the image and count checks need."""
 
     def __init__(self, dataset, problems):
+        kind = kinds.of_build(dataset)
         self._levels = dataset.get('label_levels') or {}
-        self._multi = bool(dataset.get('multi_label'))
+        self._multi = kind.multi_label
         self._resize = dataset.get('resize')
-        self._schema = dataset_json.record_schema(dataset)
-        self._payload_key = features.ENCODED if features.ENCODED in self._schema else features.PATH
+        self._schema = kind.schema
+        self._payload_key = kind.payload_key
         self._labels = dataset['labels']
         self._problems = problems
         # One bit per input: ids are positions in the listing, below counts.inputs.

@@ -25,12 +25,12 @@ from apache_beam.io.filesystems import FileSystems
 
 from imageshards import console
 from imageshards import dataset_json
-from imageshards import features
 from imageshards import file_names
 from imageshards import gcs
 from imageshards import layout
 from imageshards import output_errors
 from imageshards import storage
+from imageshards.kinds import features
 from imageshards.lock_holder import OutputBusy
 from imageshards.output_errors import OutputError
 from pipelines import runner

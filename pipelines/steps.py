@@ -28,9 +28,7 @@ from pipelines.core.settings import TransformBy
 from pipelines.inputs.listing import work_items
 from pipelines.validation.dedup import DropDuplicates
 from pipelines.validation.validate import ValidateImages
-from pipelines.writing.encode import RecordEncoder
 from pipelines.writing.finalize import Finalize
-from pipelines.writing.sample import Sample
 from pipelines.writing.write import WriteShards
 
 
@@ -43,45 +41,21 @@ def build_pipeline(pipeline, context, store=None) -> beam.PCollection:
     """
     store = store or blocks.BlockStore()
     config, listing = context.config, context.listing
-    encoder = RecordEncoder(
-        listing.base,
-        context.output_dir,
-        config.format,
-        listing.labels,
-        listing.label_levels,
-        listing.multi_label,
-        config.resize,
-        grouped=bool(context.grouping and context.grouping.groups),
+    assignment = context.assignment
+    rank_groups = RankGroups(
+        assignment.seed, bucket_bits_for(listing.largest_group), context.kind.multi_label
     )
-    rank_groups = RankGroups(config.seed, bucket_bits_for(listing.largest_group))
     # Without --dedup or groups, validation keys its blocks for AssignShards: one pass less.
     keyed_early = not (config.dedup or context.grouping)
     validated = _validated(pipeline, context, store, rank_groups if keyed_early else None)
     unique, duplicates = _deduplicated(pipeline, context, validated.blocks, store)
     grouped = _grouped(pipeline, context, unique, store, rank_groups)
     assigned = (grouped.keyed if grouped else unique) | 'AssignShards' >> AssignShards(
-        config.seed,
-        config.splits,
-        num_shards=config.num_shards,
-        shard_bytes=config.shard_size_mb * 1e6,
-        bucket_bits=rank_groups.bucket_bits,
-        store=store,
-        keyed=keyed_early or bool(grouped),
-        fill=bool(grouped),
+        assignment, rank_groups, store, keyed=keyed_early or bool(grouped), fill=bool(grouped)
     )
     # ((split, shard), block ref)
-    sample = None
-    if config.analyze:
-        sample = Sample(config.analysis_split, config.analysis_sample, config.analysis_size)
     written = assigned.placed | 'WriteShards' >> WriteShards(
-        assigned.layout,
-        encoder,
-        seed=config.seed,
-        temp_dir=context.temp_dir,
-        store=store,
-        io_threads=config.threads,
-        sample=sample,
-        max_image_bytes=config.max_image_bytes,
+        assigned.layout, context.writing, store
     )
     analysis, analyzed = _analysis(pipeline, context, written.summaries)
     return pipeline | 'Finalize' >> Finalize(

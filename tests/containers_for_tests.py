@@ -12,7 +12,7 @@ import zipfile
 import numpy as np
 
 from imageshards import example_bytes
-from imageshards import tfrecord
+from imageshards.shard_formats import tfrecord
 
 
 def tar_tree(root, path, arcname='.', compress=False):

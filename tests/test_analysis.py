@@ -11,8 +11,8 @@ import pytest
 from PIL import Image
 
 from imageshards import example_bytes
-from imageshards import features
-from imageshards import tfrecord
+from imageshards.kinds import features
+from imageshards.shard_formats import tfrecord
 from pipelines import launcher
 from pipelines.analysis import analyze
 from pipelines.writing import sample as sample_lib

@@ -11,10 +11,13 @@ import zipfile
 import pytest
 
 from imageshards import records
+from imageshards.shard_formats import registry as shard_formats
 from pipelines import launcher
 
 import containers_for_tests as made
 import images_for_tests as imgs
+
+TFRECORD = shard_formats.named('tfrecord')  # the shards' format
 
 FLAGS = ('--splits', 'train=0.6,test=0.4', '--num-shards', '2', '--seed', '3', '--no-analyze')
 
@@ -30,11 +33,12 @@ def shard_records(out):
     found = []
     for split in dataset['splits'].values():
         for shard in split['shards']:
-            with open(pathlib.Path(out) / shard['path'], 'rb') as f:
-                for _, record in records.framed_records(f, shard['path']):
-                    values = records.example_values(records.parse_example(record))
-                    del values['image/filename']
-                    found.append((shard['path'], values))
+            for _, record in records.shard_records(
+                str(pathlib.Path(out) / shard['path']), TFRECORD
+            ):
+                values = records.example_values(records.parse_example(record))
+                del values['image/filename']
+                found.append((shard['path'], values))
     return found
 
 
@@ -43,10 +47,11 @@ def filenames(out):
     names = []
     for split in dataset['splits'].values():
         for shard in split['shards']:
-            with open(pathlib.Path(out) / shard['path'], 'rb') as f:
-                for _, record in records.framed_records(f, shard['path']):
-                    feature = records.parse_example(record).features.feature
-                    names.append(feature['image/filename'].bytes_list.value[0].decode())
+            for _, record in records.shard_records(
+                str(pathlib.Path(out) / shard['path']), TFRECORD
+            ):
+                feature = records.parse_example(record).features.feature
+                names.append(feature['image/filename'].bytes_list.value[0].decode())
     return names
 
 

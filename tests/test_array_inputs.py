@@ -25,24 +25,25 @@ def _images(out):
     """{key: (pixels, label text, split)} of every record of a build, from `image/filename`'s
     row number (`file!row` or `file!array/row`)."""
     from imageshards import records  # pylint: disable=import-outside-toplevel
+    from imageshards.shard_formats import registry as shard_formats  # pylint: disable=import-outside-toplevel
 
     dataset = json.loads((pathlib.Path(out) / 'dataset.json').read_text())
-    found = {}
+    found, shard_format = {}, shard_formats.of_build(dataset)
     for split, info in dataset['splits'].items():
         for shard in info['shards']:
-            with open(pathlib.Path(out) / shard['path'], 'rb') as f:
-                for _, record in records.framed_records(f, shard['path']):
-                    feature = records.parse_example(record).features.feature
-                    name = feature['image/filename'].bytes_list.value[0].decode()
-                    image = Image.open(io.BytesIO(feature['image/encoded'].bytes_list.value[0]))
-                    assert image.format == 'PNG'
-                    text = feature['image/class/text'].bytes_list.value[0].decode()
-                    container, member = name.split('!', 1)
-                    found[f'{container.rsplit("/", 1)[-1]}!{member}'] = (
-                        np.asarray(image),
-                        text,
-                        split,
-                    )
+            path = str(pathlib.Path(out) / shard['path'])
+            for _, record in records.shard_records(path, shard_format):
+                feature = records.parse_example(record).features.feature
+                name = feature['image/filename'].bytes_list.value[0].decode()
+                image = Image.open(io.BytesIO(feature['image/encoded'].bytes_list.value[0]))
+                assert image.format == 'PNG'
+                text = feature['image/class/text'].bytes_list.value[0].decode()
+                container, member = name.split('!', 1)
+                found[f'{container.rsplit("/", 1)[-1]}!{member}'] = (
+                    np.asarray(image),
+                    text,
+                    split,
+                )
     return found
 
 

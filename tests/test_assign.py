@@ -15,6 +15,7 @@ from pipelines.assignment import plan as plan_lib
 from pipelines.assignment import splits as split_lib
 from pipelines.core import blocks
 from pipelines.core.blocks import ImageMeta
+from pipelines.core.settings import AssignSettings
 from pipelines.local import spill as spill_lib
 
 from beam_helpers import collect
@@ -186,7 +187,10 @@ def test_assign_shards_places_the_lowest_ranked_images_in_the_first_shard():
         assigned = (
             p
             | beam.Create([blocks.pack(metas[:3]), blocks.pack(metas[3:])])
-            | assign.AssignShards(0, [('train', 1.0)], num_shards=2, shard_bytes=1e9)
+            | assign.AssignShards(
+                AssignSettings(0, (('train', 1.0),), num_shards=2, shard_bytes=1e9),
+                assign.RankGroups(0, 0),
+            )
         )
         ids = assigned.placed | beam.FlatMap(
             lambda kv: [(kv[0], m.id) for m in blocks.unpack(kv[1])]
@@ -206,12 +210,9 @@ def _placements(tmp_path, chunks, fractions, num_shards, bucket_bits, spill=Fals
             p
             | beam.Create([blocks.pack(chunk) for chunk in chunks])
             | assign.AssignShards(
-                0,
-                fractions,
-                num_shards=num_shards,
-                shard_bytes=1e9,
-                bucket_bits=bucket_bits,
-                store=store,
+                AssignSettings(0, tuple(fractions), num_shards=num_shards, shard_bytes=1e9),
+                assign.RankGroups(0, bucket_bits),
+                store,
             )
         )
         return assigned.placed | beam.FlatMap(

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from imageshards import features
-from imageshards import tfrecord
+from imageshards.kinds import features
+from imageshards.shard_formats import tfrecord
 from pipelines import launcher
 from pipelines.validation import images
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from imageshards import example_bytes
-from imageshards import features
-from imageshards import tfrecord
+from imageshards.kinds import features
+from imageshards.shard_formats import tfrecord
 from trainer import dataset_info
 from trainer import input_pipeline
 

@@ -13,8 +13,9 @@ import sys
 import numpy as np
 import pytest
 
-from imageshards import features
-from imageshards import tfrecord
+from imageshards.kinds import features
+from imageshards.kinds import registry as kinds
+from imageshards.shard_formats import tfrecord
 from pipelines import launcher
 from pipelines.validation import images
 
@@ -143,7 +144,7 @@ def test_records_carry_the_contract_fields_and_decode_to_pillow_pixels(tree_buil
     out, dataset = tree_build
     records = [r for rs in _all_records(out, dataset).values() for r in rs]
     assert len(records) == dataset['counts']['written']
-    assert set(records[0]) == set(features.record_schema('examples'))
+    assert set(records[0]) == set(kinds.Classification('examples').schema)
     listed = sorted(
         p
         for p in (str(p.relative_to(tree)) for p in tree.rglob('*') if p.is_file())
@@ -349,7 +350,7 @@ def test_jsonl_manifest_build_in_paths_format_matches_the_examples_build(
         example_records = list(_records(examples_out, examples, split))
         assert [r[features.ID] for r in path_records] == [r[features.ID] for r in example_records]
         for p, e in zip(path_records, example_records):
-            assert set(p) == set(features.record_schema('paths'))
+            assert set(p) == set(kinds.Classification('paths').schema)
             assert open(p[features.PATH].decode(), 'rb').read() == e[features.ENCODED]
             assert p[features.SHA256] == e[features.SHA256]
 

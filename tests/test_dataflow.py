@@ -108,7 +108,7 @@ def test_dry_run_builds_the_job_with_the_package_staged_and_leaves_no_files(gcs,
     assert setup_file == os.path.join(REPOSITORY, 'setup.py')
     with tarfile.open(_staged_artifacts(job)['workflow.tar.gz']) as sdist:
         names = {name.split('/', 1)[-1] for name in sdist.getnames()}
-    assert {'setup.py', 'pipelines/build.py', 'imageshards/features.py'} <= names
+    assert {'setup.py', 'pipelines/build.py', 'imageshards/kinds/features.py'} <= names
     # The listing written for the job is gone again: a real run needs no --overwrite.
     assert gcs.names('shards') == []
 

@@ -1,11 +1,16 @@
-"""The record spec: our serialization is TensorFlow's, byte for byte."""
+"""The record spec: our serialization is TensorFlow's, byte for byte, for every feature type
+and every kind's schema (imageshards/kinds/)."""
 
+import dataclasses
 import hashlib
+import typing
 
 import pytest
 
 from imageshards import example_bytes
-from imageshards import features
+from imageshards.kinds import features
+from imageshards.kinds import registry as kinds
+from imageshards.kinds.classification import Classification
 
 VALUES = {
     features.FORMAT: 'jpeg',
@@ -20,17 +25,25 @@ VALUES = {
 }
 
 
-def _tensorflow_bytes(tf, fmt, values, levels=()):
-    example = tf.train.Example()
-    for key, kind in features.record_schema(fmt, levels).items():
-        value = values[key]
-        if kind == 'int64':
-            example.features.feature[key].int64_list.value.append(value)
+def _message_bytes(message, schema, values):
+    """The deterministic serialization of `values` filled into a `tensorflow.Example` message
+    (TensorFlow's own class, or example_bytes.example_class())."""
+    for key, kind in schema.items():
+        value = values[key] if kind.endswith(features.LIST) else (values[key],)
+        feature = message.features.feature[key]
+        if kind.startswith('int64'):
+            feature.int64_list.value.extend(value)
+        elif kind.startswith('float'):
+            feature.float_list.value.extend(value)
         else:
-            example.features.feature[key].bytes_list.value.append(
-                value.encode('utf-8') if isinstance(value, str) else value
+            feature.bytes_list.value.extend(
+                v.encode('utf-8') if isinstance(v, str) else v for v in value
             )
-    return example.SerializeToString(deterministic=True)
+    return message.SerializeToString(deterministic=True)
+
+
+def _tensorflow_bytes(tf, fmt, values, levels=()):
+    return _message_bytes(tf.train.Example(), Classification(fmt, levels=levels).schema, values)
 
 
 @pytest.mark.parametrize(
@@ -42,9 +55,9 @@ def _tensorflow_bytes(tf, fmt, values, levels=()):
 )
 def test_encoding_matches_tensorflow_deterministic_serialization(tf, fmt, extra):
     values = {**VALUES, **extra}
-    ours = example_bytes.encode_example(fmt, values)
+    ours = example_bytes.encode_example(Classification(fmt), values)
     assert ours == _tensorflow_bytes(tf, fmt, values)
-    parsed = tf.io.parse_single_example(ours, features.feature_spec(fmt))
+    parsed = tf.io.parse_single_example(ours, Classification(fmt).feature_spec())
     assert parsed[features.LABEL].numpy() == -1
     assert parsed[features.LABEL_TEXT].numpy().decode('utf-8') == 'ñandú 鳥'
     assert parsed[features.ID].numpy() == 2**40 + 3
@@ -52,9 +65,9 @@ def test_encoding_matches_tensorflow_deterministic_serialization(tf, fmt, extra)
 
 def test_encoding_refuses_records_that_do_not_match_the_schema():
     with pytest.raises(ValueError, match='do not match'):
-        example_bytes.encode_example(features.EXAMPLES, VALUES)  # no image/encoded
+        example_bytes.encode_example(Classification(), VALUES)  # no image/encoded
     with pytest.raises(ValueError, match='unknown format'):
-        features.record_schema('pixels')
+        Classification('pixels')
 
 
 # sha256 of encode_example(fmt, VALUES + payload) as written before label levels existed: a
@@ -72,8 +85,9 @@ PAYLOADS = {
 @pytest.mark.parametrize('fmt', features.FORMATS)
 def test_records_without_levels_keep_their_golden_bytes(fmt):
     values = {**VALUES, **PAYLOADS[fmt]}
-    assert hashlib.sha256(example_bytes.encode_example(fmt, values)).hexdigest() == GOLDEN[fmt]
-    assert not any(key.startswith(features.LEVEL_PREFIX) for key in features.record_schema(fmt))
+    encoded = example_bytes.encode_example(Classification(fmt), values)
+    assert hashlib.sha256(encoded).hexdigest() == GOLDEN[fmt]
+    assert not any(key.startswith(features.LEVEL_PREFIX) for key in Classification(fmt).schema)
 
 
 def test_label_levels_add_an_id_and_a_text_feature_per_level(tf):
@@ -86,53 +100,83 @@ def test_label_levels_add_an_id_and_a_text_feature_per_level(tf):
         'image/label/species': features.MISSING_LEVEL,
         'image/label/species/text': '',
     }
-    ours = example_bytes.encode_example(features.EXAMPLES, values, levels)
+    ours = example_bytes.encode_example(Classification(levels=levels), values)
     assert ours == _tensorflow_bytes(tf, features.EXAMPLES, values, levels)
-    parsed = tf.io.parse_single_example(ours, features.feature_spec(features.EXAMPLES, levels))
+    parsed = tf.io.parse_single_example(ours, Classification(levels=levels).feature_spec())
     assert parsed['image/label/family'].numpy() == 1
     assert parsed['image/label/family/text'].numpy() == b'fish'
     assert parsed['image/label/species'].numpy() == -1
     with pytest.raises(ValueError, match='do not match'):  # a level's features are required
-        example_bytes.encode_example(features.EXAMPLES, values, ('family', 'species', 'genus'))
+        example_bytes.encode_example(Classification(levels=('family', 'species', 'genus')), values)
 
 
-def test_encoding_equals_the_protobuf_runtime_on_random_records():
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _EveryType(Classification):
+    """A kind whose records hold every feature type: float and float lists among them."""
+
+    name: typing.ClassVar[str] = 'every-type-for-tests'
+
+    def own_schema(self):
+        return {**super().own_schema(), 'x/score': 'float', 'x/scores': 'float_list'}
+
+
+def _random_value(rng, kind, ints, lengths):
+    if kind == 'int64':
+        return rng.choice(ints + [rng.randrange(-(2**63), 2**63)])
+    if kind == 'float':
+        return rng.choice([0.0, -0.0, 1.5, -3.25e38, 1e-45, float('inf'), rng.uniform(-9, 9)])
+    if kind == 'float_list':
+        return tuple(rng.uniform(-1e6, 1e6) for _ in range(rng.choice([0, 1, 4, 40])))
+    return rng.choice(
+        [b'', 'ü', bytes(rng.randrange(256) for _ in range(200))]
+        + [bytes([rng.randrange(256)]) * rng.choice(lengths)] * 3
+    )
+
+
+@pytest.mark.parametrize(
+    'kind',
+    [Classification(levels=('family', 'species')), _EveryType(levels=('family',), grouped=True)],
+    ids=['levels', 'every-type'],
+)
+def test_encoding_equals_the_protobuf_runtime_on_random_records(kind):
     """The hand-written wire format against the message class, over edge values."""
     import random  # pylint: disable=import-outside-toplevel
 
     rng = random.Random(3)
-    levels = ('family', 'species')
     ints = [0, 1, -1, 127, 128, 2**31, -(2**63), 2**63 - 1, 300, -300]
     # Lengths around the one-, two- and three-byte varints of each nested length field.
     lengths = [122, 123, 124, 125, 126, 127, 128, 16375, 16377, 16379, 16381, 16383, 16384, 70000]
     for _ in range(300):
-        values = {}
-        for key, kind in features.record_schema(features.EXAMPLES, levels).items():
-            if kind == 'int64':
-                values[key] = rng.choice(ints + [rng.randrange(-(2**63), 2**63)])
-            else:
-                values[key] = rng.choice(
-                    [b'', 'ü', bytes(rng.randrange(256) for _ in range(200))]
-                    + [bytes([rng.randrange(256)]) * rng.choice(lengths)] * 3
-                )
-        message = example_bytes.example_class()()
-        for key, kind in features.record_schema(features.EXAMPLES, levels).items():
-            value = values[key]
-            if kind == 'int64':
-                message.features.feature[key].int64_list.value.append(value)
-            else:
-                message.features.feature[key].bytes_list.value.append(
-                    value.encode('utf-8') if isinstance(value, str) else value
-                )
-        assert example_bytes.encode_example(features.EXAMPLES, values, levels) == (
-            message.SerializeToString(deterministic=True)
-        )
+        values = {key: _random_value(rng, t, ints, lengths) for key, t in kind.schema.items()}
+        expected = _message_bytes(example_bytes.example_class()(), kind.schema, values)
+        assert example_bytes.encode_example(kind, values) == expected
+
+
+def test_float_features_are_what_tensorflow_writes_and_parses(tf):
+    kind = _EveryType()
+    values = {
+        **VALUES,
+        **PAYLOADS[features.EXAMPLES],
+        'x/score': 0.1,
+        'x/scores': (1.5, -2.0, 3.25),
+    }
+    ours = example_bytes.encode_example(kind, values)
+    assert ours == _message_bytes(tf.train.Example(), kind.schema, values)
+    parsed = tf.io.parse_example([ours], kind.feature_spec())
+    assert parsed['x/score'].dtype == tf.float32
+    assert parsed['x/score'].numpy().tolist() == pytest.approx([0.1])
+    assert parsed['x/scores'].values.numpy().tolist() == [1.5, -2.0, 3.25]
 
 
 def test_multi_label_records_hold_lists_as_tensorflow_serializes_them(tf):
     levels = ('family', 'species')
-    schema = features.record_schema(features.EXAMPLES, levels, multi_label=True)
-    assert [schema[key] for key in features.label_keys(levels)] == [
+    kind = Classification(levels=levels, multi_label=True)
+    schema = kind.schema
+    label_keys = [features.LABEL, features.LABEL_TEXT]
+    label_keys += [
+        key for level in levels for key in (f'image/label/{level}', f'image/label/{level}/text')
+    ]
+    assert [schema[key] for key in label_keys] == [
         'int64_list',
         'bytes_list',
         'int64_list',
@@ -152,23 +196,31 @@ def test_multi_label_records_hold_lists_as_tensorflow_serializes_them(tf):
             'image/label/species': (),
             'image/label/species/text': (),
         }
-        ours = example_bytes.encode_example(features.EXAMPLES, values, levels, multi_label=True)
-        example = tf.train.Example()
-        for key, kind in schema.items():
-            value = values[key] if kind.endswith(features.LIST) else (values[key],)
-            if kind.startswith('int64'):
-                example.features.feature[key].int64_list.value.extend(value)
-            else:
-                example.features.feature[key].bytes_list.value.extend(
-                    v.encode('utf-8') if isinstance(v, str) else v for v in value
-                )
-        assert ours == example.SerializeToString(deterministic=True)
-        spec = features.feature_spec(features.EXAMPLES, levels, multi_label=True)
-        parsed = tf.io.parse_example([ours], spec)
+        ours = example_bytes.encode_example(kind, values)
+        assert ours == _message_bytes(tf.train.Example(), schema, values)
+        parsed = tf.io.parse_example([ours], kind.feature_spec())
         assert parsed[features.LABEL].values.numpy().tolist() == list(labels)
         assert [n.decode() for n in parsed[features.LABEL_TEXT].values.numpy()] == list(names)
         assert parsed['image/label/species'].values.numpy().tolist() == []
-    # A single-label build's schema and bytes are unchanged by the multi-label kinds.
-    assert features.record_schema(features.EXAMPLES, levels) == features.record_schema(
-        features.EXAMPLES, levels, multi_label=False
+    # A single-label build's schema is unchanged by the multi-label kinds.
+    assert (
+        Classification(levels=levels).schema
+        == Classification(levels=levels, multi_label=False).schema
     )
+    assert all(not t.endswith(features.LIST) for t in Classification(levels=levels).schema.values())
+
+
+def test_a_kind_round_trips_through_json_and_dataset_json():
+    kind = Classification(features.PATHS, levels=('a', 'b'), multi_label=True, grouped=True)
+    assert kinds.from_json(kinds.to_json(kind)) == kind
+    dataset = {
+        'format': features.PATHS,
+        'labels': ['x'],
+        'label_levels': {'a': [], 'b': []},
+        'multi_label': True,
+        'grouping': {'groups': {}},
+    }
+    assert kinds.of_build(dataset) == kind
+    assert kinds.of_build({**dataset, 'kind': 'classification'}) == kind
+    with pytest.raises(ValueError, match='unknown record kind'):
+        kinds.of_build({**dataset, 'kind': 'pixels'})

@@ -8,10 +8,11 @@ import random
 import pytest
 
 from imageshards import example_bytes
-from imageshards import features
 from imageshards import file_names
 from imageshards import records
-from imageshards import tfrecord
+from imageshards.kinds import features
+from imageshards.kinds import registry as kinds
+from imageshards.shard_formats import tfrecord
 from imageshards_cli import inspect
 from imageshards_cli import verify
 
@@ -77,10 +78,12 @@ def test_a_malformed_b64_field_is_an_error_not_a_wrong_name():
 
 
 def test_image_filename_holds_the_names_bytes():
-    schema = features.record_schema(features.PATHS)
+    schema = kinds.Classification(features.PATHS).schema
     values = {key: 0 if kind == 'int64' else b'' for key, kind in schema.items()}
     values[features.FILENAME] = file_names.to_bytes(file_names.from_bytes(b'in/' + LATIN1))
-    example = records.parse_example(example_bytes.encode_example(features.PATHS, values))
+    example = records.parse_example(
+        example_bytes.encode_example(kinds.Classification(features.PATHS), values)
+    )
     kind, stored = records.feature_values(example.features.feature[features.FILENAME])
     assert (kind, stored) == ('bytes', [b'in/' + LATIN1])
 

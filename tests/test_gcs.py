@@ -13,8 +13,9 @@ import json
 import pytest
 
 from imageshards import example_bytes
-from imageshards import features
-from imageshards import tfrecord
+from imageshards.kinds import features
+from imageshards.kinds import registry as kinds
+from imageshards.shard_formats import tfrecord
 from pipelines import launcher
 
 import images_for_tests as imgs
@@ -108,7 +109,7 @@ def _with_local_paths(data, fmt, moves):
     Args:
         moves: [(gs:// prefix, local prefix)]; every filename or path starts with one of them.
     """
-    schema = features.record_schema(fmt)
+    schema = kinds.Classification(fmt).schema
     out = []
     for record in tfrecord.read_records(io.BytesIO(data)):
         feature = example_bytes.example_class().FromString(record).features.feature
@@ -118,7 +119,7 @@ def _with_local_paths(data, fmt, moves):
         }
         for key in {features.FILENAME, features.PATH} & set(schema):
             values[key] = _moved(values[key].decode('utf-8'), moves)
-        out.append(tfrecord.frame(example_bytes.encode_example(fmt, values)))
+        out.append(tfrecord.frame(example_bytes.encode_example(kinds.Classification(fmt), values)))
     return b''.join(out)
 
 

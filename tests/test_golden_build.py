@@ -13,11 +13,14 @@ import struct
 import zlib
 
 from imageshards import example_bytes
-from imageshards import features
 from imageshards import records
-from imageshards import storage
-from imageshards import tfrecord
+from imageshards.kinds import features
+from imageshards.kinds import registry as kinds
+from imageshards.shard_formats import registry as shard_formats
+from imageshards.shard_formats import tfrecord
 from pipelines import launcher
+
+TFRECORD = shard_formats.named('tfrecord')  # the shards' format
 
 _RGB_JPEG = base64.b64decode(
     '/9j/4AAQSkZJRgABAQAAAQABAAD/2wBDAAMCAgMCAgMDAwMEAwMEBQgFBQQEBQoHBwYIDAoMDAsKCwsNDhIQDQ4RDgsL'
@@ -104,13 +107,12 @@ def _canonical_digest(root, out, dataset, split):
     digest = hashlib.sha256()
     prefix = str(root).rstrip('/') + '/'
     for shard in dataset['splits'][split]['shards']:
-        with storage.open_read(str(out / shard['path'])) as f:
-            for _, record in records.framed_records(f, shard['path']):
-                example = example_bytes.example_class()()
-                example.ParseFromString(record)
-                filename = example.features.feature[features.FILENAME].bytes_list.value
-                filename[0] = filename[0].decode().removeprefix(prefix).encode()
-                digest.update(tfrecord.frame(example.SerializeToString(deterministic=True)))
+        for _, record in records.shard_records(str(out / shard['path']), TFRECORD):
+            example = example_bytes.example_class()()
+            example.ParseFromString(record)
+            filename = example.features.feature[features.FILENAME].bytes_list.value
+            filename[0] = filename[0].decode().removeprefix(prefix).encode()
+            digest.update(tfrecord.frame(example.SerializeToString(deterministic=True)))
     return digest.hexdigest()
 
 
@@ -142,7 +144,7 @@ def test_a_build_without_new_flags_writes_the_golden_records(tmp_path):
     root, out, dataset = golden_build(tmp_path)
     found = {split: _canonical_digest(root, out, dataset, split) for split in GOLDEN}
     assert found == GOLDEN
-    assert set(dataset['features']) == set(features.record_schema(features.EXAMPLES))
+    assert set(dataset['features']) == set(kinds.Classification(features.EXAMPLES).schema)
 
 
 def test_reserializing_a_record_changes_no_byte():
@@ -161,6 +163,6 @@ def test_reserializing_a_record_changes_no_byte():
         features.SHA256: hashlib.sha256(_RGB_JPEG).hexdigest(),
         features.ID: 4,
     }
-    record = example_bytes.encode_example(features.EXAMPLES, values)
+    record = example_bytes.encode_example(kinds.Classification(features.EXAMPLES), values)
     example.ParseFromString(record)
     assert example.SerializeToString(deterministic=True) == record

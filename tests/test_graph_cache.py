@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from imageshards import layout
-from imageshards import tfrecord
+from imageshards.kinds import registry as kinds
+from imageshards.shard_formats import tfrecord
 from pipelines import launcher
 from pipelines.analysis import graph_cache
 from pipelines.core import options
@@ -31,7 +32,12 @@ def _tree(root, classes, start):
 
 
 def _settings(labels, fmt='examples', levels=(), image_size=224):
-    return TransformSettings(tuple(labels), fmt, tuple(levels), image_size)
+    return TransformSettings(
+        tuple(labels), kinds.Classification(fmt, levels=tuple(levels)), image_size
+    )
+
+
+DEFAULT_KIND = kinds.Classification('examples')
 
 
 @pytest.mark.slow
@@ -79,24 +85,25 @@ def test_a_shipped_graph_writes_what_tft_writes(
     _assert_same_output(tmp_path / 'by-tft', tmp_path / 'from-package', written, tf, tft)
 
 
-@pytest.mark.parametrize('shipped', graph_cache.SHIPPED_KINDS, ids=lambda k: k['fmt'])
+@pytest.mark.parametrize('shipped', graph_cache.SHIPPED_KINDS, ids=lambda k: k[0].format)
 def test_the_package_ships_the_graphs_of_the_default_kinds_for_this_code(
     tmp_path, monkeypatch, shipped
 ):
     monkeypatch.setenv(graph_cache.ENV, str(tmp_path / 'empty-cache'))
     monkeypatch.setenv(graph_cache.PACKAGED_ENV, '1')
-    settings = _settings(['a'], shipped['fmt'], shipped['levels'], shipped['image_size'])
+    kind, image_size = shipped
+    settings = _settings(['a'], kind.format, kind.levels, image_size)
     found = graph_cache.find(settings)
     assert found and found.startswith(graph_cache.PACKAGED_DIR), (
         'pipelines/analysis/transform_graphs holds no graph for this code and these versions of '
         'TensorFlow and tensorflow-transform: run '
         '`python -m pipelines.analysis.graph_cache package`'
     )
-    assert graph_cache.has_kind(**shipped)
+    assert graph_cache.has_kind(*shipped)
     assert graph_cache.describe(found).startswith('the one imageshards ships for this kind (')
     monkeypatch.setenv(graph_cache.PACKAGED_ENV, '0')
     assert graph_cache.find(settings) is None
-    assert not graph_cache.has_kind(**shipped)
+    assert not graph_cache.has_kind(*shipped)
     assert len(os.listdir(graph_cache.PACKAGED_DIR)) == len(graph_cache.SHIPPED_KINDS)
 
 
@@ -156,11 +163,11 @@ def test_a_graph_is_kept_per_kind(empty_transform_cache, tmp_path):
         (staged / layout.TRANSFORM_ASSETS / name).write_bytes(b'this build only')
     settings = _settings(['a', 'b'])
     assert graph_cache.find(settings) is None
-    assert not graph_cache.has_kind('examples', (), 224)
+    assert not graph_cache.has_kind(DEFAULT_KIND, 224)
     graph_cache.keep(str(staged), settings)
     kept = graph_cache.find(settings)
     assert kept and kept.startswith(str(empty_transform_cache))
-    assert graph_cache.has_kind('examples', (), 224)
+    assert graph_cache.has_kind(DEFAULT_KIND, 224)
     assert graph_cache.find(_settings(['x', 'y'])) == kept  # names are assets
     assert graph_cache.find(_settings(['a', 'b', 'c'])) == kept  # so is their number
     shutil.rmtree(os.path.join(kept, layout.TRANSFORMED_METADATA_DIR))
@@ -197,7 +204,7 @@ def test_the_build_command_starts_no_helper_where_a_graph_of_its_kind_is_cached(
 ):
     argv = ['--input', 'in', '--output', 'out']
     os.makedirs(
-        empty_transform_cache / 'transform' / graph_cache.kind('examples', (), 224)[0] / 'graph'
+        empty_transform_cache / 'transform' / graph_cache.key(DEFAULT_KIND, 224)[0] / 'graph'
     )
     assert transform_writer.start_early(options.peek_build_config(argv)) is None
     started = transform_writer.start_early(

@@ -17,9 +17,11 @@ import pytest
 from imageshards import dataset_json
 from imageshards import layout
 from imageshards import records
-from imageshards import tfrecord
+from imageshards.shard_formats import registry as shard_formats
+from imageshards.shard_formats import tfrecord
 from imageshards_cli import verify
 from pipelines import launcher
+from pipelines.writing import overwrite
 
 import images_for_tests as imgs
 
@@ -59,8 +61,8 @@ def _shards(dataset):
 
 
 def _framed(path):
-    with open(path, 'rb') as f:
-        return [(offset, 16 + len(r)) for offset, r in records.framed_records(f, str(path))]
+    found = records.shard_records(str(path), shard_formats.named('tfrecord'))
+    return [(offset, tfrecord.FRAMING_BYTES + len(r)) for offset, r in found]
 
 
 def test_index_text_is_offset_and_length_per_record_and_parses_back():
@@ -158,8 +160,8 @@ def test_overwrite_removes_the_index_files_of_an_earlier_build(built, tmp_path):
     }
     assert indexes == now and earlier - now
     assert (out / 'notes.txt').read_text() == 'mine'
-    assert layout.is_own_file('train/train-00001-of-00003.tfrecord.idx')
-    assert not layout.is_own_file('train/notes.idx')
+    assert overwrite.is_own_file('train/train-00001-of-00003.tfrecord.idx')
+    assert not overwrite.is_own_file('train/notes.idx')
 
 
 def _train(out, dataset):

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from imageshards import example_bytes
-from imageshards import features
-from imageshards import tfrecord
+from imageshards.kinds import features
+from imageshards.shard_formats import tfrecord
 from trainer import corrupt_shards
 from trainer import dataset_info
 from trainer import input_pipeline
@@ -229,8 +229,9 @@ def test_a_corrupt_shard_is_named(tf, tmp_path, color_builds):
     with pytest.raises(tf.errors.DataLossError) as caught:
         for _ in dataset:
             pass
+    info = dataset_info.load(str(copy))
     named = corrupt_shards.name_corrupt_shards(
-        caught.value, dataset_info.load(str(copy)).shard_paths('train')
+        caught.value, info.shard_paths('train'), info.shard_format
     )
     assert isinstance(named, corrupt_shards.CorruptShardError)
     assert str(shard) in str(named)

@@ -5,8 +5,10 @@ import re
 
 import pytest
 
-from imageshards import features
 from imageshards import records
+from imageshards.kinds import features
+from imageshards.kinds import registry as kinds
+from imageshards.shard_formats import registry as shard_formats
 from imageshards_cli import inspect
 from pipelines import launcher
 
@@ -75,11 +77,12 @@ def _schema_line(out, key):
 def test_a_build_shows_the_contract_schema_and_readable_records(built, capsys):
     status, out = _inspect(capsys, built, '-n', '2')
     assert status == 0
-    for key, kind in features.record_schema(features.EXAMPLES).items():
+    for key, kind in kinds.Classification(features.EXAMPLES).schema.items():
         assert _schema_line(out, key)[:2] == (kind, '1')
     first = 'train/train-00000-of-00002.tfrecord'
-    with open(built / first, 'rb') as f:
-        offset, record = list(records.framed_records(f, first))[1]
+    offset, record = list(
+        records.shard_records(str(built / first), shard_formats.named('tfrecord'))
+    )[1]
     values = records.example_values(records.parse_example(record))
     encoded = values[features.ENCODED][1][0]
     label = values[features.LABEL_TEXT][1][0].decode()

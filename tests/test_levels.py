@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 from imageshards import dataset_facts
-from imageshards import features
 from imageshards import records
-from imageshards import tfrecord
+from imageshards.kinds import features
+from imageshards.kinds import registry as kinds
+from imageshards.shard_formats import tfrecord
 from imageshards_cli import inspect as inspect_lib
 from imageshards_cli import verify as verify_lib
 from pipelines import launcher
@@ -94,7 +95,7 @@ def test_vocabularies_features_and_per_shard_counts(strict_build):
         'species': ['carp', 'finch', 'sparrow', 'trout'],
     }
     assert dataset['labels'] == ['carp', 'finch', 'sparrow', 'trout']  # the label column
-    assert dataset['features'] == features.record_schema('examples', LEVELS)
+    assert dataset['features'] == kinds.Classification('examples', levels=LEVELS).schema
     for split, found in _records(out, dataset).items():
         per_shard = collections.defaultdict(lambda: collections.defaultdict(collections.Counter))
         for record in found:

@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 
 from imageshards import example_bytes
-from imageshards import features
 from imageshards import records
 from imageshards import stratification
-from imageshards import tfrecord
+from imageshards.kinds import features
+from imageshards.kinds import registry as kinds
+from imageshards.shard_formats import tfrecord
 from imageshards_cli import verify as verify_lib
 from imageshards_cli import verify_records
 from pipelines import launcher
@@ -197,7 +198,10 @@ def test_iterative_stratification_keeps_every_labels_share_far_better_than_chanc
 def test_shards_of_a_split_hold_every_label_evenly_and_differ_by_one_record_at_most():
     counts = collections.Counter(_skewed_sets(3000, 20, seed=2))
     plan = plan_lib.make_plan(
-        {('', labels, 0): (n, n) for labels, n in counts.items()}, [('train', 1.0)], num_shards=7
+        {('', labels, 0): (n, n) for labels, n in counts.items()},
+        [('train', 1.0)],
+        num_shards=7,
+        multi_label=True,
     )
     shards = [[0, collections.Counter()] for _ in range(7)]
     for labels, n in counts.items():
@@ -273,6 +277,9 @@ def test_the_same_build_on_every_runner_and_worker_count(planet, planet_build, t
     assert ours == theirs
 
 
+SKY_KIND = kinds.Classification(features.EXAMPLES, levels=('sky',), multi_label=True)
+
+
 def test_verify_finds_a_label_list_that_does_not_name_its_texts(planet_build):
     _, dataset = planet_build
     problems = _Problems()
@@ -283,14 +290,10 @@ def test_verify_finds_a_label_list_that_does_not_name_its_texts(planet_build):
         ((0, 99), ('agriculture', 'x'), 'not all indices'),
         ((0, 1), ('agriculture', 'x'), 'do not name their texts'),
     ):
-        record = example_bytes.encode_example(
-            features.EXAMPLES, _values(label, text), ('sky',), multi_label=True
-        )
+        record = example_bytes.encode_example(SKY_KIND, _values(label, text))
         found = checker.check('x', 0, record).label
         assert found is None and expected in problems.found[-1]
-    record = example_bytes.encode_example(
-        features.EXAMPLES, _values((0, 1), ('agriculture', 'clear')), ('sky',), True
-    )
+    record = example_bytes.encode_example(SKY_KIND, _values((0, 1), ('agriculture', 'clear')))
     assert checker.check('x', 0, record).label == ('agriculture', 'clear')
 
 
@@ -324,7 +327,10 @@ def test_a_plan_too_large_to_stratify_every_label_spreads_each_label_set_instead
     monkeypatch.setattr(plan_lib, 'MAX_STRATIFIED_CELLS', 10)
     counts = collections.Counter(_skewed_sets(3000, 20, seed=2))
     plan = plan_lib.make_plan(
-        {('', labels, 0): (n, n) for labels, n in counts.items()}, [('train', 1.0)], num_shards=7
+        {('', labels, 0): (n, n) for labels, n in counts.items()},
+        [('train', 1.0)],
+        num_shards=7,
+        multi_label=True,
     )
     assert not plan.rows
     sizes = collections.Counter()

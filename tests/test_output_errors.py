@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from imageshards import features
 from imageshards import output_errors
+from imageshards.kinds import features
 
 
 def _fill(path):

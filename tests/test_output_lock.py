@@ -157,7 +157,7 @@ def test_overwrite_keeps_the_lock_of_the_build_that_runs_it(tmp_path):
         overwrite.prepare_output(str(out), overwrite=True)
         assert sorted(os.listdir(out)) == [layout.LOCK_FILE]
         lock.check()
-    assert not layout.is_own_file(layout.LOCK_FILE) and layout.is_lock_file(layout.LOCK_FILE)
+    assert not overwrite.is_own_file(layout.LOCK_FILE) and layout.is_lock_file(layout.LOCK_FILE)
 
 
 def test_any_process_of_the_build_can_confirm_it_still_holds_the_lock(tmp_path):

@@ -6,8 +6,8 @@ import numpy as np
 from PIL import Image
 
 from imageshards import example_bytes
-from imageshards import features
-from imageshards import tfrecord
+from imageshards.kinds import features
+from imageshards.shard_formats import tfrecord
 from imageshards_cli import main as cli
 from imageshards_cli import preview
 from trainer import dataset_info

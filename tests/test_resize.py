@@ -12,9 +12,10 @@ from PIL import Image
 from PIL import JpegImagePlugin
 from test_golden_build import _canonical_digest
 
-from imageshards import features
 from imageshards import records
-from imageshards import tfrecord
+from imageshards.kinds import features
+from imageshards.kinds import registry as kinds
+from imageshards.shard_formats import tfrecord
 from imageshards_cli import verify
 from pipelines import launcher
 from pipelines.core import options
@@ -276,7 +277,7 @@ def test_a_build_stores_the_resizes_with_their_originals_size_and_digest(resized
     root, files, out, dataset = resized_build
     assert dataset['resize']['shorter_side'] == 24 and dataset['resize']['quality'] == 90
     assert dataset['counts']['resized'] == 8  # all but small.jpg and tiny.png
-    assert dataset['features'] == features.record_schema(features.EXAMPLES, original=True)
+    assert dataset['features'] == kinds.Classification(features.EXAMPLES, original=True).schema
     found = _records(out, dataset)
     assert len(found) == len(files)
     for name, data in files.items():

@@ -72,7 +72,12 @@ def test_the_installed_sdist_trains_outside_the_checkout(installed, color_builds
     python, site, sdist = installed
     with tarfile.open(sdist) as archive:
         names = {name.split('/', 1)[1] for name in archive.getnames() if '/' in name}
-    assert {'setup.py', 'trainer/task.py', 'trainer/submit.py', 'imageshards/features.py'} <= names
+    assert {
+        'setup.py',
+        'trainer/task.py',
+        'trainer/submit.py',
+        'imageshards/kinds/features.py',
+    } <= names
     assert 'configs/vertex_job.yaml' in names
     where = _run([python, '-c', 'import trainer, imageshards; print(trainer.__file__)'], tmp_path)
     assert where.strip() == os.path.join(site, 'trainer', '__init__.py')

@@ -9,22 +9,25 @@ import pytest
 from apache_beam.testing.util import assert_that
 from apache_beam.testing.util import equal_to
 
-from imageshards import features
 from imageshards import layout
 from imageshards import storage
-from imageshards import tfrecord
+from imageshards.kinds import features
+from imageshards.kinds import registry as kinds
+from imageshards.kinds.record_kind import LabelNames
+from imageshards.shard_formats import registry as shard_formats
+from imageshards.shard_formats import tfrecord
 from pipelines.assignment import assign
 from pipelines.assignment import plan as plan_lib
 from pipelines.core import blocks
 from pipelines.core.blocks import ImageMeta
 from pipelines.core.settings import ValidationSettings
+from pipelines.core.settings import WriteSettings
 from pipelines.inputs import listing
 from pipelines.inputs.entries import InputEntry
 from pipelines.local import spill
 from pipelines.validation import images
 from pipelines.validation.dedup import DropDuplicates
 from pipelines.validation.validate import ValidateImages
-from pipelines.writing.encode import RecordEncoder
 from pipelines.writing.write import WriteShards
 
 import images_for_tests as imgs
@@ -184,10 +187,15 @@ def _write_shards(p, pieces, plan, tmp_path, fmt=features.EXAMPLES, labels=('a',
         | 'Pieces' >> beam.Create([(key, blocks.pack(metas)) for key, metas in pieces])
         | WriteShards(
             p | 'Plan' >> beam.Create([plan.layout]),
-            RecordEncoder(str(tmp_path / 'in'), str(out), fmt, list(labels)),
-            seed=0,
-            temp_dir=str(out / 'tmp'),
-            io_threads=2,
+            WriteSettings(
+                kind=kinds.Classification(fmt),
+                names=LabelNames(tuple(labels)),
+                shard_format=shard_formats.named('tfrecord'),
+                input_base=str(tmp_path / 'in'),
+                output_dir=str(out),
+                temp_dir=str(out / 'tmp'),
+                io_threads=2,
+            ),
         )
     ).shards
 
@@ -278,7 +286,7 @@ def test_shard_bytes_parse_with_the_trainers_feature_spec(tmp_path, tf):
         iter(
             dataset.batch(8).map(
                 lambda records: tf.io.parse_example(
-                    records, features.feature_spec(features.EXAMPLES)
+                    records, kinds.Classification(features.EXAMPLES).feature_spec()
                 )
             )
         )

@@ -241,7 +241,14 @@ def test_the_cycle_check_finds_a_cycle():
     assert _imported(tree, 'bench', _module_files()) == {'tests.images_for_tests'}
 
 
-MAPPED_PACKAGES = ('imageshards', 'imageshards_cli', 'pipelines', *PIPELINES_ORDER[:-1])
+MAPPED_PACKAGES = (
+    'imageshards',
+    'imageshards/kinds',
+    'imageshards/shard_formats',
+    'imageshards_cli',
+    'pipelines',
+    *PIPELINES_ORDER[:-1],
+)
 _MAPPED = re.compile(r'^    (\w+\.py)  ', re.M)
 
 

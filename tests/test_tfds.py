@@ -14,10 +14,11 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-from imageshards import features
 from imageshards import layout
 from imageshards import records
-from imageshards import tfrecord
+from imageshards.kinds import features
+from imageshards.kinds import registry as kinds
+from imageshards.shard_formats import tfrecord
 from imageshards_cli import verify
 from pipelines import launcher
 
@@ -63,7 +64,7 @@ def _trainer_pixels(tf, out, dataset, dct_method):
     decodes: with the fast IDCT of its training crops, or the accurate one of evaluation."""
     from trainer import preprocess  # pylint: disable=import-outside-toplevel
 
-    spec = features.feature_spec(dataset['format'])
+    spec = kinds.Classification(dataset['format']).feature_spec()
     paths = [str(out / s['path']) for info in dataset['splits'].values() for s in info['shards']]
     whole = lambda shape: tf.stack([0, 0, shape[0], shape[1]])
     found = {}

@@ -8,11 +8,14 @@ import pathlib
 import pytest
 
 from imageshards import records
-from imageshards import tfrecord
+from imageshards.shard_formats import registry as shard_formats
+from imageshards.shard_formats import tfrecord
 from pipelines import launcher
 
 import containers_for_tests as made
 import images_for_tests as imgs
+
+TFRECORD = shard_formats.named('tfrecord')  # the shards' format
 
 FLAGS = ('--num-shards', '2', '--seed', '4', '--no-analyze')
 
@@ -26,9 +29,10 @@ def _records(out):
     found = []
     for info in dataset['splits'].values():
         for shard in info['shards']:
-            with open(pathlib.Path(out) / shard['path'], 'rb') as f:
-                for _, record in records.framed_records(f, shard['path']):
-                    found.append(records.example_values(records.parse_example(record)))
+            for _, record in records.shard_records(
+                str(pathlib.Path(out) / shard['path']), TFRECORD
+            ):
+                found.append(records.example_values(records.parse_example(record)))
     return found
 
 

@@ -10,15 +10,17 @@ import pathlib
 import pytest
 from PIL import Image
 
-from imageshards import features
 from imageshards import file_names
 from imageshards import records
-from imageshards import storage
+from imageshards.kinds import features
+from imageshards.shard_formats import registry as shard_formats
 from imageshards_cli import verify
 from pipelines import launcher
 from pipelines.inputs.listing import input_base
 
 import images_for_tests as imgs
+
+TFRECORD = shard_formats.named('tfrecord')  # the shards' format
 
 SPLITS = 'train=0.6,val=0.2,test=0.2'
 
@@ -35,12 +37,11 @@ def _records(out):
     for split, info in dataset['splits'].items():
         for shard in info['shards']:
             path = str(out / shard['path'])
-            with storage.open_read(path) as f:
-                for _, record in records.framed_records(f, path):
-                    values = records.example_values(records.parse_example(record))
-                    name = file_names.from_bytes(values[features.FILENAME][1][0])
-                    group = values.get(features.GROUP, (None, [None]))[1][0]
-                    found[name[len(base) + 1 :]] = (split, group and group.decode())
+            for _, record in records.shard_records(path, TFRECORD):
+                values = records.example_values(records.parse_example(record))
+                name = file_names.from_bytes(values[features.FILENAME][1][0])
+                group = values.get(features.GROUP, (None, [None]))[1][0]
+                found[name[len(base) + 1 :]] = (split, group and group.decode())
     return found
 
 

@@ -6,11 +6,12 @@ import shutil
 
 import pytest
 
-from imageshards import features
 from imageshards import layout
 from imageshards import output_lock
 from imageshards import records
-from imageshards import tfrecord
+from imageshards.kinds import features
+from imageshards.shard_formats import registry as shard_formats
+from imageshards.shard_formats import tfrecord
 from imageshards_cli import verify
 from pipelines import launcher
 
@@ -66,8 +67,9 @@ def _dataset(out):
 def _shard(out, split='train', index=0):
     """(path relative to out, [(offset, record)]) of one shard."""
     relative = _dataset(out)['splits'][split]['shards'][index]['path']
-    with open(out / relative, 'rb') as f:
-        return relative, list(records.framed_records(f, relative))
+    return relative, list(
+        records.shard_records(str(out / relative), shard_formats.named('tfrecord'))
+    )
 
 
 def _rewrite(out, relative, edit):

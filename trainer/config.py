@@ -12,8 +12,8 @@ import os
 import posixpath
 
 from imageshards import configfile
-from imageshards import features
 from imageshards import flags
+from imageshards.kinds import features
 from trainer import input_options
 from trainer.input_options import InputOptions
 

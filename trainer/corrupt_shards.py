@@ -2,33 +2,34 @@
 
 import tensorflow as tf
 
-from imageshards import tfrecord
+from imageshards.shard_formats import registry as shard_formats
 
 
 class CorruptShardError(RuntimeError):
-    """A shard whose TFRecord framing or checksums fail; the message names the file."""
+    """A shard whose framing or checksums fail; the message names the file."""
 
 
-def find_corrupt_shards(paths):
-    """['path: problem'] for each of `paths` whose records do not all check out.
+def find_corrupt_shards(paths, shard_format):
+    """['path: problem'] for each of `paths` (shards of `shard_format`) whose records do not all
+    check out.
 
     tf.data reports a corrupt record without naming its file; this reads the shards again with
-    the project's own TFRecord reader, which does.
+    the project's own reader of their format, which does.
     """
     problems = []
     for path in paths:
         try:
             with tf.io.gfile.GFile(path, 'rb') as f:
-                for _ in tfrecord.read_records(f, path):
+                for _ in shard_format.read(f, path):
                     pass
-        except tfrecord.CorruptRecordError as e:
+        except shard_formats.CorruptRecordError as e:
             problems.append(str(e))
     return problems
 
 
-def name_corrupt_shards(error, paths):
+def name_corrupt_shards(error, paths, shard_format):
     """A CorruptShardError naming the files behind a tf.data DataLossError (or `error` itself)."""
-    problems = find_corrupt_shards(paths)
+    problems = find_corrupt_shards(paths, shard_format)
     if not problems:
         return error
     return CorruptShardError(

@@ -28,6 +28,7 @@ the order it would deliver images (no step that decides the order looks at pixel
 
 import dataclasses
 import logging
+import typing
 
 import tensorflow as tf
 
@@ -68,12 +69,14 @@ class _Plan(InputOptions):
 
 @dataclasses.dataclass(frozen=True)
 class _Shards:
-    """The shards a training epoch reads: paths, record counts, and whether each shard's
-    start rotates (InputOptions.rotate_shards)."""
+    """The shards a training epoch reads: paths, record counts, whether each shard's start
+    rotates (InputOptions.rotate_shards), and how a shard's records are read (its format's
+    `ShardFormat.tf_records`)."""
 
     paths: list
     counts: list
     rotate: bool
+    open_shard: typing.Callable
 
     def slices(self):
         """What the shuffled shard list holds per shard: (path,), or (path, records, index)
@@ -131,12 +134,12 @@ def make_dataset(
     if input_context:
         batch_size = input_context.get_per_replica_batch_size(batch_size)
     parse = RecordParser(info, opts.parse_batch, levels, with_source=opts.decode_images)
+    shards = _shard_list(files, counts, opts, info.shard_format.tf_records)
     if not training:
-        batches = _evaluation(files, sum(counts), batch_size, image_size, parse, opts, skipped)
+        batches = _evaluation(shards, batch_size, image_size, parse, opts, skipped)
         return _finish(batches, opts)
     config = augment_lib.parse_augment(opts.augment)
     epoch_range = tf.data.Dataset.range(opts.start_epoch, opts.epochs or 2**62)
-    shards = _shard_list(files, counts, opts)
     per_epoch = lambda epoch: _training_epoch(
         shards, epoch, batch_size, seed, image_size, config, parse, opts, skipped
     )
@@ -152,18 +155,20 @@ def _plan(info, split, image_size, options, settings):
     return dataclasses.replace(plan, **preprocess.decoding(info, split, image_size, plan))
 
 
-def _shard_list(files, counts, opts):
-    """The training shards, rotated or not as `opts.rotate_shards` says (None: where a split
-    has few shards per cycle_length)."""
+def _shard_list(files, counts, opts, open_shard):
+    """The shards read, rotated in training or not as `opts.rotate_shards` says (None: where
+    a split has few shards per cycle_length)."""
     rotate = opts.rotate_shards
     if rotate is None:
         rotate = len(files) < ROTATE_BELOW * opts.cycle_length
-    return _Shards(files, counts, rotate)
+    return _Shards(files, counts, rotate, open_shard)
 
 
-def _evaluation(files, num_records, batch_size, image_size, parse, opts, skipped):
-    """One ordered pass over `files`: central crops, every record (the last batch partial)."""
-    records = _read(tf.data.Dataset.from_tensor_slices(files), opts, deterministic=True)
+def _evaluation(shards, batch_size, image_size, parse, opts, skipped):
+    """One ordered pass over `shards`: central crops, every record (the last batch partial)."""
+    files = tf.data.Dataset.from_tensor_slices(shards.paths)
+    records = _read(files, opts, deterministic=True, open_shard=shards.open_shard)
+    num_records = sum(shards.counts)
     central = lambda encoded, _: preprocess.for_eval(
         encoded, image_size, opts.eval_crop, opts.jpeg_only
     )
@@ -210,20 +215,16 @@ def _epoch_seed(seed, epoch, salt):
     return (tf.cast(seed, tf.int64) * 1_000_003 + tf.cast(epoch, tf.int64)) * 31 + salt
 
 
-def _read(files, opts, deterministic, open_shard=None):
+def _read(files, opts, deterministic, open_shard):
     return files.interleave(
-        open_shard or _open_shard,
+        open_shard,
         cycle_length=opts.cycle_length,
         num_parallel_calls=AUTOTUNE,
         deterministic=deterministic,
     )
 
 
-def _open_shard(path):
-    return tf.data.TFRecordDataset(path, buffer_size=1 << 20)
-
-
-def _rotated(seed, epoch):
+def _rotated(seed, epoch, open_shard):
     """(path, records, shard index) -> the shard's records from a start fixed by (seed, epoch,
     shard index) to its end, then from its beginning to that start."""
 
@@ -234,7 +235,7 @@ def _rotated(seed, epoch):
             maxval=tf.maximum(tf.cast(count, tf.int64), 1),
             dtype=tf.int64,
         )
-        return _open_shard(path).skip(start).concatenate(_open_shard(path).take(start))
+        return open_shard(path).skip(start).concatenate(open_shard(path).take(start))
 
     return open_rotated
 
@@ -244,7 +245,7 @@ def _training_epoch(shards, epoch, batch_size, seed, image_size, config, parse, 
     shard_list = tf.data.Dataset.from_tensor_slices(shards.slices()).shuffle(
         len(shards.paths), seed=_epoch_seed(seed, epoch, SHARD_ORDER_SALT)
     )
-    open_shard = _rotated(seed, epoch) if shards.rotate else None
+    open_shard = _rotated(seed, epoch, shards.open_shard) if shards.rotate else shards.open_shard
     records = _read(shard_list, opts, opts.deterministic, open_shard).shuffle(
         opts.shuffle_buffer, seed=_epoch_seed(seed, epoch, RECORD_ORDER_SALT)
     )

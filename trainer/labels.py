@@ -13,7 +13,7 @@ All of it is made per parsed batch, vectorized, before the batch is split into r
 
 import tensorflow as tf
 
-from imageshards import features
+from imageshards.kinds import features
 
 
 class LabelReader:
@@ -27,7 +27,7 @@ class LabelReader:
     def __init__(self, info, levels=()):
         self.levels = tuple(levels)
         self.multi_label = info.multi_label
-        self._spec = features.feature_spec(info.format, self.levels, self.multi_label)
+        self._kind = info.kind
         multi_levels = set(info.multi_label_levels)
         # {label key: number of classes for a multi-hot vector, or 0 for ids}
         if self.levels:
@@ -44,7 +44,7 @@ class LabelReader:
 
     def spec(self):
         """{key: feature} of the label features, for tf.io.parse_example."""
-        return {key: self._spec[key] for key in self._keys}
+        return self._kind.feature_spec(self._keys)
 
     def is_multi_hot(self, level=None):
         """Whether the primary label (or `level`) is yielded as a multi-hot vector."""

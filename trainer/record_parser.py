@@ -9,7 +9,7 @@ in one function call (trainer/input_pipeline.py).
 
 import tensorflow as tf
 
-from imageshards import features
+from imageshards.kinds import features
 from trainer import labels as labels_lib
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -27,10 +27,9 @@ class RecordParser:
         self._paths = info.format == features.PATHS
         self._parse_batch = parse_batch
         self._with_source = with_source
-        self._source = features.PATH if self._paths else features.ENCODED
-        spec = features.feature_spec(info.format)
+        self._source = info.kind.payload_key
         keys = [features.ID, self._source] if with_source else [features.ID]
-        self._wanted = {**self._reader.spec(), **{key: spec[key] for key in keys}}
+        self._wanted = {**self._reader.spec(), **info.kind.feature_spec(keys)}
 
     @property
     def reads_files(self):

@@ -239,7 +239,7 @@ def _fit(run, config, info, strategy, progress, checkpoints, skipped):
             shards = info.shard_paths(config.train_split) + (
                 info.shard_paths(config.val_split) if validation is not None else []
             )
-            raise corrupt_shards.name_corrupt_shards(e, shards) from e
+            raise corrupt_shards.name_corrupt_shards(e, shards, info.shard_format) from e
 
 
 def _warn_if_uneven(info, split, pipelines, pipeline_batch):

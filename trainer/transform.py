@@ -13,9 +13,9 @@ import posixpath
 import keras
 import tensorflow as tf
 
-from imageshards import features
 from imageshards import layout
 from imageshards import transform_assets
+from imageshards.kinds import features
 
 _LOG = logging.getLogger(__name__)
 

@@ -6,7 +6,8 @@ vocabulary and the pixel statistics, from two asset files as it loads
 (imageshards/transform_assets.py). The rest of transform_fn/, transformed_metadata/ and
 metadata/ is TFT's output for any build of the same
 
-    format, label levels and image size,
+    record kind as the graph reads it (its format, label levels, multi-label: `RecordKind.core`)
+    and image size,
     with the same versions of TensorFlow and tensorflow-transform and of the code that
     makes the graph,
 
@@ -43,10 +44,11 @@ import os
 import shutil
 import tempfile
 
-from imageshards import features
 from imageshards import layout
 from imageshards import storage
 from imageshards import transform_assets
+from imageshards.kinds import features
+from imageshards.kinds import registry as kinds
 from pipelines.core.settings import BuildConfig
 from pipelines.core.settings import TransformSettings
 
@@ -56,11 +58,7 @@ PACKAGED_ENV = 'IMAGESHARDS_PACKAGED_GRAPHS'  # '0': ignore the graphs the packa
 PACKAGED_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'transform_graphs')
 # The kinds whose graphs the package ships: `imageshards build`'s defaults, in either format.
 SHIPPED_KINDS = tuple(
-    {
-        'fmt': fmt,
-        'levels': BuildConfig.label_levels,
-        'image_size': BuildConfig.transform_image_size,
-    }
+    (kinds.Classification(fmt, levels=BuildConfig.label_levels), BuildConfig.transform_image_size)
     for fmt in (features.EXAMPLES, features.PATHS)
 )
 KEY_JSON = 'key.json'  # in each cached output: what its key was made of, for people
@@ -69,7 +67,9 @@ _SOURCES = (
     'imageshards.transform',
     'imageshards.transform_assets',
     'imageshards.decode',
-    'imageshards.features',
+    'imageshards.kinds.features',
+    'imageshards.kinds.record_kind',
+    'imageshards.kinds.classification',
     'pipelines.analysis.transform_output',
 )
 _PACKAGES = ('tensorflow', 'tensorflow-transform')
@@ -87,13 +87,15 @@ def cache_dir() -> str:
     return os.path.join(root, 'transform')
 
 
-def kind(fmt, levels, image_size, multi_label=False) -> tuple:
-    """What the graph is made of: its folder of the cache, and the parts of its key."""
+def key(record_kind, image_size) -> tuple:
+    """(digest, parts) of the graph of a record kind (as the graph reads it: `RecordKind.core`)
+    and image size: its folder of the cache, and what its key is made of."""
     parts = {
-        'format': fmt,
-        'label_levels': list(levels),
+        **({} if record_kind.name == kinds.DEFAULT else {'kind': record_kind.name}),
+        'format': record_kind.format,
+        'label_levels': list(getattr(record_kind, 'levels', ())),
         'image_size': image_size,
-        **({'multi_label': True} if multi_label else {}),
+        **({'multi_label': True} if record_kind.multi_label else {}),
         'versions': {name: _version(name) for name in _PACKAGES},
         'sources': {name: _source_digest(name) for name in _SOURCES},
     }
@@ -103,7 +105,7 @@ def kind(fmt, levels, image_size, multi_label=False) -> tuple:
 
 def find(settings) -> str | None:
     """The cached (or shipped) output for `settings` (a TransformSettings), or None."""
-    for path in _paths(*settings.kind):
+    for path in _paths(settings.kind, settings.image_size):
         whole = os.path.isfile(os.path.join(path, layout.TRANSFORM_SAVED_MODEL)) and all(
             os.path.isdir(os.path.join(path, name)) for name in layout.TRANSFORM_DIRS
         )
@@ -112,10 +114,16 @@ def find(settings) -> str | None:
     return None
 
 
-def has_kind(fmt, levels, image_size, multi_label=False) -> bool:
+def has_kind(record_kind, image_size) -> bool:
     """Whether an output of this kind is cached (or shipped): what the build will find, known
     before the inputs are listed (but for a cache changed meanwhile)."""
-    return any(os.path.isdir(path) for path in _paths(fmt, levels, image_size, multi_label))
+    return any(os.path.isdir(path) for path in _paths(record_kind.core(), image_size))
+
+
+def guessed_kind(config) -> kinds.RecordKind:
+    """The record kind a build of `config` (its BuildConfig, before its inputs are listed) most
+    likely has: a classification of its format and --label-levels, single-label."""
+    return kinds.Classification(config.format, levels=tuple(config.label_levels))
 
 
 def describe(path) -> str:
@@ -135,9 +143,9 @@ def describe(path) -> str:
     )
 
 
-def _paths(fmt, levels, image_size, multi_label=False):
+def _paths(record_kind, image_size):
     """Where an output of this kind is looked for: the cache, then the package."""
-    digest = kind(fmt, levels, image_size, multi_label)[0]
+    digest = key(record_kind, image_size)[0]
     paths = [os.path.join(cache_dir(), digest, _GRAPH)]
     if os.environ.get(PACKAGED_ENV, '1') != '0':
         paths.append(os.path.join(PACKAGED_DIR, digest, _GRAPH))
@@ -148,7 +156,7 @@ def keep(staging_dir, settings, root=None) -> None:
     """Copies the tf.Transform output staged in `staging_dir` (by TFT, for `settings`) into the
     cache (or the folder `root`), unless it is there already; a failure to do so is only
     logged."""
-    digest = kind(*settings.kind)[0]
+    digest, parts = key(settings.kind, settings.image_size)
     path = os.path.join(root or cache_dir(), digest, _GRAPH)
     if os.path.exists(path) or storage.is_uri(staging_dir):
         return
@@ -159,7 +167,6 @@ def keep(staging_dir, settings, root=None) -> None:
             shutil.copytree(os.path.join(staging_dir, name), os.path.join(scratch, name))
         for name in transform_assets.NAMES:  # this build's: written anew by each build
             os.remove(os.path.join(scratch, layout.TRANSFORM_ASSETS, name))
-        parts = dict(kind(*settings.kind)[1])
         with open(os.path.join(scratch, KEY_JSON), 'w', encoding='utf-8') as f:
             json.dump(parts, f, indent=2, sort_keys=True)
         try:
@@ -222,19 +229,18 @@ def package() -> None:
     from pipelines.analysis import transform_output
 
     shutil.rmtree(PACKAGED_DIR, ignore_errors=True)
-    for shipped in SHIPPED_KINDS:
+    for record_kind, image_size in SHIPPED_KINDS:
         with tempfile.TemporaryDirectory(prefix='imageshards-package-') as work:
             settings = TransformSettings(
                 labels=('label',),
-                format=shipped['fmt'],
-                levels=shipped['levels'],
-                image_size=shipped['image_size'],
+                kind=record_kind,
+                image_size=image_size,
                 staging_dir=os.path.join(work, 'staging'),
                 temp_dir=os.path.join(work, 'tmp'),
             )
             transform_output.write(settings)
             keep(settings.staging_dir, settings, root=PACKAGED_DIR)
-        print(f'wrote {os.path.join(PACKAGED_DIR, kind(**shipped)[0], _GRAPH)}')
+        print(f'wrote {os.path.join(PACKAGED_DIR, key(record_kind, image_size)[0], _GRAPH)}')
 
 
 if __name__ == '__main__':

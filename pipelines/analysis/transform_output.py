@@ -35,7 +35,7 @@ class WriteTransformOutput(beam.PTransform):
     Args:
         analysis: a PCollection of dataset.json's `analysis` entry.
         settings: the build's TransformSettings (pipelines/core/settings.py): its labels,
-            format, levels, image size and multi-label, and where the output is staged.
+            record kind and image size, and where the output is staged.
     """
 
     def __init__(self, analysis, settings):
@@ -52,19 +52,12 @@ class WriteTransformOutput(beam.PTransform):
         from imageshards import transform
 
         settings = self._settings
-        schema = schema_utils.schema_from_feature_spec(
-            transform.raw_feature_spec(settings.format, settings.levels, settings.multi_label)
-        )
+        schema = schema_utils.schema_from_feature_spec(transform.raw_feature_spec(settings.kind))
         tfxio = tf_example_record.TFExampleBeamRecord(
             physical_format='tfrecord', telemetry_descriptors=['imageshards'], schema=schema
         )
         preprocessing_fn = transform.make_preprocessing_fn(
-            settings.labels,
-            self._analysis,
-            settings.format,
-            settings.levels,
-            settings.image_size,
-            settings.multi_label,
+            settings.labels, self._analysis, settings.kind, settings.image_size
         )
         records = pipeline | 'NoRecords' >> beam.Create([]).with_output_types(bytes)
         batches = records | 'ToRecordBatches' >> tfxio.BeamSource()

@@ -71,11 +71,12 @@ def _rank_hash(seed, meta):
     return shuffle_hash(seed, RANK_SALT, meta.key)
 
 
-def rank_class(label):
-    """What an image is shuffled and ranked with: its label; in a multi-label build the first id
-    of its label set (-1: none), so that a step moves a group per label, not one per label set
-    (of which a build may have thousands). The plan still counts each set apart."""
-    if isinstance(label, tuple):
+def rank_class(label, multi_label=False):
+    """What an image is shuffled and ranked with: its label; where its label is a set of ids
+    (`multi_label`) the first of them (-1: none), so that a step moves a group per label, not
+    one per label set (of which a build may have thousands). The plan still counts each set
+    apart."""
+    if multi_label:
         return label[0] if label else -1
     return label
 
@@ -85,20 +86,21 @@ class RankGroups(typing.NamedTuple):
 
     seed: int
     bucket_bits: int  # bucket_bits_for
+    multi_label: bool = False  # an image's label is a set of ids (the build's kind says)
 
     def keyed_blocks(self, metas, store):
         """((group, rank class, bucket), (block ref of its images there, images, bytes)) per
         group of `metas`, the blocks put in `store`: AssignShards' input. A multi-label group's
         value also holds ((label set, images, bytes), ...) of the sets in it."""
         groups = collections.defaultdict(list)
-        bits = self.bucket_bits
+        bits, multi_label = self.bucket_bits, self.multi_label
         for meta in metas:
             bucket = _rank_hash(self.seed, meta) >> (64 - bits) if bits else 0
-            groups[(meta.split, rank_class(meta.label), bucket)].append(meta)
+            groups[(meta.split, rank_class(meta.label, multi_label), bucket)].append(meta)
         refs = store.put('by-group', [blocks.pack(metas) for metas in groups.values()])
         for (key, metas), group_ref in zip(groups.items(), refs):
             value = (group_ref, len(metas), sum(meta.num_bytes for meta in metas))
-            if isinstance(metas[0].label, tuple):
+            if multi_label:
                 value += (_label_set_counts(metas),)
             yield key, value
 
@@ -179,44 +181,27 @@ class AssignShards(beam.PTransform):
     ((split, shard), block ref), the ShardPlan and its ShardLayout.
 
     Args:
-        seed: the build's seed.
-        fractions: (split, fraction) pairs for images without a manifest split.
-        num_shards: shards per split; 0 derives it from `shard_bytes`.
-        shard_bytes: target image bytes per shard.
-        bucket_bits: bits of the rank hash that cut a large class into groups (bucket_bits_for).
+        settings: the build's AssignSettings (pipelines/core/settings.py).
+        rank_groups: the RankGroups that key the images (or keyed them: `keyed`).
         store: the BlockStore that keeps the blocks (default: inline).
-        keyed: whether the input is keyed already (RankGroups(seed, bucket_bits)'s blocks).
+        keyed: whether the input is keyed already (`rank_groups`' blocks).
         fill: the images without a split fill what the placed ones leave of each class's
             shares (plan.make_plan's `fill`: a build with groups or an earlier build's splits).
     """
 
-    def __init__(
-        self,
-        seed,
-        fractions,
-        *,
-        num_shards=0,
-        shard_bytes=plan_lib.DEFAULT_SHARD_BYTES,
-        bucket_bits=0,
-        store=None,
-        keyed=False,
-        fill=False,
-    ):
+    def __init__(self, settings, rank_groups, store=None, *, keyed=False, fill=False):
         super().__init__()
-        self._seed = seed
-        self._fractions = tuple(fractions)
-        self._num_shards = num_shards
-        self._shard_bytes = shard_bytes
-        self._bucket_bits = bucket_bits
+        self._settings = settings
+        self._rank_groups = rank_groups
         self._store = store or blocks.BlockStore()
         self._keyed = keyed
         self._fill = fill
 
     def expand(self, refs):
-        keyed = refs
+        settings, keyed = self._settings, refs
         if not self._keyed:
             keyed = refs | 'KeyByRankGroup' >> beam.ParDo(
-                _KeyByRankGroup(RankGroups(self._seed, self._bucket_bits), self._store)
+                _KeyByRankGroup(self._rank_groups, self._store)
             )
         # ((group, label, bucket), (block ref, images, bytes))
         plan = (
@@ -227,10 +212,11 @@ class AssignShards(beam.PTransform):
             | 'MakePlan'
             >> beam.Map(
                 plan_lib.make_plan,
-                self._fractions,
-                self._num_shards,
-                self._shard_bytes,
+                settings.fractions,
+                settings.num_shards,
+                settings.shard_bytes,
                 self._fill,
+                self._rank_groups.multi_label,
             )
         )
         placed = (
@@ -238,7 +224,7 @@ class AssignShards(beam.PTransform):
             | 'GroupByRankGroup' >> beam.GroupByKey()
             | 'PlaceInShards'
             >> beam.ParDo(
-                _PlaceInShards(self._seed, self._store), plan=beam.pvalue.AsSingleton(plan)
+                _PlaceInShards(settings.seed, self._store), plan=beam.pvalue.AsSingleton(plan)
             )
         )
         # ((split, shard), block ref)

@@ -45,10 +45,6 @@ def node_of(meta, clusters):
     return ('c', cluster) if cluster >= 0 else None
 
 
-def _labels_of(label):
-    return dict.fromkeys(label, 1) if isinstance(label, tuple) else {label: 1}
-
-
 def merge_summaries(summaries):
     """[images, {label: images}, {manifest split: images}, {earlier split: images}] of a node,
     summed (a CombinePerKey function: associative, its output like its input)."""
@@ -63,10 +59,11 @@ def merge_summaries(summaries):
 
 class _SummarizeNodes(beam.DoFn):
     """Block ref -> (node, summary) per group or kept cluster in it (merge_summaries' form);
-    LINKS: (group node, cluster node) of an image in both."""
+    LINKS: (group node, cluster node) of an image in both. Where `multi_label`, an image's
+    label is a set of ids, each counted."""
 
-    def __init__(self, store):
-        self._store = store
+    def __init__(self, store, multi_label):
+        self._store, self._multi_label = store, multi_label
 
     def process(self, ref, clusters, previous):
         summaries, links = {}, set()
@@ -79,7 +76,7 @@ class _SummarizeNodes(beam.DoFn):
             found = previous.find(meta) if previous else None
             summary = summaries.setdefault(node, [0, {}, {}, {}])
             summary[0] += 1
-            for label in _labels_of(meta.label):
+            for label in meta.label if self._multi_label else (meta.label,):
                 summary[1][label] = summary[1].get(label, 0) + 1
             if meta.split:
                 summary[2][meta.split] = summary[2].get(meta.split, 0) + 1
@@ -217,7 +214,7 @@ class PlaceGroups(beam.PTransform):
         )
         sides = {'clusters': beam.pvalue.AsSingleton(clusters), 'previous': self._previous_side()}
         summarized = refs | 'SummarizeUnits' >> beam.ParDo(
-            _SummarizeNodes(self._store), **sides
+            _SummarizeNodes(self._store, self._rank_groups.multi_label), **sides
         ).with_outputs(LINKS, main='summaries')
         # (node, [images, labels, manifest splits, earlier splits])
         placement = (

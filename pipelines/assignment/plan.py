@@ -168,15 +168,29 @@ class ShardLayout(typing.NamedTuple):
 MAX_STRATIFIED_CELLS = 4_000_000
 
 
-def _shares(labels, unassigned, group_sizes, fractions, fill):
+def _shares(labels, unassigned, group_sizes, fractions, fill, multi_label):
     """{label: [(split, count)]}: how the images of each label without a split are divided."""
     names = [name for name, _ in fractions]
     placed = [[group_sizes[(name, label)] for name in names] for label in labels] if fill else None
-    rows = split_lib.split_counts(labels, unassigned, [f for _, f in fractions], placed)
+    fractions = [f for _, f in fractions]
+    rows = split_lib.split_counts(labels, unassigned, fractions, placed, multi_label)
     return {label: list(zip(names, row)) for label, row in zip(labels, rows)}
 
 
-def make_plan(counts, fractions, num_shards=0, shard_bytes=DEFAULT_SHARD_BYTES, fill=False):
+def _group_sizes(counts):
+    """({(group, label, bucket): images of the group and label in buckets before it},
+    {(group, label): images}, {(group, label): bytes}) of make_plan's `counts`."""
+    bucket_offsets, group_sizes, group_bytes = {}, collections.Counter(), collections.Counter()
+    for (group, label, bucket), (images, size) in sorted(counts.items()):
+        bucket_offsets[(group, label, bucket)] = group_sizes[(group, label)]
+        group_sizes[(group, label)] += images
+        group_bytes[(group, label)] += size
+    return bucket_offsets, group_sizes, group_bytes
+
+
+def make_plan(
+    counts, fractions, num_shards=0, shard_bytes=DEFAULT_SHARD_BYTES, fill=False, multi_label=False
+):
     """Builds the ShardPlan.
 
     Args:
@@ -187,16 +201,13 @@ def make_plan(counts, fractions, num_shards=0, shard_bytes=DEFAULT_SHARD_BYTES, 
         fill: divide the images without a split to bring each class's counts in the splits,
             with those already placed there (groups, an earlier build's), to their shares
             (`splits.fill_split_counts`); else each class's own images in proportion.
+        multi_label: labels are label sets (tuples of ids), divided by iterative stratification.
     """
-    bucket_offsets, group_sizes, group_bytes = {}, collections.Counter(), collections.Counter()
-    for (group, label, bucket), (images, size) in sorted(counts.items()):
-        bucket_offsets[(group, label, bucket)] = group_sizes[(group, label)]
-        group_sizes[(group, label)] += images
-        group_bytes[(group, label)] += size
+    bucket_offsets, group_sizes, group_bytes = _group_sizes(counts)
     labels = sorted({label for _, label in group_sizes})
     names = [name for name, _ in fractions]
     unassigned = [group_sizes[('', label)] for label in labels]
-    shares = _shares(labels, unassigned, group_sizes, fractions, fill)
+    shares = _shares(labels, unassigned, group_sizes, fractions, fill, multi_label)
     explicit = {key: images for key, images in group_sizes.items() if key[0] and images}
     class_counts, split_bytes = collections.Counter(explicit), collections.Counter()
     for group, label in explicit:
@@ -212,7 +223,6 @@ def make_plan(counts, fractions, num_shards=0, shard_bytes=DEFAULT_SHARD_BYTES, 
     manifest_only = sorted(set(num_records) - set(names))
     splits = tuple(s for s in names + manifest_only if num_records[s] > 0)
     shard_counts, extras, rows = {}, {}, {}
-    multi_label = any(isinstance(label, tuple) for label in labels)
     for split in splits:
         derived = min(num_records[split], math.ceil(split_bytes[split] / shard_bytes))
         shard_counts[split] = num_shards or max(1, derived)

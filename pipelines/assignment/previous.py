@@ -18,10 +18,11 @@ import apache_beam as beam
 import numpy as np
 
 from imageshards import dataset_json
-from imageshards import features
 from imageshards import file_names
 from imageshards import records
 from imageshards import storage
+from imageshards.kinds import features
+from imageshards.shard_formats import registry as shard_formats
 from pipelines.core.groups import SplitConflict
 from pipelines.inputs.listing import input_base
 
@@ -57,20 +58,19 @@ def shards_of(output_dir) -> tuple:
     return dataset, shards
 
 
-def _read_shard(shard, base):
-    """(packed _ENTRY records, packed image ids) of one earlier shard."""
+def _read_shard(shard, base, shard_format):
+    """(packed _ENTRY records, packed image ids) of one earlier shard (of `shard_format`)."""
     split, path = shard
     entries, ids = [], []
-    with storage.open_read(path) as f:
-        for _, record in records.framed_records(f, path):
-            values = records.example_values(records.parse_example(record))
-            name = file_names.from_bytes(values[features.FILENAME][1][0])
-            key = name[len(base) + 1 :] if name.startswith(base + '/') else name
-            stored = bytes.fromhex(values[features.SHA256][1][0].decode('ascii'))
-            source = values.get(features.ORIGINAL_SHA256, (None, [b'']))[1][0]
-            source = bytes.fromhex(source.decode('ascii')) if source else stored
-            entries.append((key_hash(key), digest_hash(source), digest_hash(stored), split))
-            ids.append(values[features.ID][1][0])
+    for _, record in records.shard_records(path, shard_format):
+        values = records.example_values(records.parse_example(record))
+        name = file_names.from_bytes(values[features.FILENAME][1][0])
+        key = name[len(base) + 1 :] if name.startswith(base + '/') else name
+        stored = bytes.fromhex(values[features.SHA256][1][0].decode('ascii'))
+        source = values.get(features.ORIGINAL_SHA256, (None, [b'']))[1][0]
+        source = bytes.fromhex(source.decode('ascii')) if source else stored
+        entries.append((key_hash(key), digest_hash(source), digest_hash(stored), split))
+        ids.append(values[features.ID][1][0])
     yield np.array(entries, dtype=_ENTRY).tobytes(), np.array(ids, dtype=_ENTRY_ID).tobytes()
 
 
@@ -132,12 +132,14 @@ class ReadPreviousSplits(beam.PTransform):
         self._splits = list(dataset['splits'])
         self._inputs = dataset['counts']['inputs']
         self._base = input_base(dataset['input'])
+        self._shard_format = shard_formats.of_build(dataset)
 
     def expand(self, root):
         return (
             root
             | 'PreviousShards' >> beam.Create(self._shards)
-            | 'ReadPreviousShards' >> beam.FlatMap(_read_shard, base=self._base)
+            | 'ReadPreviousShards'
+            >> beam.FlatMap(_read_shard, base=self._base, shard_format=self._shard_format)
             # (packed entries, packed ids) of one earlier shard
             | 'CollectPrevious' >> beam.combiners.ToList()
             | 'PreviousSplits'

@@ -51,12 +51,11 @@ def stratified_split_counts(class_sizes, fractions):
     return rows
 
 
-def split_counts(classes, sizes, fractions, placed=None):
-    """[[count per split] per class] of `classes` (label ids, or in a multi-label build tuples of
+def split_counts(classes, sizes, fractions, placed=None, multi_label=False):
+    """[[count per split] per class] of `classes` (label ids, or where `multi_label` tuples of
     them: label sets) holding `sizes` images each; with `placed` ([[count per split] per class]
     of images already in a split), divided to bring every class's split counts, placed and
     divided together, to its share (`fill_split_counts`)."""
-    multi_label = any(isinstance(label, tuple) for label in classes)
     if multi_label:
         return iterative_split_counts(classes, sizes, fractions, placed)
     if placed is not None:

@@ -42,6 +42,9 @@ class ImageMeta(typing.NamedTuple):
     group: str = ''  # its group (a manifest's group column, --group-pattern; packed as a key is)
     phash: int = -1  # its perceptual hash (--near-duplicates: validation/perceptual.py); -1: none
     source: str = ''  # an input inside a container: its encoded sources.Source; '' for a file
+    # What its input's annotation gives its record, packed by the build's kind
+    # (imageshards/kinds/): boxes, masks, weights; b'' for none. Carried, never opened here.
+    annotation: bytes = b''
     payload: int = 0  # the number of the payload file holding the stored bytes; 0: none
     payload_offset: int = 0  # where in it (`num_bytes` long)
 
@@ -78,13 +81,15 @@ _NUM_FIELDS = len(ImageMeta._fields)  # pylint: disable=protected-access
 # id, label, height, width, channels, num_bytes, source_crc32c, reencoded, payload,
 # payload_offset, then the byte lengths of key, split, format, sha256 and source_sha256, the
 # number of level int32s and flags (bit 0: a multi-label image; bit 1: a resized one; bit 2: one
-# with a group; bit 3: one with a perceptual hash; bit 4: one inside a container); then key,
+# with a group; bit 3: one with a perceptual hash; bit 4: one inside a container; bit 5: one
+# with an annotation); then key,
 # split, format, sha256 and source_sha256 and the level ids as int32, in that order, for a
 # resized image its original height and width as uint32, then the group's length (uint16) and
-# bytes, then the hash (uint64), then the source's length (uint32) and bytes. A multi-label
+# bytes, then the hash (uint64), then the source's length (uint32) and bytes, then the
+# annotation's length (uint32) and bytes. A multi-label
 # image's `label` field is its number of label ids, which follow the strings as int32s, and its
-# levels are each a count and that many ids. An image without a group, a hash or a source packs
-# as it did before any existed.
+# levels are each a count and that many ids. An image without a group, a hash, a source or an
+# annotation packs as it did before any existed.
 _FIXED = struct.Struct('<qIIIHQI?QQIHBBBHB')
 # A key is the bytes of its file name (imageshards/file_names.py): UTF-8, as always, for a name
 # that is UTF-8; its own bytes for one that is not.
@@ -94,7 +99,7 @@ _ORIGINAL_SIZE = struct.Struct('<II')
 _GROUP_LENGTH = struct.Struct('<H')
 _HASH = struct.Struct('<Q')
 _SOURCE_LENGTH = struct.Struct('<I')
-_GROUPED, _HASHED, _SOURCED = 4, 8, 16  # flag bits
+_GROUPED, _HASHED, _SOURCED, _ANNOTATED = 4, 8, 16, 32  # flag bits
 
 
 def pack(metas) -> bytes:
@@ -126,7 +131,8 @@ def pack(metas) -> bytes:
                 | meta.resized << 1
                 | _GROUPED * bool(meta.group)
                 | _HASHED * (meta.phash >= 0)
-                | _SOURCED * bool(meta.source),
+                | _SOURCED * bool(meta.source)
+                | _ANNOTATED * bool(meta.annotation),
             )
         )
         parts += (key, split, fmt, meta.sha256, meta.source_sha256)
@@ -144,6 +150,8 @@ def pack(metas) -> bytes:
         if meta.source:
             source = to_bytes(meta.source)
             parts += (_SOURCE_LENGTH.pack(len(source)), source)
+        if meta.annotation:
+            parts += (_SOURCE_LENGTH.pack(len(meta.annotation)), meta.annotation)
     return b''.join(parts)
 
 
@@ -160,11 +168,12 @@ def _labels(block, position, label, num_levels, flags):
     if flags < 2:  # neither resized, nor with a group or a hash: most images
         return label, levels, _PLAIN_TAIL, position
     original, position = _original_size(block, position, flags)
-    if flags > 3:  # a group, a hash or a source
+    if flags > 3:  # a group, a hash, a source or an annotation
         group, phash, position = _group_and_hash(block, position, flags)
         source, position = _source(block, position, flags)
-        return label, levels, (*original, group, phash, source), position
-    return label, levels, (*original, '', -1, ''), position
+        annotation, position = _annotation(block, position, flags)
+        return label, levels, (*original, group, phash, source, annotation), position
+    return label, levels, (*original, '', -1, '', b''), position
 
 
 def _group_and_hash(block, position, flags):
@@ -190,6 +199,15 @@ def _source(block, position, flags):
     return from_bytes(block[position : position + length]), position + length
 
 
+def _annotation(block, position, flags):
+    """(annotation, position after it) of an image with one (flags bit 5), else b''."""
+    if not flags & _ANNOTATED:
+        return b'', position
+    (length,) = _SOURCE_LENGTH.unpack_from(block, position)
+    position += _SOURCE_LENGTH.size
+    return bytes(block[position : position + length]), position + length
+
+
 def _original_size(block, position, flags):
     """((original height, original width), position after them) of a resized image (flags bit
     1), else ((0, 0), position)."""
@@ -199,7 +217,8 @@ def _original_size(block, position, flags):
 
 
 _NOT_RESIZED = (0, 0)
-_PLAIN_TAIL = (0, 0, '', -1, '')  # original height and width, group, hash, source of most
+# original height and width, group, hash, source and annotation of most
+_PLAIN_TAIL = (0, 0, '', -1, '', b'')
 
 
 def _flat_levels(levels):

@@ -12,15 +12,21 @@ import typing
 
 from imageshards import console
 from imageshards import dataset_facts
-from imageshards import features
 from imageshards import file_names
 from imageshards import layout
 from imageshards import storage
+from imageshards.kinds import features
+from imageshards.kinds import registry as kinds
+from imageshards.kinds.record_kind import LabelNames
+from imageshards.shard_formats import registry as shard_formats
+from pipelines.core.settings import AssignSettings
 from pipelines.core.settings import BuildConfig
 from pipelines.core.settings import GroupingSettings
+from pipelines.core.settings import Sample
 from pipelines.core.settings import TransformBy
 from pipelines.core.settings import TransformSettings
 from pipelines.core.settings import ValidationSettings
+from pipelines.core.settings import WriteSettings
 
 _LOG = logging.getLogger(__name__)
 MANY_LABEL_SETS = 2_000_000  # a multi-label plan this large is worth a word (docs/scaling.md)
@@ -43,6 +49,7 @@ class ListingSummary(typing.NamedTuple):
     input_bytes: int = 0  # of the inputs whose size listing knows (ListingCounts)
     small_input_bytes: int = 0  # of those of at most SMALL_INPUT_BYTES
     grouped: bool = False  # some input has a group of its own (a manifest's group column)
+    kind: str = kinds.DEFAULT  # what the records hold (imageshards/kinds/), as the inputs say
 
     @property
     def num_skipped(self) -> int:
@@ -167,6 +174,7 @@ class BuildContext:
         config = self.config
         return ValidationSettings(
             label_ids=self.label_ids,
+            kind=self.kind,
             levels=tuple(self.level_ids),
             allow_missing_levels=config.allow_missing_levels,
             max_pixels=config.max_pixels,
@@ -202,12 +210,53 @@ class BuildContext:
         """What the build's tf.Transform graph is made of, and where it is staged."""
         return TransformSettings(
             labels=tuple(self.listing.labels),
-            format=self.config.format,
-            levels=tuple(self.listing.label_levels),
+            kind=self.kind.core(),
             image_size=self.config.transform_image_size,
             staging_dir=self.transform_staging,
             temp_dir=self.tft_temp_dir,
-            multi_label=self.listing.multi_label,
+        )
+
+    @property
+    def assignment(self) -> AssignSettings:
+        """How images are assigned to splits and shards."""
+        config = self.config
+        return AssignSettings(
+            config.seed, config.splits, config.num_shards, config.shard_size_mb * 1e6
+        )
+
+    @property
+    def kind(self) -> kinds.RecordKind:
+        """What the build's records hold: the kind the inputs say, in the build's format."""
+        config, grouping = self.config, self.grouping
+        return kinds.named(self.listing.kind).for_build(
+            config.format, bool(config.resize), bool(grouping and grouping.groups), self.listing
+        )
+
+    @property
+    def names(self) -> LabelNames:
+        """The names the records' label and level ids stand for."""
+        levels = self.listing.label_levels.items()
+        return LabelNames(tuple(self.listing.labels), tuple((k, tuple(v)) for k, v in levels))
+
+    @property
+    def writing(self) -> WriteSettings:
+        """What the writer needs to make the records and shards."""
+        config = self.config
+        sample = None
+        if config.analyze:
+            sample = Sample(config.analysis_split, config.analysis_sample, config.analysis_size)
+        return WriteSettings(
+            kind=self.kind,
+            names=self.names,
+            shard_format=shard_formats.named(config.shard_format),
+            input_base=self.listing.base,
+            output_dir=self.output_dir,
+            temp_dir=self.temp_dir,
+            seed=config.seed,
+            io_threads=config.threads,
+            resize=config.resize,
+            max_image_bytes=config.max_image_bytes,
+            sample=sample,
         )
 
     @property
@@ -227,7 +276,7 @@ class BuildContext:
     def facts(self) -> dataset_facts.BuildFacts:
         """What dataset.json states about the build (imageshards/dataset_json.py)."""
         return dataset_facts.BuildFacts(
-            format=self.config.format,
+            kind=self.kind,
             seed=self.config.seed,
             input=file_names.display(self.config.input),  # text: a name's bytes as \\xNN
             labels=self.listing.labels,
@@ -235,10 +284,9 @@ class BuildContext:
             allow_missing_levels=self.config.allow_missing_levels,
             inputs=self.listing.num_inputs,
             skipped=dict(self.listing.skipped),
-            multi_label=self.listing.multi_label,
             multi_label_levels=self.listing.multi_label_levels,
             fractions=self.config.splits,
             manifest_splits=self.listing.manifest_splits,
             resize=self.config.resize.describe() if self.config.resize else None,
-            grouped=bool(self.grouping and self.grouping.groups),
+            shard_format=self.config.shard_format,
         )

@@ -10,9 +10,9 @@ import contextlib
 import io
 
 from imageshards import configfile
-from imageshards import features
 from imageshards import flags
 from imageshards import layout
+from imageshards.kinds import features
 from pipelines.core import input_flags
 from pipelines.core import settings
 from pipelines.core.groups import parse_group_pattern

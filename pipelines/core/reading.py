@@ -25,7 +25,7 @@ from PIL import Image
 
 from imageshards import records
 from imageshards import storage
-from imageshards import tfrecord
+from imageshards.shard_formats import tfrecord
 from pipelines.core import sources
 from pipelines.core.sources import Source
 

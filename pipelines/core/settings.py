@@ -8,16 +8,22 @@ build's flags, so that a setting travels as one value instead of an argument lis
     InputSettings  how --input is read: its form, the columns of a label file, class names
     TransformBy  who writes the tf.Transform output, as pipelines/runner.py decides it
     ValidationSettings  what validation checks of every input and keeps of a valid one
+    AssignSettings      how images are assigned to splits and shards
     GroupingSettings    what keeps images together in one split (groups, near-duplicates, the
                         splits of an earlier build)
     TransformSettings   what the tf.Transform graph of a build is made of, and where it goes
+    WriteSettings       what the writer needs to make a build's records and shards; `Sample`,
+                        what it measures of them for the analysis
 """
 
 import dataclasses
 import enum
+import typing
 
-from imageshards import features
 from imageshards import storage
+from imageshards.kinds import features
+from imageshards.kinds import registry as kinds
+from imageshards.shard_formats import registry as shard_formats
 
 DEFAULT_QUALITY = 90  # --resize-quality's default (bench/RESULTS.md measures PSNR and size)
 # --near-duplicate-distance's default, imagededup's: bench/RESULTS.md, "Splits you can trust",
@@ -131,6 +137,7 @@ class BuildConfig:
     near_duplicate_distance: int = NEAR_DUPLICATE_DISTANCE  # bits apart, at most
     max_cluster_size: int = 0  # a larger near-duplicate cluster is not kept whole; 0: automatic
     splits_from: str = None  # an earlier build whose images keep their splits
+    shard_format: str = shard_formats.DEFAULT  # the shards' file format (shard_formats.FORMATS)
 
     @property
     def resize(self) -> ResizeSpec | None:
@@ -176,6 +183,7 @@ class ValidationSettings:
 
     Attributes:
         label_ids: {label name: id}.
+        kind: the RecordKind of the records (its labels, and what it makes of annotations).
         levels: ((level, {name: id}), ...) of a build with label levels, in level order.
         allow_missing_levels: an input missing a level value gets id -1 instead of being
             rejected as `missing_label_level`.
@@ -189,6 +197,7 @@ class ValidationSettings:
     """
 
     label_ids: dict
+    kind: kinds.RecordKind = kinds.Classification()
     levels: tuple = ()
     allow_missing_levels: bool = False
     max_pixels: int = BuildConfig.max_pixels
@@ -201,45 +210,54 @@ class ValidationSettings:
 
 
 @dataclasses.dataclass(frozen=True)
+class AssignSettings:
+    """How images are assigned to splits and shards (pipelines/assignment/assign.py).
+
+    Attributes:
+        seed: the build's seed.
+        fractions: (split, fraction) pairs of --splits, for images without a split of their own.
+        num_shards: shards per split; 0 derives it from `shard_bytes`.
+        shard_bytes: target image bytes per shard.
+    """
+
+    seed: int = 0
+    fractions: tuple = BuildConfig.splits
+    num_shards: int = 0
+    shard_bytes: float = BuildConfig.shard_size_mb * 1e6
+
+
+@dataclasses.dataclass(frozen=True)
 class TransformSettings:
     """What a build's tf.Transform graph is made of, and where it is written
-    (pipelines/analysis/transform_output.py); its kind (`kind`) keys the graphs kept and shipped
-    (pipelines/analysis/graph_cache.py). Known once the inputs are listed.
+    (pipelines/analysis/transform_output.py); its kind and image size key the graphs kept and
+    shipped (pipelines/analysis/graph_cache.py). Known once the inputs are listed.
 
     Attributes:
         labels: the build's label names, by id.
-        format: the build's format (`examples` or `paths`).
-        levels: the build's label level names.
+        kind: the RecordKind of the records as the graph reads them (`RecordKind.core`).
         image_size: the side of the transform's `image` output.
         staging_dir: where transform_fn/, transformed_metadata/ and metadata/ are written.
         temp_dir: TFT's own temporary folder.
-        multi_label: a multi-label build (its labels and levels are lists).
     """
 
     labels: tuple
-    format: str
-    levels: tuple = ()
+    kind: kinds.RecordKind = kinds.Classification()
     image_size: int = BuildConfig.transform_image_size
     staging_dir: str = None
     temp_dir: str = None
-    multi_label: bool = False
-
-    @property
-    def kind(self) -> tuple:
-        """(format, levels, image size, multi_label): what the graph depends on of the build."""
-        return self.format, self.levels, self.image_size, self.multi_label
 
     def to_json(self) -> dict:
         """The settings as JSON-ready data, for the graph process (`from_json` reads them)."""
         return {
             **dataclasses.asdict(self),
             'labels': list(self.labels),
-            'levels': list(self.levels),
+            'kind': kinds.to_json(self.kind),
         }
 
     @classmethod
     def from_json(cls, data) -> 'TransformSettings':
-        return cls(**{**data, 'labels': tuple(data['labels']), 'levels': tuple(data['levels'])})
+        kind = kinds.from_json(data['kind'])
+        return cls(**{**data, 'labels': tuple(data['labels']), 'kind': kind})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -265,3 +283,44 @@ class GroupingSettings:
     max_cluster_size: int = 0
     splits_from: str = None
     labels: tuple = ()
+
+
+class Sample(typing.NamedTuple):
+    """What the writer measures for the analysis: the first records of each shard of a split
+    (pipelines/writing/sample.py)."""
+
+    split: str  # the split analysed
+    size: int  # images measured of it, at most
+    image_size: int  # the side they are measured at
+
+
+@dataclasses.dataclass(frozen=True)
+class WriteSettings:
+    """What the writer needs to make a build's records and shards (pipelines/writing/).
+
+    Attributes:
+        kind: the RecordKind of the records (imageshards/kinds/).
+        names: the LabelNames their ids stand for.
+        shard_format: the ShardFormat of the shard files (imageshards/shard_formats/).
+        input_base: what image keys are relative to (the listing's base).
+        output_dir: the build's output directory (a `paths` build's re-encoded copies are there).
+        temp_dir: where shards are written before they are staged for Finalize.
+        seed: the build's seed (the order of records within a shard).
+        io_threads: inputs read at once (> 1 for remote inputs).
+        resize: the build's ResizeSpec, or None.
+        max_image_bytes: the most read of an input whose record stores a resize or re-encoding
+            of it (--max-image-bytes; the others are read up to their validated size).
+        sample: the Sample to measure for the analysis, or None (no summaries).
+    """
+
+    kind: object
+    names: object
+    shard_format: object
+    input_base: str
+    output_dir: str
+    temp_dir: str
+    seed: int = 0
+    io_threads: int = 1
+    resize: ResizeSpec = None
+    max_image_bytes: int = BuildConfig.max_image_bytes
+    sample: Sample = None

@@ -11,6 +11,7 @@ import typing
 
 from imageshards import file_names
 from imageshards.file_names import display
+from imageshards.kinds import registry as kinds
 from pipelines.core import sources
 from pipelines.core.context import ListingSummary
 from pipelines.core.sources import SMALL_INPUT_BYTES
@@ -50,6 +51,9 @@ class InputEntry(typing.NamedTuple):
     # its encoded pipelines.core.sources.Source; `path` is then `container!member`.
     source: str = ''
     group: str = ''  # a manifest's group column: images of one group share a split
+    # What its reader found of the image's annotation, as JSON data (boxes, masks, a weight),
+    # for the build's kind to make its record's (imageshards/kinds/); None: none.
+    annotation: object = None
 
     def to_json(self) -> list:
         """The entry as a JSON list (a listing file's): a path or key that is not UTF-8 as
@@ -130,6 +134,7 @@ class InputScan:
     levels: list = dataclasses.field(default_factory=list)
     multi_label: bool = False  # several labels per image (a manifest's `labels`)
     form: str = 'tree'  # what --input is (pipelines/inputs/forms.py)
+    kind: str = kinds.DEFAULT  # what its records hold (imageshards/kinds/)
 
     def skip(self, reason, path) -> None:
         self.skipped[reason] += 1
@@ -239,6 +244,7 @@ class ListingCounts:
             self.input_bytes,
             self.small_input_bytes,
             self.grouped,
+            scan.kind,
         )
 
     @property

@@ -6,8 +6,8 @@ levels (pipelines/inputs/manifests.py reads the rows).
 
 import logging
 
-from imageshards import features
 from imageshards import file_names
+from imageshards.kinds import features
 from pipelines.inputs import vertex
 from pipelines.inputs.entries import MULTI_LABEL_COLUMN
 

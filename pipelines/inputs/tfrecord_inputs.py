@@ -20,7 +20,7 @@ import gzip
 
 from imageshards import records
 from imageshards import storage
-from imageshards import tfrecord
+from imageshards.shard_formats import tfrecord
 from pipelines.core import sources
 from pipelines.core.sources import Source
 from pipelines.inputs.class_names import UnknownClass

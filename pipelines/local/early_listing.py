@@ -76,6 +76,7 @@ class EarlyListing:
             result['levels'],
             result['multi_label'],
             result['form'],
+            result['kind'],
         )
         counts = entries.ListingCounts.from_json(result['counts'])
         return os.path.join(self.folder, LISTING), counts, scan
@@ -180,6 +181,7 @@ def main(argv=None):
         'levels': scan.levels,
         'multi_label': scan.multi_label,
         'form': scan.form,
+        'kind': scan.kind,
         'logged': kept.logged,
     }
     with open(os.path.join(folder, RESULT), 'w', encoding='utf-8') as f:

@@ -98,9 +98,8 @@ class LocalTransform:
 
     def __init__(self, config):
         self._process = take()
-        if self._process is None and not graph_cache.has_kind(
-            config.format, config.label_levels, config.transform_image_size
-        ):
+        guessed = graph_cache.guessed_kind(config)
+        if self._process is None and not graph_cache.has_kind(guessed, config.transform_image_size):
             self._process = GraphProcess()
         self._settings = None
         self.cached = None  # the cached output this build's comes from
@@ -152,7 +151,7 @@ def start_early(config) -> GraphProcess | None:
     global _early  # pylint: disable=global-statement
     if not config.analyze or config.analysis_in_pipeline:
         return None
-    if graph_cache.has_kind(config.format, config.label_levels, config.transform_image_size):
+    if graph_cache.has_kind(graph_cache.guessed_kind(config), config.transform_image_size):
         return None
     _early = GraphProcess()
     return _early

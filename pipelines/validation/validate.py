@@ -29,11 +29,11 @@ from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 from PIL import Image
 
-from imageshards import features
 from imageshards import file_names
 from imageshards import gcs
 from imageshards import layout
 from imageshards import storage
+from imageshards.kinds import features
 from pipelines.core import blocks
 from pipelines.core import counters
 from pipelines.core import reading
@@ -52,6 +52,7 @@ ITEMS_IN_FLIGHT = 4  # work items a worker with a thread pool reads at once, at 
 MISSING_LEVEL_REASON = 'missing_label_level'
 TOO_LARGE_REASON = 'too_large'
 INVALID_GROUP_REASON = 'invalid_group'
+BAD_ANNOTATION_REASON = 'bad_annotation'  # an annotation the build's kind cannot use
 
 
 def rejection(entry, reason, detail) -> dict:
@@ -59,15 +60,15 @@ def rejection(entry, reason, detail) -> dict:
     return {'id': entry.id, **file_names.to_json(entry.path), 'reason': reason, 'detail': detail}
 
 
-def level_ids(entry, levels, allow_missing) -> tuple:
+def level_ids(entry, levels, allow_missing, multi_label=False) -> tuple:
     """The label level ids of an entry, in level order; raises MissingLevel where one has no
-    value, unless `allow_missing` (then its id is -1). A multi-label entry has a sorted tuple of
-    ids per level, empty where it has no value (as an image may have no label).
+    value, unless `allow_missing` (then its id is -1). A `multi_label` build's entry has a
+    sorted tuple of ids per level, empty where it has no value (as an image may have no label).
 
     Args:
         levels: [(level, {name: id})] in the build's level order.
     """
-    if isinstance(entry.label, tuple):  # multi-label: ids per level, none where it has none
+    if multi_label:  # ids per level, none where it has none
         return tuple(
             tuple(ids[name] for name in entry.levels.get(level, ())) for level, ids in levels
         )
@@ -83,9 +84,9 @@ def level_ids(entry, levels, allow_missing) -> tuple:
     )
 
 
-def label_id(label_ids, label) -> int | tuple:
-    """An entry's label id; a multi-label entry's sorted tuple of ids."""
-    if isinstance(label, tuple):
+def label_id(label_ids, label, multi_label=False) -> int | tuple:
+    """An entry's label id; a `multi_label` build's entry's sorted tuple of ids."""
+    if multi_label:
         return tuple(sorted(label_ids[name] for name in label))
     return label_ids[label]
 
@@ -248,10 +249,10 @@ class _ValidateWorkItem(beam.DoFn):
         if entry.reject:
             return rejection(entry, entry.reject, entry.detail)
         settings = self._settings
-        facts = self._levels_and_group(entry)  # before reading: a rejected row costs no read
+        facts = self._labeling(entry)  # before reading: a rejected row costs no read
         if isinstance(facts, dict):
             return facts
-        levels, group = facts
+        levels, group, annotation = facts
         data = self._read(entry, reader or reading.thread_reader())
         if isinstance(data, dict):
             return data
@@ -272,7 +273,7 @@ class _ValidateWorkItem(beam.DoFn):
             (
                 entry.id,
                 entry.key,
-                label_id(settings.label_ids, entry.label),  # label
+                label_id(settings.label_ids, entry.label, settings.kind.multi_label),  # label
                 entry.split,
                 info.format,
                 info.height,
@@ -289,6 +290,7 @@ class _ValidateWorkItem(beam.DoFn):
                 group,
                 phash,
                 entry.source,
+                annotation,
                 0,  # payload: where the writer finds its bytes, once kept (`_outputs`)
                 0,  # payload_offset
             )
@@ -316,21 +318,26 @@ class _ValidateWorkItem(beam.DoFn):
                 )
         return source_sha256
 
-    def _levels_and_group(self, entry):
-        """(label level ids, group) of an entry, or its rejection: a missing level value, a
-        group name too long to be one."""
+    def _labeling(self, entry):
+        """(label level ids, group, packed annotation) of an entry, or its rejection."""
         settings = self._settings
-        if not (settings.levels or settings.group_pattern or entry.group):
-            return (), ''  # most builds: no levels, no groups (a microsecond an image, saved)
+        if not (settings.levels or settings.group_pattern or entry.group or entry.annotation):
+            return (), '', b''  # most builds: no levels, no groups (a microsecond an image)
         try:
-            levels = level_ids(entry, settings.levels, settings.allow_missing_levels)
+            levels = level_ids(
+                entry, settings.levels, settings.allow_missing_levels, settings.kind.multi_label
+            )
         except MissingLevel as e:
             return rejection(entry, MISSING_LEVEL_REASON, str(e))
         group = group_of(entry.key, entry.group, settings.group_pattern)
         if len(group.encode('utf-8', 'surrogateescape')) > MAX_GROUP_BYTES:
             detail = f'its group name is longer than {MAX_GROUP_BYTES} bytes'
             return rejection(entry, INVALID_GROUP_REASON, detail)
-        return levels, group
+        try:
+            annotation = settings.kind.annotation(entry) if entry.annotation else b''
+        except ValueError as e:
+            return rejection(entry, BAD_ANNOTATION_REASON, str(e))
+        return levels, group, annotation
 
     def _read(self, entry, reader):
         """The input's bytes, or its rejection: too large by its size as listed or as read,

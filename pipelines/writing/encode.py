@@ -1,16 +1,15 @@
 """From an ImageMeta to its record: the bytes it stores, read again and checked, and the
-serialized `tf.train.Example` (imageshards/features.py). Used by WriteShards and by the
-analysis, which encodes its sample exactly as the shards hold it."""
+serialized `tf.train.Example` of the build's kind (imageshards/kinds/). Used by WriteShards."""
 
 import hashlib
 
 import google_crc32c
 
 from imageshards import example_bytes
-from imageshards import features
 from imageshards import file_names
 from imageshards import layout
 from imageshards import storage
+from imageshards.kinds import features
 from pipelines.core import reading
 from pipelines.core import sources
 from pipelines.validation import images
@@ -22,88 +21,36 @@ class InputChangedError(RuntimeError):
 
 
 class RecordEncoder:
-    """ImageMeta (and the stored bytes) -> the serialized tf.train.Example of a record.
+    """ImageMeta (and the stored bytes) -> the serialized tf.train.Example of a record, as the
+    build's kind makes it (imageshards/kinds/).
 
     Configuration only, so that it pickles into the DoFns that write records.
 
     Args:
-        input_base: what image keys are relative to (the listing's base).
-        output_dir: the build's output directory (a `paths` build's re-encoded copies are there).
-        fmt: `examples` or `paths`.
-        label_names: every label name, by id.
-        label_levels: {level: names} of a build with label levels.
-        multi_label: a multi-label build (a meta's label and level values are tuples of ids).
-        resize_spec: the build's settings.ResizeSpec, if any: records keep their original's size
-            and digest too.
-        grouped: records name their group (a build with groups).
+        settings: the build's WriteSettings (its kind, label names, folders).
     """
 
-    def __init__(
-        self,
-        input_base,
-        output_dir,
-        fmt,
-        label_names,
-        label_levels=None,
-        multi_label=False,
-        resize_spec=None,
-        grouped=False,
-    ):
-        self.input_base = input_base
-        self.output_dir = output_dir
-        self.format = fmt
-        self.label_names = label_names
-        self.label_levels = list((label_levels or {}).items())  # [(level, [names])]
-        self.multi_label = multi_label
-        self.resize = resize_spec
-        self.grouped = grouped
-        self._level_names = tuple(level for level, _ in self.label_levels)
+    def __init__(self, settings):
+        self._kind = settings.kind
+        self._names = settings.names
+        self._input_base = settings.input_base
+        self._output_dir = settings.output_dir
+        self._examples = settings.kind.format == features.EXAMPLES
 
     def encode(self, meta, stored=None, source=None):
         """The record of `meta`; `stored` is the image bytes of an `examples` build, `source`
         the input's path or `container!member` (default: from its key and source)."""
-        source = source or sources.display_path(self.input_base, meta.key, meta.source)
-        values = {
-            features.FORMAT: meta.format,
-            features.HEIGHT: meta.height,
-            features.WIDTH: meta.width,
-            features.CHANNELS: meta.channels,
-            features.LABEL: meta.label,
-            features.LABEL_TEXT: _names(self.label_names, meta.label),
-            features.FILENAME: file_names.to_bytes(source),  # the name's bytes, as on disk
-            features.SHA256: meta.sha256.hex(),
-            features.ID: meta.id,
-        }
-        if self.resize:
-            values[features.ORIGINAL_HEIGHT] = meta.original_height or meta.height
-            values[features.ORIGINAL_WIDTH] = meta.original_width or meta.width
-            values[features.ORIGINAL_SHA256] = meta.content_digest.hex()
-        if self.grouped:
-            values[features.GROUP] = meta.group
-        for (level, names), level_id in zip(self.label_levels, meta.levels):
-            values[features.level_label(level)] = level_id
-            values[features.level_text(level)] = _names(names, level_id)
-        if self.format == features.EXAMPLES:
-            values[features.ENCODED] = stored
+        source = source or sources.display_path(self._input_base, meta.key, meta.source)
+        filename = file_names.to_bytes(source)  # the name's bytes, as on disk
+        if self._examples:
+            payload = stored
+        elif meta.reencoded:
+            payload = storage.join(self._output_dir, layout.reencoded_file(meta.sha256.hex()))
+            payload = file_names.to_bytes(payload)
         else:
-            if meta.reencoded:
-                source = storage.join(self.output_dir, layout.reencoded_file(meta.sha256.hex()))
-            values[features.PATH] = file_names.to_bytes(source)
-        return example_bytes.encode_example(
-            self.format,
-            values,
-            self._level_names,
-            self.multi_label,
-            bool(self.resize),
-            self.grouped,
-        )
-
-
-def _names(names, ids):
-    """The name of an id ('' for a missing level, -1), or the names of a tuple of ids."""
-    if isinstance(ids, tuple):
-        return tuple(names[i] for i in ids)
-    return names[ids] if ids >= 0 else ''
+            payload = filename
+        values = self._kind.values(meta, self._names, filename, payload)
+        return example_bytes.encode_example(self._kind, values)
 
 
 def read_checked(source, meta, max_bytes, reader=None):

@@ -8,15 +8,6 @@ split's records are spread over them, are a random sample of the split, fixed by
 """
 
 import collections
-import typing
-
-
-class Sample(typing.NamedTuple):
-    """What the writer measures for the analysis: the first records of each shard of a split."""
-
-    split: str  # the split analysed
-    size: int  # images measured of it, at most
-    image_size: int  # the side they are measured at
 
 
 def sample_count(num_records: int, num_shards: int, index: int, sample_size: int) -> int:

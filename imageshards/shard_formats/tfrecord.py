@@ -1,4 +1,5 @@
-"""TFRecord framing, written and checked without TensorFlow's file layer.
+"""TFRecord shards (`TFRecordFormat`), and TFRecord framing written and checked without
+TensorFlow's file layer (also for TFRecord inputs: pipelines/inputs/tfrecord_inputs.py).
 
 Shards go through Beam's `FileSystems` (local, `gs://`, and a GCS emulator alike), which
 `tf.io.TFRecordWriter` cannot do. The format: for each record, its length as little-endian
@@ -10,17 +11,19 @@ byte offset in the file and its framed length (header, data and footer), as deci
 (`0 1234\n1234 987\n...`).
 """
 
+import hashlib
 import struct
 
 import google_crc32c
 
+from imageshards.shard_formats.shard_format import CorruptRecordError
+from imageshards.shard_formats.shard_format import ShardFormat
+from imageshards.shard_formats.shard_format import WrittenShard
+from imageshards.shard_formats.shard_format import write_whole
+
 _MASK_DELTA = 0xA282EAD8
 _HEADER = struct.Struct('<QI')
 _FOOTER = struct.Struct('<I')
-
-
-class CorruptRecordError(ValueError):
-    """A TFRecord file whose framing or checksums do not hold."""
 
 
 def masked_crc32c(data):
@@ -101,3 +104,45 @@ def read_records(f, name='<stream>'):
             raise CorruptRecordError(f'{name}: corrupt record data at byte {offset}')
         offset += FRAMING_BYTES + length
         yield data
+
+
+class TFRecordFormat(ShardFormat):
+    """TFRecord shards: what TensorFlow, TFDS, DALI and the PyTorch `tfrecord` package read.
+
+    Beside each shard goes its index file (`.idx`), the offset and framed length of every
+    record as DALI's tfrecord2idx writes them, so that DALI and the `tfrecord` package read a
+    build as it is.
+    """
+
+    name = 'tfrecord'
+    suffix = '.tfrecord'
+    index_suffix = '.idx'
+    tfds_file_format = 'tfrecord'
+
+    def write(self, path, records, files, temp_dir) -> WrittenShard:
+        digest, lengths = hashlib.sha256(), []
+        with files.created_whole(path, temp_dir) as f:
+            for record in records:
+                framed = frame(record)
+                f.write(framed)
+                digest.update(framed)
+                lengths.append(len(framed))
+        write_whole(files, path + self.index_suffix, temp_dir, index_text(lengths))
+        return WrittenShard(len(lengths), sum(lengths), digest.hexdigest(), True)
+
+    def read(self, f, name):
+        offset = 0
+        for record in read_records(f, name):
+            yield offset, record
+            offset += FRAMING_BYTES + len(record)
+
+    def index_entries(self, record_lengths) -> list:
+        return parse_index(index_text(FRAMING_BYTES + length for length in record_lengths))
+
+    def parse_index(self, data) -> list:
+        return parse_index(data)
+
+    def tf_records(self, path):
+        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
+        return tf.data.TFRecordDataset(path, buffer_size=1 << 20)

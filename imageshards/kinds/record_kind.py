@@ -1,0 +1,262 @@
+"""A build's records as one object: `RecordKind`, what every record holds, and what a kind adds.
+
+Every record holds its image (`image/encoded`, or `image/path` in a `paths` build) and what
+describes it: its format, height, width and channels, the input it came from, the sha256 of its
+bytes and its id (imageshards/kinds/features.py names the keys); a build with --resize-shorter-side
+adds the original's size and digest, one with groups the image's group. A kind adds its own
+features: a classification build its labels and label levels
+(imageshards/kinds/classification.py); a kind of one's own, what its images carry (boxes,
+masks, weights). The kind says, in one place:
+
+    schema          {key: type} of its records: 'bytes', 'int64' or 'float', with
+                    features.LIST for a list of them (what dataset.json's `features` holds)
+    feature_spec    the `tf.io.parse_example` spec the trainer, the analysis and tools parse with
+    values          how an image's metadata (and its annotation) becomes a record's values
+    label_set       the label ids an image contributes to stratification (splits and shards)
+    annotation      what of an input's annotation its record needs, packed into the image's
+                    metadata, which the shuffle carries and never opens
+    feature_docs    what each feature holds, in words (TFDS metadata states them)
+    tfds_feature    the TFDS feature of each key that TFDS metadata states
+    headline        what `imageshards inspect` says of a record first
+
+A kind is configuration: equal kinds compare equal and hash alike (caches and the shipped
+tf.Transform graphs are keyed by them), and it pickles into the steps that need it.
+"""
+
+import dataclasses
+import functools
+import typing
+
+from imageshards.kinds import features
+
+# Where the features every kind shares stand in a schema, and the classification labels among
+# them: the order dataset.json states them in; a kind's other features follow, in its order.
+_ORDER = (
+    features.ENCODED,
+    features.PATH,
+    features.FORMAT,
+    features.HEIGHT,
+    features.WIDTH,
+    features.CHANNELS,
+    features.LABEL,
+    features.LABEL_TEXT,
+    features.FILENAME,
+    features.SHA256,
+    features.ID,
+    *features.ORIGINAL_KEYS,
+    features.GROUP,
+)
+_IMAGE = {
+    features.FORMAT: 'bytes',
+    features.HEIGHT: 'int64',
+    features.WIDTH: 'int64',
+    features.CHANNELS: 'int64',
+    features.FILENAME: 'bytes',
+    features.SHA256: 'bytes',
+    features.ID: 'int64',
+}
+_DOCS = {
+    features.ENCODED: 'the image file as stored (JPEG, or a lossless PNG re-encoding)',
+    features.PATH: 'where the image file is; a paths build stores no pixels',
+    features.FORMAT: 'the encoding of the stored bytes, e.g. jpeg or png',
+    features.HEIGHT: 'height of the image in pixels',
+    features.WIDTH: 'width of the image in pixels',
+    features.CHANNELS: 'channels of the stored image (1 for grey); it decodes to 3',
+    features.FILENAME: 'the input the image came from',
+    features.SHA256: 'sha256 of the image bytes, hex',
+    features.ID: "the input's position in listing order (measures the shuffle)",
+    features.ORIGINAL_HEIGHT: 'height of the input image (as shown), before --resize-shorter-side',
+    features.ORIGINAL_WIDTH: 'width of the input image (as shown), before --resize-shorter-side',
+    features.ORIGINAL_SHA256: "sha256 of the input file's bytes, hex",
+    features.GROUP: "the image's group (empty: none); a group's images share a split",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordKind:
+    """What the records of a build hold. Subclasses (frozen dataclasses, their fields keyword
+    only) name themselves (`name`, dataset.json's `kind`) and add their features with
+    `own_schema` and `add_values`.
+
+    Attributes:
+        format: `examples` (the image's bytes in the record) or `paths` (its file's path).
+        original: records also keep their original's size and digest (features.ORIGINAL_KEYS:
+            a build with --resize-shorter-side).
+        grouped: records also name their group (features.GROUP: a build with groups).
+    """
+
+    name: typing.ClassVar[str] = None
+    format: str = features.EXAMPLES
+    _: dataclasses.KW_ONLY  # the rest by name: a kind's options are many, all booleans or lists
+    original: bool = False
+    grouped: bool = False
+
+    def __post_init__(self):
+        if self.format not in features.FORMATS:
+            raise ValueError(f'unknown format {self.format!r}; expected one of {features.FORMATS}')
+
+    def core(self) -> 'RecordKind':
+        """This kind without the features that only say where an image came from (its
+        original's size and digest, its group): what a build's tf.Transform graph reads of its
+        records and depends on (pipelines/analysis/graph_cache.py)."""
+        return dataclasses.replace(self, original=False, grouped=False)
+
+    @property
+    def payload_key(self) -> str:
+        """The key of what a record stores of its image: its bytes, or its file's path."""
+        return features.ENCODED if self.format == features.EXAMPLES else features.PATH
+
+    @functools.cached_property
+    def schema(self) -> dict:
+        """{key: type} of every feature of the records, in dataset.json's order (made once:
+        not to be changed)."""
+        schema = {self.payload_key: 'bytes', **_IMAGE}
+        if self.original and self.format == features.EXAMPLES:
+            schema.update(features.ORIGINAL_KEYS)
+        if self.grouped:
+            schema[features.GROUP] = 'bytes'
+        schema.update(self.own_schema())
+        place = {key: i for i, key in enumerate(_ORDER)}
+        return dict(sorted(schema.items(), key=lambda item: place.get(item[0], len(place))))
+
+    def own_schema(self) -> dict:
+        """{key: type} of the features this kind adds to every record's."""
+        return {}
+
+    def feature_spec(self, keys=None) -> dict:
+        """The `tf.io.parse_example` spec of the records (of `keys` of them, if given): a list
+        type is a `VarLenFeature` (a SparseTensor per batch); imports TensorFlow."""
+        schema = self.schema
+        return features.parse_spec({key: schema[key] for key in keys or schema})
+
+    def values(self, meta, names, filename, payload) -> dict:
+        """{key: value} of the record of an image (for example_bytes.encode_example).
+
+        Args:
+            meta: the image's ImageMeta (pipelines/core/blocks.py).
+            names: the build's LabelNames.
+            filename: the bytes of `image/filename`.
+            payload: the record's image bytes (`examples`) or path's bytes (`paths`).
+        """
+        values = {
+            features.FORMAT: meta.format,
+            features.HEIGHT: meta.height,
+            features.WIDTH: meta.width,
+            features.CHANNELS: meta.channels,
+            features.FILENAME: filename,
+            features.SHA256: meta.sha256.hex(),
+            features.ID: meta.id,
+            self.payload_key: payload,
+        }
+        if self.original and self.format == features.EXAMPLES:
+            values[features.ORIGINAL_HEIGHT] = meta.original_height or meta.height
+            values[features.ORIGINAL_WIDTH] = meta.original_width or meta.width
+            values[features.ORIGINAL_SHA256] = meta.content_digest.hex()
+        if self.grouped:
+            values[features.GROUP] = meta.group
+        self.add_values(values, meta, names)
+        return values
+
+    def add_values(self, values, meta, names) -> None:
+        """Adds the values of this kind's own features (`own_schema`) to a record's `values`."""
+        del values, meta, names
+
+    def label_set(self, label) -> tuple:
+        """The label ids an image of label value `label` (ImageMeta.label) contributes to the
+        stratification of splits and shards: its label."""
+        return (label,)
+
+    def annotation(self, entry) -> bytes:
+        """What an input's annotation (InputEntry.annotation, as its reader found it) gives
+        its record, packed (ImageMeta.annotation): nothing, for a kind without one.
+
+        Raises:
+            ValueError: an annotation this kind cannot use (the input is then rejected as
+                `bad_annotation`, with the message).
+        """
+        if entry.annotation:
+            raise ValueError(f'a {self.name} build takes no annotation')
+        return b''
+
+    def feature_docs(self, names) -> dict:
+        """{key: what it holds} of every feature, for TFDS metadata (of a list feature: of the
+        list); `names` the build's LabelNames."""
+        del names
+        return dict(_DOCS)
+
+    def tfds_feature(self, key, doc, names):
+        """The `tfds.features` feature of `key` (its documentation `doc`; `names` the build's
+        LabelNames), for TFDS metadata; imports TFDS."""
+        import numpy as np  # pylint: disable=import-outside-toplevel
+        import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
+
+        del names
+        kind = self.schema[key]
+        if key == features.ENCODED:
+            return tfds.features.Image(shape=(None, None, 3), doc=doc)
+        if kind.startswith('bytes'):
+            return tfds.features.Text(doc=doc)
+        dtype = np.int64 if kind.startswith('int64') else np.float32
+        return tfds.features.Scalar(dtype, doc=doc)
+
+    def facts(self) -> dict:
+        """What dataset.json states of the kind beside its `features` (`from_dataset` reads
+        them back): its name."""
+        return {'kind': self.name}
+
+    @classmethod
+    def from_dataset(cls, dataset) -> 'RecordKind':
+        """The kind of a build, from its dataset.json (a dict)."""
+        return cls(**common_options(dataset), **cls.dataset_options(dataset))
+
+    @classmethod
+    def for_build(cls, fmt, original, grouped, listing) -> 'RecordKind':
+        """The kind of a build's records in format `fmt`, whether they keep their original's
+        size (`original`) and name their group (`grouped`), with the options of this kind the
+        listing learned of the inputs (`listing_options`)."""
+        return cls(format=fmt, original=original, grouped=grouped, **cls.listing_options(listing))
+
+    @classmethod
+    def listing_options(cls, listing) -> dict:
+        """This kind's own options (its fields beyond RecordKind's) from what the listing
+        learned of a build's inputs (a ListingSummary)."""
+        del listing
+        return {}
+
+    @classmethod
+    def dataset_options(cls, dataset) -> dict:
+        """This kind's own options from a build's dataset.json (a dict)."""
+        del dataset
+        return {}
+
+    def headline(self, scalar) -> list:
+        """What `imageshards inspect` says of a record first ('cat', '32x24 jpeg', 'id 17'):
+        `scalar(key)` is a record's single value of `key` (text for bytes), or None."""
+        parts = []
+        height, width = scalar(features.HEIGHT), scalar(features.WIDTH)
+        if height is not None and width is not None:
+            parts.append(f'{width}x{height} {scalar(features.FORMAT) or ""}'.rstrip())
+        if scalar(features.ID) is not None:
+            parts.append(f'id {scalar(features.ID)}')
+        return parts
+
+
+def common_options(dataset) -> dict:
+    """The options of RecordKind itself, from a build's dataset.json."""
+    return {
+        'format': dataset['format'],
+        'original': bool(dataset.get('resize')),
+        'grouped': 'groups' in (dataset.get('grouping') or {}),
+    }
+
+
+class LabelNames(typing.NamedTuple):
+    """The names a build's ids stand for: its labels and each label level's names, by id."""
+
+    labels: tuple = ()
+    levels: tuple = ()  # ((level, (names, ...)), ...) in the build's level order
+
+    @classmethod
+    def of_dataset(cls, dataset) -> 'LabelNames':
+        levels = dataset.get('label_levels') or {}
+        return cls(tuple(dataset['labels']), tuple((k, tuple(v)) for k, v in levels.items()))
