@@ -371,7 +371,7 @@ def _restored_model(config, dataset):
     from trainer import dataset_info  # pylint: disable=import-outside-toplevel
     from trainer import heads as heads_lib  # pylint: disable=import-outside-toplevel
     from trainer import hierarchy  # pylint: disable=import-outside-toplevel
-    from trainer import transform  # pylint: disable=import-outside-toplevel
+    from trainer import tft_output  # pylint: disable=import-outside-toplevel
     from trainer.model import build_model  # pylint: disable=import-outside-toplevel
 
     info = dataset_info.load(config.data)
@@ -379,7 +379,7 @@ def _restored_model(config, dataset):
     # As training built it: family is derived from species (every species in one family).
     heads = heads_lib.model_heads(info, levels, hierarchy.derive(info, 'train', levels))
     assert heads['family'].source == 'species'
-    normalize = transform.load(info)
+    normalize = tft_output.load(info)
     model = build_model(config.model, 0, config.image_size, heads=heads, transform_output=normalize)
     best = best_epoch.BestEpoch(model, ['val_loss'], lower_is_better=True)
     checkpoint = tf.train.Checkpoint(model=model, best=best.state)
