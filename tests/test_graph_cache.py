@@ -17,12 +17,11 @@ from pipelines.core.settings import TransformSettings
 from pipelines.local import graph_process
 
 import images_for_tests as imgs
+from build_commands import build_flags
 
 
 def _build(root, out, *extra):
-    return build.run(
-        ['--input', str(root), '--output', str(out), '--seed', '3', '--num-shards', '2', *extra]
-    )
+    return build.run(build_flags(root, out, *extra, seed=3, num_shards=2))
 
 
 def _tree(root, classes, start):

@@ -18,6 +18,7 @@ from pipelines import build
 from pipelines.inputs import listing
 
 import images_for_tests as imgs
+from build_commands import build_flags
 
 LEVELS = ('family', 'species')
 # Manifest rows (0-based, after the header) whose value of a level is left empty.
@@ -26,20 +27,9 @@ MISSING = {(3, 'family'), (40, 'species'), (41, 'family'), (41, 'species')}
 
 def _build(source, out, *flags):
     return build.run(
-        [
-            '--direct_running_mode=in_memory',
-            '--input',
-            str(source),
-            '--output',
-            str(out),
-            '--splits',
-            'train=0.75,val=0.25',
-            '--num-shards',
-            '2',
-            '--seed',
-            '4',
-            *flags,
-        ]
+        build_flags(
+            source, out, *flags, splits='train=0.75,val=0.25', num_shards=2, seed=4, in_memory=True
+        )
     )
 
 
