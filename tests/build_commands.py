@@ -1,8 +1,8 @@
 """`imageshards build` command lines for tests, made from keywords instead of by hand.
 
-    build_flags(root, out, seed=3, num_shards=2)    the flags, for build.run and build.main
+    build_flags(root, out, seed=3, num_shards=2)    the flags, for launcher.run and launcher.main
     build_command(root, out, '--direct_num_workers=2')   the installed `imageshards build`
-    module_command(root, out)                      `python -m pipelines.build` (no supervisor)
+    module_command(root, out)                      `python -m pipelines.build`, the same command
 
 Flags come in one order: --input, --output, then those the keywords name, then `extra` as given,
 last, so that a flag a test repeats there wins over a keyword's.
@@ -52,6 +52,6 @@ def build_command(*args, **keywords):
 
 
 def module_command(*args, **keywords):
-    """`python -m pipelines.build` with build_flags(*args, **keywords): the build itself,
-    without the command that supervises it."""
+    """`python -m pipelines.build` with build_flags(*args, **keywords): the build command
+    without the installed script."""
     return [sys.executable, '-m', 'pipelines.build', *build_flags(*args, **keywords)]

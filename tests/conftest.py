@@ -47,7 +47,7 @@ COLOR_CLASSES = ('blue', 'green', 'red', 'yellow')
 def color_builds(tmp_path_factory):
     """A clearly learnable tree (a colour per class, a noisy patch per image), built in both
     formats with the same seed: {'examples': OUT, 'paths': OUT, 'tree': ROOT}."""
-    from pipelines import build  # pylint: disable=import-outside-toplevel
+    from pipelines import launcher  # pylint: disable=import-outside-toplevel
 
     import images_for_tests  # pylint: disable=import-outside-toplevel
     from build_commands import build_flags  # pylint: disable=import-outside-toplevel
@@ -58,7 +58,7 @@ def color_builds(tmp_path_factory):
     for fmt in ('examples', 'paths'):
         out = tmp_path_factory.mktemp(f'color_{fmt}') / 'out'
         splits = 'train=0.75,val=0.25'
-        build.run(
+        launcher.run(
             build_flags(root, out, fmt=fmt, splits=splits, num_shards=4, seed=5, in_memory=True)
         )
         builds[fmt] = out

@@ -10,7 +10,7 @@ import pytest
 
 from imageshards import layout
 from imageshards import tfrecord
-from pipelines import build
+from pipelines import launcher
 from pipelines.analysis import graph_cache
 from pipelines.core import options
 from pipelines.core.settings import TransformSettings
@@ -21,7 +21,7 @@ from build_commands import build_flags
 
 
 def _build(root, out, *extra):
-    return build.run(build_flags(root, out, *extra, seed=3, num_shards=2))
+    return launcher.run(build_flags(root, out, *extra, seed=3, num_shards=2))
 
 
 def _tree(root, classes, start):

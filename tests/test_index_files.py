@@ -18,8 +18,8 @@ from imageshards import dataset_json
 from imageshards import layout
 from imageshards import records
 from imageshards import tfrecord
-from imageshards.cli import verify
-from pipelines import build
+from imageshards_cli import verify
+from pipelines import launcher
 
 import images_for_tests as imgs
 from build_commands import build_flags
@@ -29,7 +29,7 @@ PER_CLASS = 14
 
 
 def _build(root, out, *flags):
-    return build.run(
+    return launcher.run(
         build_flags(
             root, out, *flags, splits='train=0.75,val=0.25', seed=2, analyze=False, in_memory=True
         )

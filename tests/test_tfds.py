@@ -18,8 +18,8 @@ from imageshards import features
 from imageshards import layout
 from imageshards import records
 from imageshards import tfrecord
-from imageshards.cli import verify
-from pipelines import build
+from imageshards_cli import verify
+from pipelines import launcher
 
 import images_for_tests as imgs
 from build_commands import build_flags
@@ -35,7 +35,7 @@ MISSING = {(2, 'family'), (5, 'species')}
 
 
 def _build(source, out, *flags):
-    return build.run(build_flags(source, out, *flags, **SMALL, **LOCAL))
+    return launcher.run(build_flags(source, out, *flags, **SMALL, **LOCAL))
 
 
 @pytest.fixture(scope='module')
@@ -212,8 +212,8 @@ def test_label_levels_are_class_labels_with_minus_one_for_a_missing_value(tmp_pa
 def test_finalize_writes_the_metadata_without_importing_tensorflow(tree, tmp_path):
     # The build runs in this one process (in_memory), Finalize included.
     script = (
-        'import sys; from pipelines import build; '
-        f'build.run({build_flags(tree, tmp_path / "out", **LOCAL)!r}); '
+        'import sys; from pipelines import launcher; '
+        f'launcher.run({build_flags(tree, tmp_path / "out", **LOCAL)!r}); '
         "print(sorted(m for m in ('tensorflow', 'tensorflow_datasets') if m in sys.modules))"
     )
     done = subprocess.run(
