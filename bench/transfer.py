@@ -129,11 +129,11 @@ def last_epoch_accuracy(config):
     from trainer import dataset_info
     from trainer import heads as heads_lib
     from trainer import input_pipeline
-    from trainer import transform
+    from trainer import tft_output
     from trainer.model import build_model
 
     info = dataset_info.load(config.data)
-    normalize = transform.load(info) if config.model == 'small_cnn' else None
+    normalize = tft_output.load(info) if config.model == 'small_cnn' else None
     model = build_model(
         config.model,
         info.num_classes,

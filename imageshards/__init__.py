@@ -15,8 +15,8 @@ commands in imageshards_cli/. Two folders below the rest, which import nothing o
     example_bytes.py     records serialized as TensorFlow does, without it; their message class
     records.py           the records of a build, or of any TFRecord file, read
     tfds_metadata.py     a build as a TensorFlow Datasets dataset
-    transform.py         the tf.Transform preprocessing of a build (TensorFlow)
-    transform_assets.py  what in a build's tf.Transform graph depends on its data
+    tft_preprocessing.py  the tf.Transform preprocessing_fn of a build (TensorFlow)
+    tft_assets.py        what in a build's tf.Transform graph depends on its data
     decode.py            an encoded image decoded to the pixels Pillow shows (TensorFlow)
     stratification.py    how evenly the labels of a multi-label build spread over its parts
     grouping_facts.py    dataset.json's `grouping`: groups and clusters per split, their leaks

@@ -34,9 +34,9 @@ from pipelines.inputs import listing as listing_lib
 from pipelines.local import direct
 from pipelines.local import early
 from pipelines.local import early_listing
+from pipelines.local import graph_process
 from pipelines.local import progress
 from pipelines.local import spill
-from pipelines.local import transform_writer
 from pipelines.local import worker_watch
 
 _LOG = logging.getLogger(__name__)
@@ -76,9 +76,9 @@ class Launch:
     def __enter__(self):
         self.transform_dir = self._transform_work_dir()
         if self.transform_by is TransformBy.LAUNCHER:
-            self._transform = transform_writer.LocalTransform(self._config)
+            self._transform = graph_process.LocalTransform(self._config)
         else:
-            transform_writer.stop_untaken()
+            graph_process.stop_untaken()
         return self
 
     def __exit__(self, *exc_info):
@@ -174,7 +174,7 @@ class Launch:
 def _transform_by(config, in_memory):
     """Who writes a build's tf.Transform output: nobody without the analysis; steps of the
     pipeline on a distributed runner, or when asked (--analysis-in-pipeline); else, on the local
-    runner, the launcher after the pipeline (pipelines/analysis/transform_output.py says why)."""
+    runner, the launcher after the pipeline (pipelines/analysis/tft_pipeline.py says why)."""
     if not config.analyze:
         return TransformBy.NOBODY
     if config.analysis_in_pipeline or not in_memory:

@@ -4,7 +4,7 @@
         -> WriteShards -> Finalize
         [WriteShards' summaries of the analysed split -> AnalyzeShards -> Finalize,
          and WriteTransformOutput (Dataflow, --analysis-in-pipeline; locally, the launcher
-         writes it after the pipeline: pipelines/local/transform_writer.py);
+         writes it after the pipeline: pipelines/local/graph_process.py);
          with groups, --near-duplicates or --splits-from: ReadPreviousSplits -> PlaceGroups,
          and AssignShards' shards -> CountLeaks -> Finalize]
 
@@ -16,7 +16,7 @@ ranges of files under OUT/.imageshards-tmp/blocks/ on the local runner.
 import apache_beam as beam
 
 from pipelines.analysis.analyze import AnalyzeShards
-from pipelines.analysis.transform_output import WriteTransformOutput
+from pipelines.analysis.tft_pipeline import WriteTransformOutput
 from pipelines.assignment.assign import AssignShards
 from pipelines.assignment.assign import RankGroups
 from pipelines.assignment.assign import bucket_bits_for

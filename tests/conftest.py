@@ -50,28 +50,16 @@ def color_builds(tmp_path_factory):
     from pipelines import launcher  # pylint: disable=import-outside-toplevel
 
     import images_for_tests  # pylint: disable=import-outside-toplevel
+    from build_commands import build_flags  # pylint: disable=import-outside-toplevel
 
     root = tmp_path_factory.mktemp('color_tree')
     images_for_tests.write_tree(root, 48, COLOR_CLASSES)
     builds = {'tree': root}
     for fmt in ('examples', 'paths'):
         out = tmp_path_factory.mktemp(f'color_{fmt}') / 'out'
+        splits = 'train=0.75,val=0.25'
         launcher.run(
-            [
-                '--input',
-                str(root),
-                '--output',
-                str(out),
-                '--format',
-                fmt,
-                '--splits',
-                'train=0.75,val=0.25',
-                '--num-shards',
-                '4',
-                '--seed',
-                '5',
-                '--direct_running_mode=in_memory',
-            ]
+            build_flags(root, out, fmt=fmt, splits=splits, num_shards=4, seed=5, in_memory=True)
         )
         builds[fmt] = out
     return builds

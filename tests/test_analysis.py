@@ -19,7 +19,7 @@ from pipelines.writing import sample as sample_lib
 from trainer import dataset_info
 from trainer import export
 from trainer import input_pipeline
-from trainer import transform
+from trainer import tft_output
 from trainer.model import build_model
 
 import images_for_tests as imgs
@@ -240,7 +240,7 @@ def test_tfx_style_code_parses_records_and_transforms_them(analyzed, tf):
             transformed['image'][i].numpy(), (pixels.numpy() - mean) / std, atol=1e-4
         )
     # Label ids are those of dataset.json, also for names given as text.
-    assert transform.class_names(output) == dataset['labels']
+    assert tft_output.class_names(output) == dataset['labels']
     names = tf.constant([*reversed(dataset['labels']), 'unknown'])
     ids = output.transform_raw_features({features.LABEL_TEXT: names})['label']
     assert ids.numpy().tolist() == [3, 2, 1, 0, -1]
@@ -286,11 +286,11 @@ def test_steps_in_the_pipeline_write_the_same_analysis(analyzed, tmp_path, tf):
 def test_served_model_matches_the_evaluation_pipeline_on_raw_bytes(analyzed, tf, tmp_path):
     out, dataset = analyzed
     info = dataset_info.load(str(out))
-    output = transform.load(info)
+    output = tft_output.load(info)
     image_size = (24, 24)
     model = build_model('small_cnn', info.num_classes, image_size, transform_output=output)
     path = export.export_saved_model(
-        model, transform.class_names(output), image_size, str(tmp_path / 'model')
+        model, tft_output.class_names(output), image_size, str(tmp_path / 'model')
     )
     served = tf.saved_model.load(path).signatures['serving_default']
     # One shard, so that the evaluation pipeline reads records in file order.
@@ -329,7 +329,7 @@ def test_without_analysis_no_transform_and_the_trainer_scales(tmp_path, caplog, 
     assert 'analysis' not in dataset
     assert not (out / 'transform_fn').exists() and not (out / 'transformed_metadata').exists()
     with caplog.at_level(logging.INFO):
-        assert transform.load(dataset_info.load(str(out))) is None
+        assert tft_output.load(dataset_info.load(str(out))) is None
     assert [r.message for r in caplog.records if 'no transform_fn' in r.message]
     model = build_model('small_cnn', 2, (8, 8), transform_output=None)
     assert model.get_layer('scale') is not None
@@ -340,7 +340,7 @@ def test_a_model_with_the_transform_saves_and_loads_in_the_keras_format(analyzed
     import keras  # pylint: disable=import-outside-toplevel
 
     out, _ = analyzed
-    output = transform.load(dataset_info.load(str(out)))
+    output = tft_output.load(dataset_info.load(str(out)))
     model = build_model('small_cnn', 4, (16, 16), transform_output=output)
     assert 'TransformPixels' in model.to_json()  # what TensorBoard's graph needs
     images = tf.cast(tf.random.stateless_uniform([3, 16, 16, 3], [1, 2], 0, 255), tf.uint8)

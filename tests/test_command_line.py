@@ -20,6 +20,8 @@ from pipelines.core import counters
 from pipelines.local import progress
 
 import images_for_tests as imgs
+from build_commands import build_command
+from build_commands import module_command
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 COMMAND = os.path.join(os.path.dirname(sys.executable), 'imageshards')
@@ -79,8 +81,7 @@ def test_build_help_is_printed_once(tmp_path):
 def test_a_build_prints_its_own_lines_its_progress_and_a_summary(tree, tmp_path):
     env, temporary = _environment(tmp_path)
     done = subprocess.run(
-        [COMMAND, 'build', '--input', str(tree), '--output', str(tmp_path / 'out')]
-        + ['--num-shards', '1', '--direct_num_workers=2'],
+        build_command(tree, tmp_path / 'out', '--direct_num_workers=2', num_shards=1),
         capture_output=True,
         text=True,
         env=env,
@@ -109,7 +110,7 @@ def test_a_failed_build_leaves_nothing_in_the_temporary_folder(tree, tmp_path, s
     out.mkdir()
     (out / 'other.txt').write_text('not a build')
     done = subprocess.run(
-        [sys.executable, '-m', 'pipelines.build', '--input', str(tree), '--output', str(out)],
+        module_command(tree, out),
         capture_output=True,
         text=True,
         env=env,
@@ -144,7 +145,7 @@ def test_ctrl_c_stops_a_build_in_one_line_with_no_process_left(tree, tmp_path):
     env, temporary = _environment(tmp_path)
     out = tmp_path / 'out'
     process = subprocess.Popen(
-        [COMMAND, 'build', '--input', str(tree), '--output', str(out), '--direct_num_workers=2'],
+        build_command(tree, out, '--direct_num_workers=2'),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -10,7 +10,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
@@ -24,12 +23,14 @@ from pipelines.core.settings import BuildConfig
 from pipelines.writing import finalize
 
 import images_for_tests as imgs
+from build_commands import build_flags
+from build_commands import module_command
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONTRACT_SHARD = re.compile(r'^([^/]+)/\1-\d{5}-of-\d{5}\.tfrecord$')
 NUM_SHARDS = 40
-LOCAL = ['--seed', '5', '--direct_running_mode=in_memory']
-FLAGS = ['--num-shards', str(NUM_SHARDS), *LOCAL]
+LOCAL = {'seed': 5, 'in_memory': True}
+FLAGS = {'num_shards': NUM_SHARDS, **LOCAL}
 
 
 @pytest.fixture(scope='module')
@@ -71,9 +72,8 @@ def _temp_shards(out):
 
 def _start_build(root, out):
     """`python -m pipelines.build` in a process group of its own, so that a kill reaches all."""
-    command = [sys.executable, '-m', 'pipelines.build', '--input', str(root), '--output', str(out)]
     return subprocess.Popen(
-        command + FLAGS,
+        module_command(root, out, **FLAGS),
         cwd=REPOSITORY,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -139,13 +139,13 @@ def test_a_killed_build_leaves_no_file_that_looks_like_a_finished_shard(killed):
 def test_a_rerun_without_overwrite_is_refused(killed, slow_to_write):
     out, _ = killed
     with pytest.raises(FileExistsError, match='--overwrite'):
-        launcher.run(['--input', str(slow_to_write), '--output', str(out), *FLAGS])
+        launcher.run(build_flags(slow_to_write, out, **FLAGS))
 
 
 @pytest.mark.slow
 def test_a_rerun_with_overwrite_gives_the_uninterrupted_bytes(killed, slow_to_write, uninterrupted):
     out, _ = killed
-    launcher.run(['--input', str(slow_to_write), '--output', str(out), '--overwrite', *FLAGS])
+    launcher.run(build_flags(slow_to_write, out, '--overwrite', **FLAGS))
     assert _shards(out) == uninterrupted
     assert (out / layout.SUCCESS).exists() and not (out / layout.TEMP_DIR).exists()
 
@@ -156,7 +156,7 @@ def test_a_rerun_into_a_fresh_directory_gives_the_uninterrupted_bytes(
 ):
     del killed  # the build that was killed, elsewhere
     fresh = tmp_path_factory.mktemp('fresh') / 'out'
-    launcher.run(['--input', str(slow_to_write), '--output', str(fresh), *FLAGS])
+    launcher.run(build_flags(slow_to_write, fresh, **FLAGS))
     assert _shards(fresh) == uninterrupted
 
 
@@ -203,9 +203,7 @@ def test_finalizing_twice_is_harmless(tmp_path):
     imgs.write_tree(root, 5, ('a', 'b'))
     (root / 'a' / 'broken.jpg').write_bytes(b'')
     out = tmp_path / 'out'
-    dataset = launcher.run(
-        ['--input', str(root), '--output', str(out), '--num-shards', '3', *LOCAL]
-    )
+    dataset = launcher.run(build_flags(root, out, num_shards=3, **LOCAL))
     before = _output_files(out)
     inputs = _finalize_inputs(out, dataset)
     first = list(finalize._finalize(None, *inputs))  # pylint: disable=protected-access

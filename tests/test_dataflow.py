@@ -6,7 +6,6 @@ The inputs and the output live on a local GCS emulator; the package's sdist is r
 import json
 import os
 import subprocess
-import sys
 import tarfile
 import tempfile
 
@@ -26,6 +25,7 @@ from pipelines.core import options
 from pipelines.core.settings import TransformBy
 
 import images_for_tests as imgs
+from build_commands import module_command
 
 pytest_plugins = ['gcs_emulator']
 
@@ -176,8 +176,7 @@ def test_without_credentials_dataflow_stops_at_once_in_one_line(tmp_path):
         GCE_METADATA_HOST='127.0.0.1:9',
         GCE_METADATA_IP='127.0.0.1:9',
     )
-    command = [sys.executable, '-m', 'pipelines.build', '--input', 'gs://b/images']
-    command += ['--output', 'gs://b/shards', *DATAFLOW, '--dry_run=True']
+    command = module_command('gs://b/images', 'gs://b/shards', *DATAFLOW, '--dry_run=True')
     # Beam's clients would retry for minutes without credentials: the timeout fails the test.
     done = subprocess.run(
         command, cwd=REPOSITORY, env=environment, capture_output=True, text=True, timeout=60

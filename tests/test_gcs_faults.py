@@ -21,13 +21,14 @@ from imageshards.gcs import RETRY_SECONDS_ENV
 from pipelines import launcher
 
 import images_for_tests as imgs
+from build_commands import build_flags
 
 pytest_plugins = ['gcs_emulator']
 
 CLASSES = ('ant', 'bee', 'cat')
 PER_CLASS = 8
 SHARDS = 2
-FLAGS = ('--num-shards', str(SHARDS), '--seed', '3', '--splits', 'train=0.75,val=0.25')
+FLAGS = {'splits': 'train=0.75,val=0.25', 'num_shards': SHARDS, 'seed': 3}
 
 
 @pytest.fixture(scope='module')
@@ -58,16 +59,16 @@ def short_retries(through_proxy, monkeypatch):
     return through_proxy
 
 
-def _argv(images, out):
-    return ['--direct_running_mode=in_memory', '--no_auth', '--input', images, '--output', out]
+def _argv(images, out, *extra):
+    return build_flags(images, out, '--no_auth', *extra, **FLAGS, in_memory=True)
 
 
 def _build(images, out, *extra):
-    return launcher.run([*_argv(images, out), *FLAGS, *extra])
+    return launcher.run(_argv(images, out, *extra))
 
 
 def _main(images, out, *extra):
-    return launcher.main([*_argv(images, out), *FLAGS, *extra])
+    return launcher.main(_argv(images, out, *extra))
 
 
 def _outcome(dataset):
@@ -209,7 +210,7 @@ def test_in_worker_processes_a_read_that_keeps_failing_is_one_line_too(
     """The local runner's default: workers in processes of their own, whose errors reach the
     launcher as text."""
     out = gcs.uri('workers')
-    argv = ['--no_auth', '--input', images, '--output', out, *FLAGS, '--no-analyze']
+    argv = build_flags(images, out, '--no_auth', **FLAGS, analyze=False)
     argv += ['--direct_running_mode=multi_processing', '--direct_num_workers=2']
     with short_retries.faulting(Fault(503, 1.0, ops={'read'}, path='/o/images/bee/img_0003')):
         assert launcher.main(argv) == 1

@@ -15,15 +15,14 @@ from pipelines import launcher
 from pipelines.analysis import graph_cache
 from pipelines.core import options
 from pipelines.core.settings import TransformSettings
-from pipelines.local import transform_writer
+from pipelines.local import graph_process
 
 import images_for_tests as imgs
+from build_commands import build_flags
 
 
 def _build(root, out, *extra):
-    return launcher.run(
-        ['--input', str(root), '--output', str(out), '--seed', '3', '--num-shards', '2', *extra]
-    )
+    return launcher.run(build_flags(root, out, *extra, seed=3, num_shards=2))
 
 
 def _tree(root, classes, start):
@@ -54,7 +53,7 @@ def test_a_cached_graph_writes_what_tft_writes_for_another_build(
     assert kept is not None
     assert graph_cache.find(_settings(['emu', 'gnu', 'yak', 'zebra'])) == kept
     assert not os.listdir(os.path.join(kept, layout.TRANSFORM_ASSETS))  # no build's assets
-    with caplog.at_level('INFO', logger='pipelines.local.transform_writer'):
+    with caplog.at_level('INFO', logger='pipelines.local.graph_process'):
         reused = _build(second, tmp_path / 'from-cache', mode)
     assert graph_cache.describe(kept) in caplog.text
     assert 'kept from an earlier build of this kind (examples, image size 224)' in caplog.text
@@ -206,12 +205,12 @@ def test_the_build_command_starts_no_helper_where_a_graph_of_its_kind_is_cached(
     os.makedirs(
         empty_transform_cache / 'transform' / graph_cache.key(DEFAULT_KIND, 224)[0] / 'graph'
     )
-    assert transform_writer.start_early(options.peek_build_config(argv)) is None
-    started = transform_writer.start_early(
+    assert graph_process.start_early(options.peek_build_config(argv)) is None
+    started = graph_process.start_early(
         options.peek_build_config([*argv, '--transform-image-size', '160'])
     )
     assert started is not None
-    assert transform_writer.take() is started
+    assert graph_process.take() is started
     started.close()
 
 

@@ -24,6 +24,7 @@ from pipelines import launcher
 from pipelines.writing import overwrite
 
 import images_for_tests as imgs
+from build_commands import build_flags
 
 CLASSES = ('ant', 'bee', 'cat')
 PER_CLASS = 14
@@ -31,19 +32,9 @@ PER_CLASS = 14
 
 def _build(root, out, *flags):
     return launcher.run(
-        [
-            '--direct_running_mode=in_memory',
-            '--input',
-            str(root),
-            '--output',
-            str(out),
-            '--splits',
-            'train=0.75,val=0.25',
-            '--seed',
-            '2',
-            '--no-analyze',
-            *flags,
-        ]
+        build_flags(
+            root, out, *flags, splits='train=0.75,val=0.25', seed=2, analyze=False, in_memory=True
+        )
     )
 
 

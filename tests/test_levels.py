@@ -19,6 +19,7 @@ from pipelines import launcher
 from pipelines.inputs import listing
 
 import images_for_tests as imgs
+from build_commands import build_flags
 
 LEVELS = ('family', 'species')
 # Manifest rows (0-based, after the header) whose value of a level is left empty.
@@ -27,20 +28,9 @@ MISSING = {(3, 'family'), (40, 'species'), (41, 'family'), (41, 'species')}
 
 def _build(source, out, *flags):
     return launcher.run(
-        [
-            '--direct_running_mode=in_memory',
-            '--input',
-            str(source),
-            '--output',
-            str(out),
-            '--splits',
-            'train=0.75,val=0.25',
-            '--num-shards',
-            '2',
-            '--seed',
-            '4',
-            *flags,
-        ]
+        build_flags(
+            source, out, *flags, splits='train=0.75,val=0.25', num_shards=2, seed=4, in_memory=True
+        )
     )
 
 
@@ -372,7 +362,7 @@ def _restored_model(config, dataset):
     from trainer import dataset_info  # pylint: disable=import-outside-toplevel
     from trainer import heads as heads_lib  # pylint: disable=import-outside-toplevel
     from trainer import hierarchy  # pylint: disable=import-outside-toplevel
-    from trainer import transform  # pylint: disable=import-outside-toplevel
+    from trainer import tft_output  # pylint: disable=import-outside-toplevel
     from trainer.model import build_model  # pylint: disable=import-outside-toplevel
 
     info = dataset_info.load(config.data)
@@ -380,7 +370,7 @@ def _restored_model(config, dataset):
     # As training built it: family is derived from species (every species in one family).
     heads = heads_lib.model_heads(info, levels, hierarchy.derive(info, 'train', levels))
     assert heads['family'].source == 'species'
-    normalize = transform.load(info)
+    normalize = tft_output.load(info)
     model = build_model(config.model, 0, config.image_size, heads=heads, transform_output=normalize)
     best = best_epoch.BestEpoch(model, ['val_loss'], lower_is_better=True)
     checkpoint = tf.train.Checkpoint(model=model, best=best.state)

@@ -22,10 +22,10 @@ from imageshards import layout
 from imageshards import lifeline
 
 import images_for_tests as imgs
+from build_commands import build_command
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTS = os.path.join(REPOSITORY, 'tests')
-COMMAND = os.path.join(os.path.dirname(sys.executable), 'imageshards')
 SUPERVISE = (
     'import sys; from imageshards import supervise; sys.exit(supervise.run_supervised('
     '"stand_in_build", sys.argv[1:], lambda: "stand-in: stopped"))'
@@ -215,7 +215,7 @@ def _build_processes(command):
 def test_a_killed_build_command_leaves_no_build_running_and_never_finishes(tree, tmp_path, target):
     out = tmp_path / 'out'
     command = subprocess.Popen(
-        [COMMAND, 'build', '--input', str(tree), '--output', str(out), '--direct_num_workers=2'],
+        build_command(tree, out, '--direct_num_workers=2'),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         cwd=REPOSITORY,

@@ -24,6 +24,7 @@ from pipelines.inputs import listing
 
 import images_for_tests as imgs
 from beam_helpers import built
+from build_commands import build_flags
 
 TAGS = ('agriculture', 'clear', 'cloudy', 'haze', 'primary', 'road', 'water')
 
@@ -60,9 +61,9 @@ def planet(tmp_path_factory):
 
 
 def _build(manifest, out, *flags):
+    splits = 'train=0.8,val=0.1,test=0.1'
     return launcher.run(
-        ['--input', str(manifest), '--output', str(out), '--splits', 'train=0.8,val=0.1,test=0.1']
-        + ['--num-shards', '2', '--seed', '3', '--direct_running_mode=in_memory', *flags]
+        build_flags(manifest, out, *flags, splits=splits, num_shards=2, seed=3, in_memory=True)
     )
 
 

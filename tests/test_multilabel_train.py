@@ -12,9 +12,9 @@ from trainer import config as config_lib
 from trainer import dataset_info
 from trainer import heads as heads_lib
 from trainer import input_pipeline
+from trainer import tft_output
 from trainer import thresholds
 from trainer import train as train_lib
-from trainer import transform
 from trainer.model import build_model
 
 import multilabel_builds
@@ -83,7 +83,7 @@ def _restored_model(config, levels=()):
     info = dataset_info.load(config.data)
     heads = heads_lib.model_heads(info, levels)
     model = build_model(
-        config.model, 0, config.image_size, heads=heads, transform_output=transform.load(info)
+        config.model, 0, config.image_size, heads=heads, transform_output=tft_output.load(info)
     )
     best = best_epoch.BestEpoch(model, ['val_loss'], lower_is_better=True)
     checkpoint = tf.train.Checkpoint(model=model, best=best.state)

@@ -24,7 +24,7 @@ import pytest
 from trainer import best_epoch
 from trainer import dataset_info
 from trainer import input_pipeline
-from trainer import transform
+from trainer import tft_output
 from trainer.model import build_model
 
 FLAGS = [
@@ -158,7 +158,7 @@ def test_each_worker_validates_on_every_record(tf, two_workers):
     info, tmp_path, logs, _ = two_workers
     final = ast.literal_eval(re.search(r'final metrics: (\{.*\})', logs['chief']).group(1))
     model = build_model(
-        'small_cnn', info.num_classes, (16, 16), transform_output=transform.load(info)
+        'small_cnn', info.num_classes, (16, 16), transform_output=tft_output.load(info)
     )
     latest = tf.train.latest_checkpoint(str(tmp_path / 'job' / 'checkpoints'))
     best = best_epoch.BestEpoch(model, ['val_loss'], lower_is_better=True)

@@ -23,19 +23,20 @@ from imageshards_cli import verify
 from pipelines import launcher
 
 import images_for_tests as imgs
+from build_commands import build_flags
 
 pytest_plugins = ['gcs_emulator']
 
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLASSES = ('ant', 'bee', 'cat')
-FLAGS = ('--splits', 'train=0.75,val=0.25', '--num-shards', '2', '--seed', '3')
-LOCAL = ('--direct_running_mode=in_memory', '--no-analyze')
+SMALL = {'splits': 'train=0.75,val=0.25', 'num_shards': 2, 'seed': 3}
+LOCAL = {'analyze': False, 'in_memory': True}
 # Manifest rows (0-based, after the header) whose label level value is left empty.
 MISSING = {(2, 'family'), (5, 'species')}
 
 
 def _build(source, out, *flags):
-    return launcher.run(['--input', str(source), '--output', str(out), *LOCAL, *FLAGS, *flags])
+    return launcher.run(build_flags(source, out, *flags, **SMALL, **LOCAL))
 
 
 @pytest.fixture(scope='module')
@@ -213,7 +214,7 @@ def test_finalize_writes_the_metadata_without_importing_tensorflow(tree, tmp_pat
     # The build runs in this one process (in_memory), Finalize included.
     script = (
         'import sys; from pipelines import launcher; '
-        f'launcher.run({[*LOCAL, "--input", str(tree), "--output", str(tmp_path / "out")]!r}); '
+        f'launcher.run({build_flags(tree, tmp_path / "out", **LOCAL)!r}); '
         "print(sorted(m for m in ('tensorflow', 'tensorflow_datasets') if m in sys.modules))"
     )
     done = subprocess.run(
@@ -253,7 +254,7 @@ def test_a_gs_build_carries_its_tfds_metadata(gcs, tree, tmp_path):
     copied down whole, and TFDS reads the copy."""
     source = gcs.upload_tree(tree, 'tree')
     remote = gcs.uri('out')
-    dataset = launcher.run(['--input', source, '--output', remote, '--no_auth', *LOCAL, *FLAGS])
+    dataset = _build(source, remote, '--no_auth')
     names = gcs.names('out')
     for name in ('dataset_info.json', 'features.json', 'image.class.label.labels.txt'):
         assert f'out/{name}' in names

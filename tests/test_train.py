@@ -13,8 +13,8 @@ from trainer import config as config_lib
 from trainer import dataset_info
 from trainer import input_options
 from trainer import input_pipeline
+from trainer import tft_output
 from trainer import train as train_lib
-from trainer import transform
 from trainer.model import build_model
 
 IMAGE_SIZE = 32
@@ -59,7 +59,7 @@ def _restored_model(config, info):
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
 
     model = build_model(
-        config.model, info.num_classes, config.image_size, transform_output=transform.load(info)
+        config.model, info.num_classes, config.image_size, transform_output=tft_output.load(info)
     )
     best = best_epoch.BestEpoch(model, ['val_loss'], lower_is_better=True)
     checkpoint = tf.train.Checkpoint(model=model, best=best.state)

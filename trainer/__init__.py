@@ -22,6 +22,6 @@ input_pipeline.py   make_dataset: shards -> batches of (images, labels)
   preprocess.py     decode, crop and resize one image (also the serving signature's)
   augment.py        augmentation
 dataset_info.py     a build's dataset.json, read with tf.io.gfile
-transform.py        the build's tf.Transform output: normalization, the vocabulary
+tft_output.py       the build's tf.Transform output, loaded: normalization, the vocabulary
 submit.py           a Vertex AI custom job (`imageshards submit-training`)
 """

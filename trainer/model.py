@@ -3,7 +3,7 @@
 All take uint8 images (what the input pipeline and the serving signature deliver) and end in a
 float32 softmax (a multi-label head: float32 sigmoids), so that mixed precision
 (`mixed_float16`) keeps the output and the loss in full precision. The small CNN normalizes its
-input with the build's tf.Transform graph (trainer/transform.py) or, without one, scales it to
+input with the build's tf.Transform graph (trainer/tft_output.py) or, without one, scales it to
 [0, 1]. A keras.applications backbone gets the preprocessing its own module defines
 (`preprocess_input`: ResNet's caffe-style mean subtraction, MobileNet's [-1, 1], nothing for
 EfficientNet and ConvNeXt, which rescale inside), the input its trained weights expect
@@ -18,7 +18,7 @@ The head of a label is a Dense layer named `logits` (`<level>_logits` per label 
 import keras
 import tensorflow as tf
 
-from trainer import transform
+from trainer import tft_output
 from trainer.config import SMALL_CNN
 from trainer.heads import MULTI_LABEL_OUTPUT
 from trainer.heads import Head
@@ -90,8 +90,8 @@ def build_model(
 def _scaled(inputs, transform_output):
     if transform_output is None:
         return keras.layers.Rescaling(1 / 255, name='scale')(inputs)  # uint8 -> [0, 1] floats
-    folder = transform.data_dir(transform_output)
-    return transform.TransformPixels(folder, name='normalize')(inputs)
+    folder = tft_output.data_dir(transform_output)
+    return tft_output.TransformPixels(folder, name='normalize')(inputs)
 
 
 def _application(constructor, inputs, image_size):

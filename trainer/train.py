@@ -38,7 +38,7 @@ from trainer import input_pipeline
 from trainer import job
 from trainer import recipe
 from trainer import record_decoding
-from trainer import transform
+from trainer import tft_output
 from trainer import warm_start
 from trainer.config import SMALL_CNN
 from trainer.model import build_model
@@ -78,7 +78,7 @@ def _train(config, checkpoint_dir, model_dir):
     keras.utils.set_random_seed(config.seed % (2**31 - 2) + 1)
     derived = _derived_levels(config, info)
     heads = heads_lib.model_heads(info, config.label_levels, derived)
-    transform_output = transform.load(info)
+    transform_output = tft_output.load(info)
     validation = evaluate.dataset(config, info, strategy)
     run = _set_up(config, info, strategy, heads, transform_output, steps, validation is not None)
     manager = tf.train.CheckpointManager(run.checkpoint, checkpoint_dir, max_to_keep=3)
@@ -150,7 +150,7 @@ def _export(model, heads, transform_output, config, model_dir, thresholds):
     """The SavedModel of the trained model (trainer/export.py)."""
     labels, levels = heads.get(''), None if '' in heads else heads
     if labels and transform_output and not labels.multi_label:  # the graph's vocabulary
-        labels = transform.class_names(transform_output)
+        labels = tft_output.class_names(transform_output)
     export.export_saved_model(
         model, labels, config.image_size, model_dir, levels, thresholds, config.input.eval_crop
     )

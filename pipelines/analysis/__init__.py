@@ -4,7 +4,7 @@ its kind (kept or shipped) or by TFT. Imports the foundation, the base (pipeline
 writing/.
 
     analyze.py           AnalyzeShards: dataset.json's `analysis` of the shards' summaries
-    transform_output.py  WriteTransformOutput: the tf.Transform output in TFT's layout
+    tft_pipeline.py      WriteTransformOutput: the tf.Transform output written by TFT (tft_beam)
     graph_cache.py       graphs of earlier builds kept, and those the package ships
                          (transform_graphs/), reused without TensorFlow
 """

@@ -1,9 +1,9 @@
 """The tf.Transform graphs of earlier local builds, reused: a build with the analysis writes
 its tf.Transform output without TensorFlow where one of the same kind was written before.
 
-A build's transform graph (imageshards/transform.py) reads what depends on its data, the label
-vocabulary and the pixel statistics, from two asset files as it loads
-(imageshards/transform_assets.py). The rest of transform_fn/, transformed_metadata/ and
+A build's transform graph (imageshards/tft_preprocessing.py) reads what depends on its data,
+the label vocabulary and the pixel statistics, from two asset files as it loads
+(imageshards/tft_assets.py). The rest of transform_fn/, transformed_metadata/ and
 metadata/ is TFT's output for any build of the same
 
     record kind as the graph reads it (its format, label levels, multi-label: `RecordKind.core`)
@@ -13,7 +13,7 @@ metadata/ is TFT's output for any build of the same
 
 which make the key, but for one number: the label's domain in transformed_metadata's schema (ids -1
 to the number of labels less one), which `write` sets for the build. After the graph process has
-written a build's graph with TFT (pipelines/analysis/transform_output.py), the launcher keeps a copy
+written a build's graph with TFT (pipelines/analysis/tft_pipeline.py), the launcher keeps a copy
 under the key, and every build of the same key copies it and writes its own two assets and that
 number: no TensorFlow import and no TFT pipeline, seconds of CPU and hundreds of MB
 (bench/RESULTS.md, "Against the peers, with the tf.Transform graph reused"). Tests hold such an
@@ -46,7 +46,7 @@ import tempfile
 
 from imageshards import layout
 from imageshards import storage
-from imageshards import transform_assets
+from imageshards import tft_assets
 from imageshards.kinds import features
 from imageshards.kinds import registry as kinds
 from pipelines.core.settings import BuildConfig
@@ -64,18 +64,18 @@ SHIPPED_KINDS = tuple(
 KEY_JSON = 'key.json'  # in each cached output: what its key was made of, for people
 # The code whose change changes the graph or its metadata.
 _SOURCES = (
-    'imageshards.transform',
-    'imageshards.transform_assets',
+    'imageshards.tft_preprocessing',
+    'imageshards.tft_assets',
     'imageshards.decode',
     'imageshards.kinds.features',
     'imageshards.kinds.record_kind',
     'imageshards.kinds.classification',
-    'pipelines.analysis.transform_output',
+    'pipelines.analysis.tft_pipeline',
 )
 _PACKAGES = ('tensorflow', 'tensorflow-transform')
 _GRAPH = 'graph'  # the output's folder in its kind's, whatever the number of labels
 _TRANSFORMED_SCHEMA = f'{layout.TRANSFORMED_METADATA_DIR}/schema.pbtxt'
-LABEL_OUTPUT = 'label'  # imageshards/transform.py's LABEL (that module imports TensorFlow)
+LABEL_OUTPUT = 'label'  # imageshards/tft_preprocessing.py's LABEL (that module imports TensorFlow)
 
 
 def cache_dir() -> str:
@@ -165,7 +165,7 @@ def keep(staging_dir, settings, root=None) -> None:
         scratch = tempfile.mkdtemp(prefix='.incoming-', dir=os.path.dirname(path))
         for name in layout.TRANSFORM_DIRS:
             shutil.copytree(os.path.join(staging_dir, name), os.path.join(scratch, name))
-        for name in transform_assets.NAMES:  # this build's: written anew by each build
+        for name in tft_assets.NAMES:  # this build's: written anew by each build
             os.remove(os.path.join(scratch, layout.TRANSFORM_ASSETS, name))
         with open(os.path.join(scratch, KEY_JSON), 'w', encoding='utf-8') as f:
             json.dump(parts, f, indent=2, sort_keys=True)
@@ -184,8 +184,8 @@ def write(cached, staging_dir, labels, analysis) -> None:
     for name in layout.TRANSFORM_DIRS:
         shutil.copytree(os.path.join(cached, name), os.path.join(staging_dir, name))
     assets = {
-        transform_assets.LABEL_VOCABULARY: transform_assets.vocabulary_text(labels),
-        transform_assets.PIXEL_STATISTICS: transform_assets.statistics_text(analysis),
+        tft_assets.LABEL_VOCABULARY: tft_assets.vocabulary_text(labels),
+        tft_assets.PIXEL_STATISTICS: tft_assets.statistics_text(analysis),
     }
     os.makedirs(os.path.join(staging_dir, layout.TRANSFORM_ASSETS), exist_ok=True)  # (git
     # keeps no empty folder: the shipped graph has none)
@@ -226,7 +226,7 @@ def _source_digest(module):
 def package() -> None:
     """Writes the graphs of SHIPPED_KINDS with TFT into PACKAGED_DIR, in place of any others."""
     # pylint: disable=import-outside-toplevel
-    from pipelines.analysis import transform_output
+    from pipelines.analysis import tft_pipeline
 
     shutil.rmtree(PACKAGED_DIR, ignore_errors=True)
     for record_kind, image_size in SHIPPED_KINDS:
@@ -238,7 +238,7 @@ def package() -> None:
                 staging_dir=os.path.join(work, 'staging'),
                 temp_dir=os.path.join(work, 'tmp'),
             )
-            transform_output.write(settings)
+            tft_pipeline.write(settings)
             keep(settings.staging_dir, settings, root=PACKAGED_DIR)
         print(f'wrote {os.path.join(PACKAGED_DIR, key(record_kind, image_size)[0], _GRAPH)}')
 

@@ -35,20 +35,8 @@ def stratified_split_counts(class_sizes, fractions):
     Returns:
         [[count per split] per class].
     """
-    totals = [0] * len(fractions)
-    cumulative = 0
-    rows = []
-    for size in class_sizes:
-        quotas = [size * fraction for fraction in fractions]
-        row = [math.floor(quota) for quota in quotas]
-        cumulative += size
-        eligible = [s for s, quota in enumerate(quotas) if quota > row[s]]
-        behind = sorted(eligible, key=lambda s: (totals[s] + row[s] - cumulative * fractions[s], s))
-        for s in behind[: size - sum(row)]:
-            row[s] += 1
-        totals = [total + count for total, count in zip(totals, row)]
-        rows.append(row)
-    return rows
+    quotas = [[size * fraction for fraction in fractions] for size in class_sizes]
+    return _rounded(class_sizes, quotas, fractions, [0] * len(fractions), remainders_first=False)
 
 
 def split_counts(classes, sizes, fractions, placed=None, multi_label=False):
@@ -75,19 +63,35 @@ def fill_split_counts(class_sizes, placed, fractions):
         fractions: [f_s] per split, summing to 1.
     """
     totals = [sum(column) for column in zip(*placed)] if placed else [0] * len(fractions)
-    whole = sum(totals)
-    rows = []
+    quotas = []
     for size, held in zip(class_sizes, placed):
         share = [max(0.0, (size + sum(held)) * f - h) for f, h in zip(fractions, held)]
         lacking = sum(share)
-        quotas = [size * s / lacking for s in share] if lacking else [size * f for f in fractions]
-        row = [math.floor(quota) for quota in quotas]
-        whole += size
-        order = sorted(
-            range(len(row)),
-            key=lambda s: (row[s] - quotas[s], totals[s] + row[s] - whole * fractions[s], s),
+        quotas.append(
+            [size * s / lacking for s in share] if lacking else [size * f for f in fractions]
         )
-        for s in order[: size - sum(row)]:
+    return _rounded(class_sizes, quotas, fractions, totals, remainders_first=True)
+
+
+def _rounded(sizes, quotas, fractions, totals, remainders_first):
+    """[[count per split] per class]: each class's `quotas` rounded down, then one more in the
+    first splits in line, as many as its size still lacks. In line: the largest remainders
+    first where `remainders_first`, else only the splits with a remainder; then the split
+    furthest behind its share of all images so far (`totals`: those already in each split);
+    then the lower split."""
+    whole = sum(totals)
+    rows = []
+    for size, quota in zip(sizes, quotas):
+        row = [math.floor(q) for q in quota]
+        whole += size
+        behind = [totals[s] + row[s] - whole * fractions[s] for s in range(len(row))]
+        if remainders_first:
+            line = sorted(range(len(row)), key=lambda s: (row[s] - quota[s], behind[s], s))
+        else:
+            line = sorted(
+                (s for s, q in enumerate(quota) if q > row[s]), key=lambda s: (behind[s], s)
+            )
+        for s in line[: size - sum(row)]:
             row[s] += 1
         totals = [total + count for total, count in zip(totals, row)]
         rows.append(row)

@@ -37,7 +37,7 @@ class TransformBy(enum.Enum):
     NOBODY = 'nobody'  # --no-analyze
     PIPELINE = 'pipeline'  # steps of the build's pipeline: on Dataflow, --analysis-in-pipeline
     LAUNCHER = 'launcher'  # the launcher, after the pipeline (the local runner): from a graph
-    # kept or shipped, or written beside the build (pipelines/local/transform_writer.py)
+    # kept or shipped, or written beside the build (pipelines/local/graph_process.py)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -229,7 +229,7 @@ class AssignSettings:
 @dataclasses.dataclass(frozen=True)
 class TransformSettings:
     """What a build's tf.Transform graph is made of, and where it is written
-    (pipelines/analysis/transform_output.py); its kind and image size key the graphs kept and
+    (pipelines/analysis/tft_pipeline.py); its kind and image size key the graphs kept and
     shipped (pipelines/analysis/graph_cache.py). Known once the inputs are listed.
 
     Attributes:

@@ -8,10 +8,10 @@ read back in work items. Imports the foundation and the base (pipelines/core/) o
     forms.py            what --input is, detected or named (--input-form), and its inputs
     manifests.py        a CSV or JSONL manifest read in row order, labels and levels checked
     manifest_columns.py  which columns hold the path, labels, levels (Kaggle-style: by name)
+    manifest_members.py  archive members as a manifest names them (`data.tar!cats/1.jpg`)
     vertex.py           Vertex AI's image classification import files, read as they are
     confinement.py      where a manifest row's path may lead (its folder, --allow-root)
-    archives.py         the members of a tar, .tar.gz or zip, indexed without extracting it
-    archive_members.py  archive members as a manifest names them (`data.tar!cats/1.jpg`)
+    tar_and_zip.py      the members of a tar, .tar.gz or zip, indexed without extracting it
     archive_inputs.py   archives of a tree, per-class archives and WebDataset shards as inputs
     arrays.py           MNIST IDX files and .npz/.npy arrays as inputs, a row each
     tfrecord_inputs.py  TFRecord files of tf.train.Examples as inputs, a record each

@@ -22,7 +22,7 @@ import json
 import re
 
 from imageshards.file_names import display
-from pipelines.inputs import archives
+from pipelines.inputs import tar_and_zip
 from pipelines.inputs.class_names import UnknownClass
 from pipelines.inputs.entries import IMAGE_EXTENSIONS
 from pipelines.inputs.entries import InputEntry
@@ -66,8 +66,8 @@ def _numbered(entries, first_id):
 
 def _tree_members(container, form, scan, labeling, seen):
     """The archive's members as entries (ids to come), in its order."""
-    found = list(archives.members(container))
-    prefix = archives.stem(container) + '/' if form == CLASS_ARCHIVES else ''
+    found = list(tar_and_zip.members(container))
+    prefix = tar_and_zip.stem(container) + '/' if form == CLASS_ARCHIVES else ''
     root = '' if prefix else _root_folder(found)
     entries = []
     for member in found:
@@ -111,7 +111,7 @@ def _samples(container, scan, labeling):
     shard = container.rstrip('/').rsplit('/', 1)[-1]
     entries, group, group_key = [], [], None
     wanted = lambda name: sample_part(name)[1] in LABEL_EXTENSIONS  # noqa: E731
-    for member in archives.members(container, want_data=wanted):
+    for member in tar_and_zip.members(container, want_data=wanted):
         key, part = sample_part(member.name)
         if group and key != group_key:
             entries += _sample_entries(group, shard, container, scan, labeling)

@@ -27,7 +27,7 @@ import typing
 from imageshards import folder_top
 from imageshards import storage
 from pipelines.inputs import archive_inputs
-from pipelines.inputs import archives
+from pipelines.inputs import tar_and_zip
 from pipelines.inputs.archive_inputs import ARCHIVE
 from pipelines.inputs.archive_inputs import CLASS_ARCHIVES
 from pipelines.inputs.archive_inputs import WEBDATASET
@@ -140,7 +140,7 @@ def _kind(path, form=None):
     """What a file is by its name: archive, idx (images; an IDX labels file is idx-labels),
     arrays, tfrecord, image; else None (or, where `form` is tfrecord, tfrecord: any file)."""
     name = path.rsplit('/', 1)[-1].lower()
-    if archives.kind(name):
+    if tar_and_zip.kind(name):
         return 'archive'
     if IDX_IMAGES.match(name):
         return 'idx'
@@ -210,7 +210,7 @@ def _archive_form(container, labels_file):
     """WEBDATASET, ARCHIVE or CLASS_ARCHIVES, from the first members of an archive."""
     if labels_file:
         return ARCHIVE
-    members = archives.members(container, marked=False)
+    members = tar_and_zip.members(container, marked=False)
     names = [m.name for m in itertools.islice(members, _PEEK_MEMBERS) if not m.reject]
     images = [name for name in names if extension(name) in IMAGE_EXTENSIONS]
     parts = [archive_inputs.sample_part(name) for name in names]

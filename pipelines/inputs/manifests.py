@@ -15,7 +15,7 @@ and the later rows are accounted for as `merged_row`. Elsewhere a repeated path 
 `duplicate_row`. A row of the other form than the manifest's first is `mixed_label_forms`.
 
 Kaggle-style columns chosen by name: pipelines/inputs/manifest_columns.py. A row may name a
-member of an archive, `data/train.tar!cats/1.jpg` (pipelines/inputs/archive_members.py).
+member of an archive, `data/train.tar!cats/1.jpg` (pipelines/inputs/manifest_members.py).
 
 Relative paths resolve against the manifest's folder; where a row may lead is
 pipelines/inputs/confinement.py's. Rows that cannot be used (malformed, empty label or path,
@@ -30,9 +30,9 @@ from imageshards import file_names
 from imageshards import layout
 from imageshards import storage
 from imageshards.storage import absolute
-from pipelines.inputs import archive_members
 from pipelines.inputs import class_names as class_names_lib
 from pipelines.inputs import manifest_columns
+from pipelines.inputs import manifest_members
 from pipelines.inputs import vertex
 from pipelines.inputs.confinement import Confinement
 from pipelines.inputs.confinement import Refused
@@ -284,7 +284,7 @@ def _manifest_entries(rows, confinement, multi_label, class_names):
     """
     merged = _merged_labels(rows, confinement) if multi_label else {}
     first_line_of = {}
-    places = (confinement, archive_members.MemberIndex())
+    places = (confinement, manifest_members.MemberIndex())
     for entry_id, (row, problem, line) in enumerate(rows):
         context = (entry_id, line, rows.manifest, multi_label)
         entry = _manifest_entry(context, row, problem, places, first_line_of)
@@ -351,7 +351,8 @@ def _manifest_entry(context, row, problem, places, first_line_of):
     Args:
         context: (the row's id: rows count from 0, after a CSV's header; the file's line number
             of the row, from 1, which messages name; the manifest; whether it is multi-label).
-        places: (the Confinement of rows' paths, the archives.MemberIndex of their archives).
+        places: (the Confinement of rows' paths, the manifest_members.MemberIndex of their
+            archives).
     """
     entry_id, line, manifest, multi_label = context
     confinement, members = places
@@ -368,7 +369,7 @@ def _manifest_entry(context, row, problem, places, first_line_of):
             entry_id, row_ref, row_ref, '', reject='empty_path', detail='the row has no path'
         )
     try:
-        entry = archive_members.located(
+        entry = manifest_members.located(
             InputEntry(entry_id, '', '', '', split), raw_path, confinement, members
         )
     except Refused as refused:

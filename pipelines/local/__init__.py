@@ -6,7 +6,7 @@ pipelines/runner.py.
     early.py             what the command starts before Beam is imported
     early_listing.py     a local tree listed in a process of its own meanwhile
     warm_workers.py      worker processes whose imports are done meanwhile
-    transform_writer.py  the tf.Transform output written by the launcher (a graph process)
+    graph_process.py     the tf.Transform output written by the launcher (a graph process)
     spill.py             blocks spilled to files, and the bytes of small images kept
     progress.py          the live display of the workers' counts
     worker_watch.py      a worker process lost mid-run stops the build in one line

@@ -1,7 +1,7 @@
 """What the `imageshards build` command starts before it imports Beam, so that the seconds of
 importing it are not spent waiting: the early listing of a local tree
 (pipelines/local/early_listing.py), the tf.Transform graph process
-(pipelines/local/transform_writer.py) where the build analyses, and the local runner's warm
+(pipelines/local/graph_process.py) where the build analyses, and the local runner's warm
 workers (pipelines/local/warm_workers.py), whose serving process the launcher forks once it has
 imported (`imports_done`).
 
@@ -11,7 +11,7 @@ and `stop_untaken` stops whatever no build took. No Beam here: imported before B
 
 from pipelines.core import options
 from pipelines.local import early_listing
-from pipelines.local import transform_writer
+from pipelines.local import graph_process
 from pipelines.local import warm_workers
 
 # Flags after which the build runs no local analysis beside its pipeline.
@@ -30,7 +30,7 @@ def start(argv) -> None:
         flags & set(_NO_LOCAL_ANALYSIS) or any('dataflow' in arg.lower() for arg in argv)
     )
     if local_analysis:
-        transform_writer.start_early(config)
+        graph_process.start_early(config)
     # Its serving process is forked from the launcher once it has imported Beam
     # (`imports_done`): it imports nothing of its own, so it is wanted beside the tf.Transform
     # process too.
@@ -44,6 +44,6 @@ def imports_done() -> None:
 
 def stop_untaken() -> None:
     """Stops what `start` started and no build took (or a build is done with)."""
-    transform_writer.stop_untaken()
+    graph_process.stop_untaken()
     early_listing.stop_untaken()
     warm_workers.stop_untaken()

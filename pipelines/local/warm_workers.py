@@ -69,7 +69,7 @@ WORKER_MODULES = (
     'pipelines.writing.write',
     'pipelines.writing.finalize',
     'pipelines.analysis.analyze',
-    'pipelines.analysis.transform_output',
+    'pipelines.analysis.tft_pipeline',
     'pipelines.local.spill',
 )
 _early = None  # the WarmWorkers `start_early` started, until the build ends

@@ -1,7 +1,7 @@
 """The build's tf.Transform output in the trainer: pixel normalization and the label vocabulary.
 
-`OUT/transform_fn/` holds the graph of `imageshards/transform.py`'s preprocessing_fn with the
-train split's statistics in it. The model normalizes its uint8 input with the graph's
+`OUT/transform_fn/` holds the graph of `imageshards/tft_preprocessing.py`'s preprocessing_fn
+with the train split's statistics in it. The model normalizes its uint8 input with the graph's
 constants (`TransformPixels`), so the exported SavedModel carries the same graph and a served
 image gets exactly the normalization it was trained with. Without it (a `--no-analyze` build),
 models scale pixels to [0, 1], and the trainer says so once.
@@ -14,7 +14,7 @@ import keras
 import tensorflow as tf
 
 from imageshards import layout
-from imageshards import transform_assets
+from imageshards import tft_assets
 from imageshards.kinds import features
 
 _LOG = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ def class_names(output):
     """Label names by id, from the transform's vocabulary."""
     return [
         name.decode('utf-8') if isinstance(name, bytes) else name
-        for name in output.vocabulary_by_name(transform_assets.LABEL_VOCABULARY)
+        for name in output.vocabulary_by_name(tft_assets.LABEL_VOCABULARY)
     ]
 
 
@@ -83,9 +83,9 @@ class TransformPixels(keras.layers.Layer):
 
     def call(self, images):
         constants = self._tft_layer({features.LABEL: self._one_label()})
-        shape = [1, 1, 1, transform_assets.CHANNELS]
-        mean = tf.reshape(constants[transform_assets.PIXEL_MEAN], shape)
-        std = tf.reshape(constants[transform_assets.PIXEL_STD], shape)
+        shape = [1, 1, 1, tft_assets.CHANNELS]
+        mean = tf.reshape(constants[tft_assets.PIXEL_MEAN], shape)
+        std = tf.reshape(constants[tft_assets.PIXEL_STD], shape)
         return (tf.cast(images, tf.float32) - mean) / std
 
     def _one_label(self):

@@ -1,9 +1,10 @@
 """The assets of a build's tf.Transform graph: what in it depends on the build's data.
 
-The graph (imageshards/transform.py) reads the label vocabulary and the pixel statistics from
-these two files of `transform_fn/assets/` as it loads; everything else in it depends only on
-the build's format, label levels, image size and number of labels. No TensorFlow here: a build
-that reuses an earlier graph (pipelines/analysis/graph_cache.py) writes them without it.
+The graph (imageshards/tft_preprocessing.py) reads the label vocabulary and the pixel
+statistics from these two files of `transform_fn/assets/` as it loads; everything else in it
+depends only on the build's format, label levels, image size and number of labels. No
+TensorFlow here: a build that reuses an earlier graph (pipelines/analysis/graph_cache.py) writes
+them without it.
 """
 
 LABEL_VOCABULARY = 'label'  # TFTransformOutput.vocabulary_by_name('label'): label names by id

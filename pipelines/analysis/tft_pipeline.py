@@ -1,7 +1,7 @@
-"""The tf.Transform output of a build, in TFT's own layout.
+"""The tf.Transform output of a build written by a TFT pipeline (tft_beam), in TFT's own layout.
 
     dataset.json `analysis` + the build's labels, format, label levels and image size
-        -> tft_beam.AnalyzeDataset(imageshards/transform.py) over no records
+        -> tft_beam.AnalyzeDataset(imageshards/tft_preprocessing.py) over no records
         -> WriteTransformFn: transform_fn/, transformed_metadata/
         -> the raw metadata: metadata/ (what `TFTransformOutput.raw_feature_spec()` reads)
     all staged under the build's temporary folder; Finalize (or, locally, the launcher) moves
@@ -10,12 +10,12 @@
 The analysis reads no records: what the graph needs of the data, the pixel statistics and the
 label vocabulary, is the build's own (measured as the shards are written:
 pipelines/analysis/analyze.py) and reaches the graph as two assets
-(imageshards/transform_assets.py), which TFT's analyzers of imageshards/transform.py write
+(imageshards/tft_assets.py), which TFT's analyzers of imageshards/tft_preprocessing.py write
 without looking at the records they are given.
 
 Where it runs: on a distributed runner (Dataflow), as steps of the build's pipeline
 (`WriteTransformOutput`). On the local runner, `write` below, in a process of the launcher's
-(pipelines/local/transform_writer.py) with neutral statistics: TensorFlow and
+(pipelines/local/graph_process.py) with neutral statistics: TensorFlow and
 tensorflow_transform are then imported by that process alone, instead of by every worker
 process (each import costs seconds of CPU and hundreds of MB: bench/RESULTS.md, "Cost of the
 tf.Transform analysis").
@@ -49,14 +49,16 @@ class WriteTransformOutput(beam.PTransform):
         from tensorflow_transform.tf_metadata import schema_utils
         from tfx_bsl.tfxio import tf_example_record
 
-        from imageshards import transform
+        from imageshards import tft_preprocessing
 
         settings = self._settings
-        schema = schema_utils.schema_from_feature_spec(transform.raw_feature_spec(settings.kind))
+        schema = schema_utils.schema_from_feature_spec(
+            tft_preprocessing.raw_feature_spec(settings.kind)
+        )
         tfxio = tf_example_record.TFExampleBeamRecord(
             physical_format='tfrecord', telemetry_descriptors=['imageshards'], schema=schema
         )
-        preprocessing_fn = transform.make_preprocessing_fn(
+        preprocessing_fn = tft_preprocessing.make_preprocessing_fn(
             settings.labels, self._analysis, settings.kind, settings.image_size
         )
         records = pipeline | 'NoRecords' >> beam.Create([]).with_output_types(bytes)
@@ -90,8 +92,8 @@ def write(settings) -> None:
     # pylint: disable=import-outside-toplevel
     from apache_beam.runners.portability.fn_api_runner import fn_runner
 
-    from imageshards import transform
+    from imageshards import tft_preprocessing
 
     with beam.Pipeline(runner=fn_runner.FnApiRunner()) as pipeline:
-        analysis = pipeline | 'NeutralStatistics' >> beam.Create([transform.NEUTRAL])
+        analysis = pipeline | 'NeutralStatistics' >> beam.Create([tft_preprocessing.NEUTRAL])
         _ = pipeline | 'WriteTransformOutput' >> WriteTransformOutput(analysis, settings)

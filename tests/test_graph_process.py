@@ -1,4 +1,4 @@
-"""pipelines/local/transform_writer.py: the tf.Transform graph process that the build command
+"""pipelines/local/graph_process.py: the tf.Transform graph process that the build command
 starts before importing Beam (pipelines/local/early.py), and that a build takes or stops."""
 
 import os
@@ -8,7 +8,7 @@ import pytest
 from pipelines import launcher
 from pipelines.core import options
 from pipelines.local import early as early_lib
-from pipelines.local import transform_writer
+from pipelines.local import graph_process
 
 import images_for_tests as imgs
 
@@ -26,7 +26,7 @@ import images_for_tests as imgs
 def test_not_started_for_builds_that_will_not_want_it(extra):
     try:
         early_lib.start(['--input', 'in', '--output', 'out', *extra])
-        assert transform_writer.take() is None
+        assert graph_process.take() is None
     finally:
         early_lib.stop_untaken()
 
@@ -40,10 +40,10 @@ def _tree(tmp_path):
 def test_a_build_takes_the_early_graph_process_for_its_transform(tmp_path, empty_transform_cache):
     out = tmp_path / 'out'
     argv = ['--input', str(_tree(tmp_path)), '--output', str(out)]
-    early = transform_writer.start_early(options.peek_build_config(argv))
+    early = graph_process.start_early(options.peek_build_config(argv))
     assert early is not None
     launcher.run(argv + ['--direct_running_mode=in_memory'])
-    assert transform_writer.take() is None
+    assert graph_process.take() is None
     assert early.exit_status == 0  # it ran to the end: it wrote the transform
     assert (out / 'transform_fn' / 'saved_model.pb').exists()
     assert not os.path.exists(early.work_dir)
@@ -56,7 +56,7 @@ def test_a_build_whose_config_turns_the_analysis_off_starts_no_graph_process(
     config.write_text('analyze: false\n')
     out = tmp_path / 'out'
     argv = ['--input', str(_tree(tmp_path)), '--output', str(out), '--config', str(config)]
-    assert transform_writer.start_early(options.peek_build_config(argv)) is None
+    assert graph_process.start_early(options.peek_build_config(argv)) is None
     launcher.run(argv + ['--direct_running_mode=in_memory'])
     assert not (out / 'transform_fn').exists()
 
@@ -66,10 +66,10 @@ def test_a_build_that_turns_out_not_to_want_the_early_graph_process_stops_it(
 ):
     out = tmp_path / 'out'
     argv = ['--input', str(_tree(tmp_path)), '--output', str(out)]
-    early = transform_writer.start_early(options.peek_build_config(argv))
+    early = graph_process.start_early(options.peek_build_config(argv))
     assert early is not None
     launcher.run(argv + ['--no-analyze', '--direct_running_mode=in_memory'])
-    assert transform_writer.take() is None
+    assert graph_process.take() is None
     assert early.exit_status not in (None, 0)  # stopped, not left running
     assert not (out / 'transform_fn').exists()
     assert not os.path.exists(early.work_dir)

@@ -1,18 +1,18 @@
 """Members of archives as a manifest names them: `data/train.tar!cats/1.jpg` (the form records
 and rejected.jsonl give an input inside an archive). Each archive a manifest names is indexed
-once (pipelines/inputs/archives.py), when a row first names it, and the member read from it
+once (pipelines/inputs/tar_and_zip.py), when a row first names it, and the member read from it
 where it is.
 """
 
 from pipelines.core import sources
-from pipelines.inputs import archives
+from pipelines.inputs import tar_and_zip
 
 
 def split_member(raw) -> tuple | None:
     """(archive, member) of a path that names an archive's member (`data/train.tar!cats/1.jpg`,
     the form records and rejected.jsonl give), else None."""
     lower = raw.lower()
-    for suffix in archives.SUFFIXES:
+    for suffix in tar_and_zip.SUFFIXES:
         at = lower.find(suffix + sources.MEMBER_SEPARATOR)
         if at > 0:
             end = at + len(suffix)
@@ -27,20 +27,22 @@ class MemberIndex:
     def __init__(self):
         self._archives = {}  # archive -> {name: Member}, or the ValueError it raised
 
-    def find(self, archive, name) -> archives.Member:
+    def find(self, archive, name) -> tar_and_zip.Member:
         """The member `name` of `archive` (a Member rejected as `missing_file` where it has
         none; raises ValueError, in one line, where it is no archive)."""
         if archive not in self._archives:
             try:
-                self._archives[archive] = {m.name: m for m in archives.members(archive) if m.name}
+                self._archives[archive] = {
+                    m.name: m for m in tar_and_zip.members(archive) if m.name
+                }
             except (ValueError, OSError) as e:
                 self._archives[archive] = ValueError(f'{archive}: {e}')
         found = self._archives[archive]
         if isinstance(found, ValueError):
             raise found
-        member = found.get(archives.safe_name(name)[0])
+        member = found.get(tar_and_zip.safe_name(name)[0])
         if member is None:
-            return archives.Member(
+            return tar_and_zip.Member(
                 name, -1, None, 'missing_file', f'{archive} has no member {name!r}'
             )
         return member

@@ -10,9 +10,9 @@ pipelines/local/early.py) before it imports Beam itself, where its arguments lea
 and the runner local and no graph of the build's kind is cached; the build takes it (`take`) once
 its options are parsed, and stops it unless it needs it. What the process works on, it learns later
 from its work folder: SETTINGS once the inputs are listed. It then writes the graph with neutral
-statistics (pipelines/analysis/transform_output.py `write`), waiting for nothing of the build.
+statistics (pipelines/analysis/tft_pipeline.py `write`), waiting for nothing of the build.
 
-    python -m pipelines.local.transform_writer WORK_DIR   the graph process
+    python -m pipelines.local.graph_process WORK_DIR   the graph process
 
 No Beam and no TensorFlow at module level: the build command imports this before Beam.
 """
@@ -194,12 +194,12 @@ def main(argv=None) -> int:
     import tensorflow_transform.beam  # noqa: F401  (the seconds this process is for)
     from tfx_bsl.tfxio import tf_example_record  # noqa: F401
 
-    from imageshards import transform  # noqa: F401
-    from pipelines.analysis import transform_output
+    from imageshards import tft_preprocessing  # noqa: F401
+    from pipelines.analysis import tft_pipeline
     from pipelines.core.settings import TransformSettings
 
     settings = _wait_for(os.path.join(work_dir, SETTINGS))
-    transform_output.write(TransformSettings.from_json(settings))
+    tft_pipeline.write(TransformSettings.from_json(settings))
     return 0
 
 

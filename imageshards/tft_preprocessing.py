@@ -16,7 +16,7 @@ and gets, per record:
     label       int64   []         the label id, by the vocabulary (dataset.json `labels`)
     label/<level> int64 []         each label level's id, as recorded (-1 where missing)
     pixel_mean  float32 [3]        the normalization constants, for code that crops and resizes
-    pixel_std   float32 [3]        images its own way (the trainer does, see trainer/transform.py)
+    pixel_std   float32 [3]        images its own way (the trainer does, see trainer/tft_output.py)
 
 Analyzers: the pixel statistics and the label vocabulary are PTransform analyzers. The build
 measures the statistics itself, exactly, over a fixed sample of the analysis split
@@ -33,7 +33,7 @@ empty values for the features a caller leaves out, which is how the trainer read
 `pixel_mean` and `pixel_std` alone.
 
 This module imports TensorFlow and tensorflow_transform: a build imports it only where the
-tf.Transform output is written (pipelines/analysis/transform_output.py), never in its Beam workers
+tf.Transform output is written (pipelines/analysis/tft_pipeline.py), never in its Beam workers
 on the local runner.
 """
 
@@ -46,20 +46,20 @@ from apache_beam.io.filesystems import FileSystems
 from tensorflow_transform.beam import experimental as tft_beam_experimental
 
 from imageshards import decode
-from imageshards import transform_assets
+from imageshards import tft_assets
 from imageshards.kinds import features
 
 # Outputs of the transform.
 IMAGE = 'image'
 LABEL = 'label'
-PIXEL_MEAN = transform_assets.PIXEL_MEAN
-PIXEL_STD = transform_assets.PIXEL_STD
-LABEL_VOCABULARY = transform_assets.LABEL_VOCABULARY  # TFTransformOutput.vocabulary_by_name
-PIXEL_STATISTICS = transform_assets.PIXEL_STATISTICS
-CHANNELS = transform_assets.CHANNELS
+PIXEL_MEAN = tft_assets.PIXEL_MEAN
+PIXEL_STD = tft_assets.PIXEL_STD
+LABEL_VOCABULARY = tft_assets.LABEL_VOCABULARY  # TFTransformOutput.vocabulary_by_name
+PIXEL_STATISTICS = tft_assets.PIXEL_STATISTICS
+CHANNELS = tft_assets.CHANNELS
 MIN_STD = 1e-3  # a constant channel (all pixels equal) is centred, not divided by ~0
 # What TFT traces with, and the statistics of the graph a local build's process writes
-# (pipelines/analysis/transform_output.py).
+# (pipelines/analysis/tft_pipeline.py).
 NEUTRAL = {'pixel_mean': [0.0] * CHANNELS, 'pixel_std': [1.0] * CHANNELS}
 
 
@@ -97,7 +97,7 @@ def make_preprocessing_fn(labels, statistics, kind, image_size):
             PixelStatistics(statistics),
             output_dtypes=[tf.string],
             output_shapes=[[]],
-            output_asset_default_values=[transform_assets.statistics_text(NEUTRAL)],
+            output_asset_default_values=[tft_assets.statistics_text(NEUTRAL)],
             name='pixel_statistics',
         )
         tft.annotate_asset(PIXEL_STATISTICS, PIXEL_STATISTICS)
@@ -110,12 +110,12 @@ def make_preprocessing_fn(labels, statistics, kind, image_size):
             output_shapes=[[]],
             # What TFT traces with before the analysis (an empty file fails the table's
             # initialization): the build's own labels.
-            output_asset_default_values=[transform_assets.vocabulary_text(labels)],
+            output_asset_default_values=[tft_assets.vocabulary_text(labels)],
             name='label_vocabulary',
         )
         tft.annotate_asset(LABEL_VOCABULARY, LABEL_VOCABULARY)
         # The constants depend on the label alone, so that a caller asking for them feeds it
-        # alone (trainer/transform.py): no record is decoded.
+        # alone (trainer/tft_output.py): no record is decoded.
         batch = ids.dense_shape[0] if multi_label else tf.shape(ids)[0]
         source = inputs[kind.payload_key]
         images = tf.map_fn(
@@ -165,7 +165,7 @@ class PixelStatistics(tft_beam_experimental.PTransformAnalyzer):
 
 
 def _write_statistics(unused_count, statistics, temp_dir):
-    return _write_asset(temp_dir, PIXEL_STATISTICS, transform_assets.statistics_text(statistics))
+    return _write_asset(temp_dir, PIXEL_STATISTICS, tft_assets.statistics_text(statistics))
 
 
 def _read_statistics(path):
@@ -217,7 +217,7 @@ def _text(name):
 
 def _write_vocabulary(seen, known, temp_dir):
     return _write_asset(
-        temp_dir, LABEL_VOCABULARY, transform_assets.vocabulary_text(sorted_labels(known, seen))
+        temp_dir, LABEL_VOCABULARY, tft_assets.vocabulary_text(sorted_labels(known, seen))
     )
 
 
