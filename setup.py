@@ -79,6 +79,8 @@ setuptools.setup(
             include=[
                 'imageshards',
                 'imageshards.*',
+                'imageshards_cli',
+                'imageshards_cli.*',
                 'pipelines',
                 'pipelines.*',
                 'trainer',
@@ -97,5 +99,5 @@ setuptools.setup(
     },
     install_requires=REQUIRED,
     extras_require=EXTRAS,
-    entry_points={'console_scripts': ['imageshards=imageshards.cli.main:main']},
+    entry_points={'console_scripts': ['imageshards=imageshards_cli.main:main']},
 )

@@ -50,7 +50,7 @@ def main(argv=None):
             shutil.rmtree(out, ignore_errors=True)
             datasets.warm_page_cache(data)
             python = os.path.join(sides[name], '.venv', 'bin', 'python')
-            command = [python, '-m', 'imageshards.cli', 'build', '--input', data]
+            command = [python, '-m', 'imageshards_cli', 'build', '--input', data]
             command += ['--output', out, '--num-shards', '16', '--seed', '0', *flags]
             measured = measure(command, env=env, cwd=sides[name])
             seconds[name].append(measured.seconds)

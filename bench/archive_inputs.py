@@ -52,7 +52,7 @@ from bench import datasets
 from bench.measure import measure
 
 REPOSITORY = pathlib.Path(__file__).resolve().parent.parent
-COMMAND = [sys.executable, '-m', 'imageshards.cli', 'build']
+COMMAND = [sys.executable, '-m', 'imageshards_cli', 'build']
 FLAGS = ['--no-analyze', '--num-shards', '16', '--seed', '0']
 
 

@@ -94,7 +94,7 @@ def _command(tree, out):
     return [
         sys.executable,
         '-m',
-        'imageshards.cli',
+        'imageshards_cli',
         'build',
         '--input',
         tree,

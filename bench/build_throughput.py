@@ -38,9 +38,9 @@ def python_module(name, *args):
 
 def imageshards_build(data, out, *flags):
     """`imageshards build` of `data` into `out`, as a user types it (the console script is
-    `imageshards.cli`)."""
+    `imageshards_cli`)."""
     return python_module(
-        'imageshards.cli', 'build', '--input', data, '--output', out, '--overwrite', *flags
+        'imageshards_cli', 'build', '--input', data, '--output', out, '--overwrite', *flags
     )
 
 

@@ -69,7 +69,7 @@ def _upload(client, bucket, root, prefix):
 def _build(proxy, bucket, name, flags, checkout, env):
     """Runs one build through `proxy`; returns what it printed and what it wrote."""
     output = f'gs://{bucket}/out-{name}'
-    command = [sys.executable, '-m', 'imageshards.cli', 'build', '--no_auth']
+    command = [sys.executable, '-m', 'imageshards_cli', 'build', '--no_auth']
     command += ['--input', f'gs://{bucket}/images', '--output', output, *flags]
     started = time.monotonic()
     done = subprocess.run(command, env=env, cwd=checkout, capture_output=True, text=True)

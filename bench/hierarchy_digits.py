@@ -33,8 +33,8 @@ def parity(digit):
 
 def make_build(out):
     """The digits, a manifest of them with parity and digit levels, and their build."""
-    from imageshards.cli import sample_data  # pylint: disable=import-outside-toplevel
-    from pipelines import build  # pylint: disable=import-outside-toplevel
+    from imageshards_cli import sample_data  # pylint: disable=import-outside-toplevel
+    from pipelines import launcher  # pylint: disable=import-outside-toplevel
 
     tree = os.path.join(out, 'digits')
     sample_data.write_digits(tree)
@@ -46,7 +46,7 @@ def make_build(out):
     with open(manifest, 'w', encoding='utf-8') as f:
         f.write('\n'.join(rows) + '\n')
     data = os.path.join(out, 'build')
-    build.run(
+    launcher.run(
         ['--input', manifest, '--output', data, '--splits', 'train=0.8,val=0.1,test=0.1']
         + ['--direct_running_mode=in_memory']
     )

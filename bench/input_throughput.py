@@ -40,7 +40,7 @@ def _shards(work_dir, count):
             [
                 sys.executable,
                 '-m',
-                'imageshards.cli',
+                'imageshards_cli',
                 'build',
                 '--input',
                 os.path.join(work_dir, f'photos-{count}-500x375'),

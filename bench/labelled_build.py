@@ -6,7 +6,7 @@ Used by bench/multilabel_crops.py and the trainer's tests.
 
 import os
 
-from pipelines import build
+from pipelines import launcher
 
 
 def write(out_dir, images, labels, splits, *, levels=None, num_shards=2, analyze=True):
@@ -34,7 +34,7 @@ def write(out_dir, images, labels, splits, *, levels=None, num_shards=2, analyze
     manifest = os.path.join(folder, 'manifest.csv')
     with open(manifest, 'w', encoding='utf-8') as f:
         f.write('\n'.join(rows) + '\n')
-    build.run(
+    launcher.run(
         ['--input', manifest, '--output', out_dir, '--num-shards', str(num_shards), '--overwrite']
         + ['--direct_running_mode=in_memory', *([] if analyze else ['--no-analyze'])]
     )

@@ -41,7 +41,7 @@ def _built(args, data, tfds=True):
     theirs = os.path.join(args.work_dir, f'read-tfds-{args.count}{suffix}')
     if not os.path.exists(os.path.join(ours, layout.SUCCESS)):
         subprocess.run(
-            [sys.executable, '-m', 'imageshards.cli', 'build', '--input', data, '--output', ours]
+            [sys.executable, '-m', 'imageshards_cli', 'build', '--input', data, '--output', ours]
             + ['--overwrite', '--num-shards', '16'],
             check=True,
         )

@@ -25,11 +25,11 @@ SPLITS = 'train=0.8,val=0.1,test=0.1'
 
 
 def _build(data, out, *flags):
-    from pipelines import build  # pylint: disable=import-outside-toplevel
+    from pipelines import launcher  # pylint: disable=import-outside-toplevel
 
     if os.path.exists(os.path.join(out, '_SUCCESS')):
         return out
-    build.run(
+    launcher.run(
         ['--input', data, '--output', out, '--splits', SPLITS, '--num-shards', '4']
         + ['--overwrite', '--seed', '0', *flags]
     )
@@ -48,7 +48,7 @@ def _train(data, job_dir, image_size, epochs, seed):
 
 def _trees(args):
     if args.what == 'digits':
-        from imageshards.cli import sample_data  # pylint: disable=import-outside-toplevel
+        from imageshards_cli import sample_data  # pylint: disable=import-outside-toplevel
 
         tree = os.path.join(args.work_dir, 'digits-128')
         if not os.path.exists(os.path.join(tree, 'nine')):

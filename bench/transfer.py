@@ -64,10 +64,10 @@ def _manifest(tree, classes, per_class, path):
 
 
 def _build(source, out, splits):
-    from pipelines import build  # pylint: disable=import-outside-toplevel
+    from pipelines import launcher  # pylint: disable=import-outside-toplevel
 
     if not os.path.exists(os.path.join(out, '_SUCCESS')):
-        build.run(
+        launcher.run(
             ['--input', source, '--output', out, '--splits', splits, '--num-shards', '4']
             + ['--overwrite', '--seed', '0', '--direct_running_mode=in_memory']
         )
@@ -78,7 +78,7 @@ def builds(args):
     """{name: build directory} of the data `args.what` needs."""
     work = args.work_dir
     if args.what == 'digits':
-        from imageshards.cli import sample_data  # pylint: disable=import-outside-toplevel
+        from imageshards_cli import sample_data  # pylint: disable=import-outside-toplevel
 
         tree = os.path.join(work, 'digits-32')
         if not os.path.exists(os.path.join(tree, 'nine')):

@@ -2,7 +2,7 @@
 
 The foundation, which imports no other folder of this project: the output contract, records,
 files and what every command shares. The build is in pipelines/, the trainer in trainer/, the
-commands in imageshards/cli/.
+commands in imageshards_cli/.
 
     layout.py            every file and folder of an output: its name, and which are ours
     dataset_json.py      dataset.json read, and a build as readers see it (`Build`)

@@ -40,6 +40,8 @@ _CHAINED = (b'During handling of the above exception', b'The above exception was
 _FORMAT = '%(asctime)s %(levelname)s %(message)s'
 # The exit status of a command stopped by Ctrl-C: 128 + SIGINT, as a shell reports it.
 INTERRUPTED_EXIT_CODE = 130
+# The exit status of a command that refuses its arguments or input: argparse's own.
+REFUSED_EXIT_CODE = 2
 _native = None  # the _NativeStderrFilter of this process, once installed
 
 
@@ -91,6 +93,13 @@ def configure_logging(verbose=False, filters=(), child_tracebacks=True):
     # Libraries' Python warnings (Keras' TensorBoard callback warns on every run) are theirs.
     logging.getLogger('py.warnings').setLevel(logging.WARNING if verbose else logging.ERROR)
     return handler
+
+
+def refuse(command, reason) -> int:
+    """Says in one line on stderr why `command` (`imageshards inspect`) cannot go on; returns
+    the command's exit status (REFUSED_EXIT_CODE)."""
+    print(f'{command}: {reason}', file=sys.stderr)
+    return REFUSED_EXIT_CODE
 
 
 def plural(count, noun, nouns=None):

@@ -18,7 +18,7 @@ Layout of a build (the contract the trainer and the tools read; paths relative t
     .imageshards-tmp/   the build's temporary folder, gone once it is complete
     .imageshards-lock   while a build runs: its lock, naming it (imageshards/output_lock.py)
 and what the imageshards tools write into a build by default: `preview` its grid, `report`
-the files of imageshards/cli/report.py (order.csv, metrics.json, report.md and its figures).
+the files of imageshards_cli/report.py (order.csv, metrics.json, report.md and its figures).
 
 Only names live here (no file is read or written), so that every reader, with whichever file
 layer it uses, takes them from one place.

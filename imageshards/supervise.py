@@ -35,6 +35,11 @@ def _interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
+def is_supervised() -> bool:
+    """Whether this process is the supervised child of a command (`run_supervised` made it)."""
+    return bool(os.environ.get(ENV))
+
+
 def run_supervised(module, argv, interrupted_message):
     """Runs `python -m module argv` as above; returns its exit status (130 if interrupted).
 

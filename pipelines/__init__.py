@@ -1,11 +1,13 @@
 """The Beam build of imageshards (DirectRunner locally, Dataflow at scale).
 
-    build.py    the `imageshards build` command, read top to bottom: how it runs, the inputs
-                listed, the output prepared, the pipeline run, the output finished, a summary
-    runner.py   how a build runs, decided once (`Launch`): the runner (the local one in local/,
-                or a remote one with Dataflow's needs met), a dry run, the local runner's
-                in-memory shuffle and progress, who writes the tf.Transform output
-    steps.py    the pipeline: its steps in order, each handed what it needs of the context
+    build.py     the `imageshards build` command: supervised, what it wants started before
+                 Beam is imported, then the launcher (the one place that decides how it runs)
+    launcher.py  the build in the launcher's process, read top to bottom: how it runs, the
+                 inputs listed, the output prepared, the pipeline run, the output finished
+    runner.py    how a build runs, decided once (`Launch`): the runner (the local one in local/,
+                 or a remote one with Dataflow's needs met), a dry run, the local runner's
+                 in-memory shuffle and progress, who writes the tf.Transform output
+    steps.py     the pipeline: its steps in order, each handed what it needs of the context
 
 Below them, each a subpackage: core/, what every stage shares (image metadata and its blocks,
 the build's settings and context, counters, where an input's bytes are); the build's stages, in

@@ -28,6 +28,7 @@ from imageshards import distribution
 from imageshards import layout
 from imageshards import storage
 from pipelines.core import blocks
+from pipelines.core import options
 from pipelines.core.settings import TransformBy
 from pipelines.inputs import listing as listing_lib
 from pipelines.local import direct
@@ -212,13 +213,6 @@ def watch_workers(verbose) -> None:
     worker_watch.watch_workers(verbose)
 
 
-def imports_done() -> None:
-    """In the launcher, once it has imported everything and frozen it, before the runner makes a
-    thread or a channel: forks what the command started early and waits for it (the local
-    workers' serving process, pipelines/local/early.py)."""
-    early.imports_done()
-
-
 def stop_early_processes() -> None:
     """Stops what the command started before Beam loaded (pipelines/local/early.py) and no build
     took, or a build is done with."""
@@ -229,18 +223,13 @@ def make_pipeline(beam_args) -> beam.Pipeline:
     """A Pipeline for the runner the options name; locally, the FnApiRunner on every core
     (direct.make_pipeline)."""
     runner = PipelineOptions(beam_args).view_as(StandardOptions).runner
-    if is_local(runner):
+    if options.is_local_runner(runner):
         return direct.make_pipeline(beam_args)
     remote_options = PipelineOptions(beam_args)
     if is_dataflow(runner):
         check_credentials()
         _stage_this_package(remote_options)
     return direct.removing_tempdir(beam.Pipeline(options=remote_options))
-
-
-def is_local(runner) -> bool:
-    """Whether a `--runner` value (None: not given) runs the pipeline on this machine."""
-    return runner in (None, 'DirectRunner')
 
 
 def is_dataflow(runner) -> bool:

@@ -47,7 +47,7 @@ COLOR_CLASSES = ('blue', 'green', 'red', 'yellow')
 def color_builds(tmp_path_factory):
     """A clearly learnable tree (a colour per class, a noisy patch per image), built in both
     formats with the same seed: {'examples': OUT, 'paths': OUT, 'tree': ROOT}."""
-    from pipelines import build  # pylint: disable=import-outside-toplevel
+    from pipelines import launcher  # pylint: disable=import-outside-toplevel
 
     import images_for_tests  # pylint: disable=import-outside-toplevel
 
@@ -56,7 +56,7 @@ def color_builds(tmp_path_factory):
     builds = {'tree': root}
     for fmt in ('examples', 'paths'):
         out = tmp_path_factory.mktemp(f'color_{fmt}') / 'out'
-        build.run(
+        launcher.run(
             [
                 '--input',
                 str(root),

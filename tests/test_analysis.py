@@ -13,7 +13,7 @@ from PIL import Image
 from imageshards import example_bytes
 from imageshards import features
 from imageshards import tfrecord
-from pipelines import build
+from pipelines import launcher
 from pipelines.analysis import analyze
 from pipelines.writing import sample as sample_lib
 from trainer import dataset_info
@@ -60,7 +60,7 @@ def analyzed(tmp_path_factory):
     root = tmp_path_factory.mktemp('analysis_tree')
     _write_images(root, 75)  # 300 images
     out = tmp_path_factory.mktemp('analysis_build') / 'out'
-    dataset = build.run(
+    dataset = launcher.run(
         [
             '--input',
             str(root),
@@ -148,7 +148,7 @@ def test_a_sample_is_the_first_records_of_each_shard_and_its_errors_cover_the_sp
     root = tmp_path / 'tree'
     _write_images(root, 40)  # 160 images
     out = tmp_path / 'out'
-    dataset = build.run(
+    dataset = launcher.run(
         ['--input', str(root), '--output', str(out), '--analysis-sample', '40', '--seed', '3']
         + ['--num-shards', '3', '--analysis-size', str(ANALYSIS_SIZE)]
         + ['--direct_running_mode=in_memory']
@@ -253,7 +253,7 @@ def test_steps_in_the_pipeline_write_the_same_analysis(analyzed, tmp_path, tf):
 
     out, dataset = analyzed
     again = tmp_path / 'in-pipeline'
-    rebuilt = build.run(
+    rebuilt = launcher.run(
         [
             '--input',
             dataset['input'],
@@ -316,7 +316,7 @@ def test_served_model_matches_the_evaluation_pipeline_on_raw_bytes(analyzed, tf,
 def test_without_analysis_no_transform_and_the_trainer_scales(tmp_path, caplog, tf):
     imgs.write_tree(tmp_path / 'tree', 4, ('a', 'b'))
     out = tmp_path / 'out'
-    dataset = build.run(
+    dataset = launcher.run(
         [
             '--input',
             str(tmp_path / 'tree'),

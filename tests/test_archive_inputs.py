@@ -11,7 +11,7 @@ import zipfile
 import pytest
 
 from imageshards import records
-from pipelines import build
+from pipelines import launcher
 
 import containers_for_tests as made
 import images_for_tests as imgs
@@ -20,7 +20,7 @@ FLAGS = ('--splits', 'train=0.6,test=0.4', '--num-shards', '2', '--seed', '3', '
 
 
 def _run(*args):
-    return build.run(['--direct_running_mode=in_memory', *FLAGS, *args])
+    return launcher.run(['--direct_running_mode=in_memory', *FLAGS, *args])
 
 
 def shard_records(out):

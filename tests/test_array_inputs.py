@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from pipelines import build
+from pipelines import launcher
 
 import containers_for_tests as made
 
@@ -18,7 +18,7 @@ FLAGS = ('--num-shards', '2', '--seed', '1', '--no-analyze')
 
 
 def _run(*args):
-    return build.run(['--direct_running_mode=in_memory', *FLAGS, *args])
+    return launcher.run(['--direct_running_mode=in_memory', *FLAGS, *args])
 
 
 def _images(out):

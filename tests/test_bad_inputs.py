@@ -20,7 +20,7 @@ from PIL import Image
 
 from imageshards import features
 from imageshards import tfrecord
-from pipelines import build
+from pipelines import launcher
 from pipelines.validation import images
 
 import images_for_tests as imgs
@@ -113,7 +113,7 @@ def built(request, matrix, tmp_path_factory):
         spec = str(_write_manifest(root, rows, request.param))
     out = tmp_path_factory.mktemp(f'matrix-{request.param}') / 'out'
     try:
-        dataset = build.run(
+        dataset = launcher.run(
             [
                 '--direct_running_mode=in_memory',
                 '--input',

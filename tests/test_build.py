@@ -15,7 +15,7 @@ import pytest
 
 from imageshards import features
 from imageshards import tfrecord
-from pipelines import build
+from pipelines import launcher
 from pipelines.validation import images
 
 import images_for_tests as imgs
@@ -51,7 +51,7 @@ def tree(tmp_path_factory):
 
 def _run(*args):
     """build.run in this process (tests choose another running mode by adding it after)."""
-    return build.run(['--direct_running_mode=in_memory', *args])
+    return launcher.run(['--direct_running_mode=in_memory', *args])
 
 
 def _build(tmp_path_factory, name, *args):

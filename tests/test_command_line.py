@@ -15,7 +15,7 @@ import imageshards
 from imageshards import console
 from imageshards import progress as display_lib
 from imageshards import supervise
-from imageshards.cli import main as cli
+from imageshards_cli import main as cli
 from pipelines.core import counters
 from pipelines.local import progress
 
@@ -52,7 +52,7 @@ def test_help_comes_before_tensorflow_is_imported(command):
         [
             sys.executable,
             '-c',
-            'import sys\nfrom imageshards.cli import main as cli\n'
+            'import sys\nfrom imageshards_cli import main as cli\n'
             f'try:\n    cli.main([{command!r}, "--help"])\nexcept SystemExit:\n    pass\n'
             'print(sorted(m for m in ("tensorflow", "keras") if m in sys.modules))',
         ],
@@ -274,14 +274,14 @@ def test_what_workers_print_to_stderr_is_filtered_to_what_a_person_needs():
 
 
 def test_the_build_collects_garbage_again_once_its_imports_are_frozen(tmp_path):
-    """The collector is off while Beam is imported (imageshards/cli/main.py), back on for the
+    """The collector is off while Beam is imported (imageshards_cli/main.py), back on for the
     build itself."""
     script = (
         'import gc, sys\n'
-        'from imageshards.cli import main\n'
-        'from pipelines import build\n'
+        'from imageshards_cli import main\n'
+        'from pipelines import launcher\n'
         'seen = []\n'
-        'build.run = lambda argv: seen.append(gc.isenabled())\n'
+        'launcher.run = lambda argv: seen.append(gc.isenabled())\n'
         'main.main(["build", "--input", sys.argv[1], "--output", sys.argv[2]])\n'
         'print(seen, gc.isenabled())\n'
     )

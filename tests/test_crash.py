@@ -16,7 +16,7 @@ import time
 import pytest
 
 from imageshards import layout
-from pipelines import build
+from pipelines import launcher
 from pipelines.assignment import plan as plan_lib
 from pipelines.core.context import BuildContext
 from pipelines.core.context import ListingSummary
@@ -139,13 +139,13 @@ def test_a_killed_build_leaves_no_file_that_looks_like_a_finished_shard(killed):
 def test_a_rerun_without_overwrite_is_refused(killed, slow_to_write):
     out, _ = killed
     with pytest.raises(FileExistsError, match='--overwrite'):
-        build.run(['--input', str(slow_to_write), '--output', str(out), *FLAGS])
+        launcher.run(['--input', str(slow_to_write), '--output', str(out), *FLAGS])
 
 
 @pytest.mark.slow
 def test_a_rerun_with_overwrite_gives_the_uninterrupted_bytes(killed, slow_to_write, uninterrupted):
     out, _ = killed
-    build.run(['--input', str(slow_to_write), '--output', str(out), '--overwrite', *FLAGS])
+    launcher.run(['--input', str(slow_to_write), '--output', str(out), '--overwrite', *FLAGS])
     assert _shards(out) == uninterrupted
     assert (out / layout.SUCCESS).exists() and not (out / layout.TEMP_DIR).exists()
 
@@ -156,7 +156,7 @@ def test_a_rerun_into_a_fresh_directory_gives_the_uninterrupted_bytes(
 ):
     del killed  # the build that was killed, elsewhere
     fresh = tmp_path_factory.mktemp('fresh') / 'out'
-    build.run(['--input', str(slow_to_write), '--output', str(fresh), *FLAGS])
+    launcher.run(['--input', str(slow_to_write), '--output', str(fresh), *FLAGS])
     assert _shards(fresh) == uninterrupted
 
 
@@ -203,7 +203,9 @@ def test_finalizing_twice_is_harmless(tmp_path):
     imgs.write_tree(root, 5, ('a', 'b'))
     (root / 'a' / 'broken.jpg').write_bytes(b'')
     out = tmp_path / 'out'
-    dataset = build.run(['--input', str(root), '--output', str(out), '--num-shards', '3', *LOCAL])
+    dataset = launcher.run(
+        ['--input', str(root), '--output', str(out), '--num-shards', '3', *LOCAL]
+    )
     before = _output_files(out)
     inputs = _finalize_inputs(out, dataset)
     first = list(finalize._finalize(None, *inputs))  # pylint: disable=protected-access

@@ -20,7 +20,7 @@ import imageshards
 from imageshards import distribution
 from imageshards import layout
 from imageshards import output_lock
-from pipelines import build
+from pipelines import launcher
 from pipelines import runner
 from pipelines.core import options
 from pipelines.core.settings import TransformBy
@@ -52,7 +52,7 @@ def _dry_run(gcs, *args):
     argv = _dry_run_argv(gcs, *args)
     _, beam_args = options.parse_build_args(argv)
     pipeline = runner.make_pipeline(beam_args)  # what build.run makes, kept to see the job
-    assert build.run(argv, test_pipeline=pipeline) is None
+    assert launcher.run(argv, test_pipeline=pipeline) is None
     return pipeline.runner.job
 
 

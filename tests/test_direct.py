@@ -119,7 +119,7 @@ def test_worker_and_runner_tracebacks_are_dropped_unless_verbose():
     )
     forwarded = _logged('apache_beam', logging.ERROR, 'Worker: ' + str(entry).replace('\n', ' '))
     runner = _logged('apache_beam.runners.worker.data_plane', logging.ERROR, 'Failed', failure)
-    own = _logged('pipelines.build', logging.ERROR, 'no space left on device', failure)
+    own = _logged('pipelines.launcher', logging.ERROR, 'no space left on device', failure)
     quiet, verbose = direct.worker_log_filter(), direct.worker_log_filter(verbose=True)
     assert [quiet.filter(r) for r in (forwarded, runner, own)] == [False, False, True]
     assert [verbose.filter(r) for r in (forwarded, runner, own)] == [True, True, True]

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from pipelines import build
+from pipelines import launcher
 from pipelines.core import options
 from pipelines.inputs import entries
 from pipelines.local import early_listing
@@ -34,10 +34,10 @@ def test_a_build_takes_the_early_listing_and_builds_what_it_would_have(tmp_path,
     early = early_listing.start_early(options.peek_build_config(_argv(root, tmp_path / 'early')))
     assert early is not None
     with caplog.at_level('DEBUG', logger='pipelines.local.early_listing'):
-        build.run(_argv(root, tmp_path / 'early', *mode))
+        launcher.run(_argv(root, tmp_path / 'early', *mode))
     assert 'listed by the early listing process' in caplog.text
     assert not os.path.exists(early.folder)
-    build.run(_argv(root, tmp_path / 'itself', *mode))
+    launcher.run(_argv(root, tmp_path / 'itself', *mode))
     early_built, itself = built(tmp_path / 'early'), built(tmp_path / 'itself')
     assert early_built == itself
     assert early_built[0]['counts']['rejected'] == 1 and early_built[0]['counts']['skipped'] == 1
@@ -64,9 +64,9 @@ def test_a_local_archive_is_listed_early_and_builds_as_its_tree(tmp_path, caplog
     early = early_listing.start_early(options.peek_build_config(_argv(archive, tmp_path / 'tar')))
     assert early is not None
     with caplog.at_level('DEBUG', logger='pipelines.local.early_listing'):
-        build.run(_argv(archive, tmp_path / 'tar', *mode))
+        launcher.run(_argv(archive, tmp_path / 'tar', *mode))
     assert 'listed by the early listing process' in caplog.text
-    build.run(_argv(root, tmp_path / 'tree', *mode))
+    launcher.run(_argv(root, tmp_path / 'tree', *mode))
     (tar_dataset, _), (tree_dataset, _) = built(tmp_path / 'tar'), built(tmp_path / 'tree')
     assert tar_dataset['counts'] == tree_dataset['counts']
     assert tar_dataset['counts']['written'] == 15
@@ -78,7 +78,7 @@ def test_a_build_of_other_listing_options_lists_itself(tmp_path, caplog):
     root = _tree(tmp_path)
     early = early_listing.start_early(options.peek_build_config(_argv(root, tmp_path / 'out')))
     with caplog.at_level('DEBUG', logger='pipelines.local.early_listing'):
-        dataset = build.run(
+        dataset = launcher.run(
             _argv(root, tmp_path / 'out', '--chunk-size', '2', '--no-analyze')
             + ['--direct_running_mode=in_memory']
         )
@@ -92,7 +92,7 @@ def test_a_failed_early_listing_leaves_the_listing_to_the_build(tmp_path, caplog
     early = early_listing.start_early(options.peek_build_config(_argv(root, tmp_path / 'out')))
     early._process.kill()  # pylint: disable=protected-access  # as if it had crashed
     with caplog.at_level('DEBUG', logger='pipelines.local.early_listing'):
-        dataset = build.run(
+        dataset = launcher.run(
             _argv(root, tmp_path / 'out', '--no-analyze', '--direct_running_mode=in_memory')
         )
     assert 'early listing' not in caplog.text

@@ -12,8 +12,8 @@ from imageshards import features
 from imageshards import file_names
 from imageshards import records
 from imageshards import tfrecord
-from imageshards.cli import inspect
-from imageshards.cli import verify
+from imageshards_cli import inspect
+from imageshards_cli import verify
 
 import images_for_tests as imgs
 
@@ -89,7 +89,7 @@ def test_image_filename_holds_the_names_bytes():
 def latin1_builds(tmp_path_factory):
     """{format: output} of a tree whose cat folder holds the issue's Latin-1 name, and another
     Latin-1 name with the bytes of cat/img_0000.jpg, listed after it (for duplicates.jsonl)."""
-    from pipelines import build  # pylint: disable=import-outside-toplevel
+    from pipelines import launcher  # pylint: disable=import-outside-toplevel
 
     root = tmp_path_factory.mktemp('latin1') / 'in'
     imgs.write_tree(root, 3, ('cat', 'dog'))
@@ -101,7 +101,7 @@ def latin1_builds(tmp_path_factory):
     for fmt in features.FORMATS:
         outputs[fmt] = root.parent / fmt
         argv = ['--input', str(root), '--output', str(outputs[fmt]), '--format', fmt, '--dedup']
-        build.run(argv + ['--no-analyze', '--direct_running_mode=in_memory'])
+        launcher.run(argv + ['--no-analyze', '--direct_running_mode=in_memory'])
     return outputs
 
 
@@ -143,7 +143,7 @@ def test_a_paths_build_of_a_latin1_name_is_verified_and_trained_from(latin1_buil
 
 
 def test_a_class_folder_that_is_not_utf8_is_the_label_its_name_shows(tmp_path):
-    from pipelines import build  # pylint: disable=import-outside-toplevel
+    from pipelines import launcher  # pylint: disable=import-outside-toplevel
 
     root = tmp_path / 'in'
     imgs.write_tree(root, 2, ('dogs',))
@@ -154,17 +154,17 @@ def test_a_class_folder_that_is_not_utf8_is_the_label_its_name_shows(tmp_path):
             f.write(imgs.jpeg(i, 1))
     out = tmp_path / 'out'
     argv = ['--no-analyze', '--direct_running_mode=in_memory']
-    dataset = build.run(['--input', str(root), '--output', str(out), *argv])
+    dataset = launcher.run(['--input', str(root), '--output', str(out), *argv])
     assert dataset['labels'] == ['caf\\xe9', 'dogs'] and dataset['counts']['written'] == 4
     assert verify.main([str(out)]) == 0
     with pytest.raises(ValueError, match=r'--output .*/out_\\xe9 is not a UTF-8 name'):
-        build.run(['--input', str(root), '--output', os.fsdecode(cafe + b'/../out_\xe9')])
+        launcher.run(['--input', str(root), '--output', os.fsdecode(cafe + b'/../out_\xe9')])
 
 
 def test_a_jsonl_manifest_names_a_latin1_file_by_path_b64(latin1_builds, tmp_path):
     """The form rejected.jsonl and duplicates.jsonl give such a name is one a JSONL manifest
     takes back: `path_b64` in place of `path`'s bytes; a bad one rejects its row alone."""
-    from pipelines import build  # pylint: disable=import-outside-toplevel
+    from pipelines import launcher  # pylint: disable=import-outside-toplevel
 
     root = latin1_builds['input']
     rows = [
@@ -179,7 +179,7 @@ def test_a_jsonl_manifest_names_a_latin1_file_by_path_b64(latin1_builds, tmp_pat
     manifest = tmp_path / 'images.jsonl'
     manifest.write_text(''.join(json.dumps(row) + '\n' for row in rows))
     out = tmp_path / 'out'
-    build.run(
+    launcher.run(
         ['--input', str(manifest), '--output', str(out), '--allow-root', str(root)]
         + ['--no-analyze', '--direct_running_mode=in_memory']
     )

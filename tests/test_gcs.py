@@ -15,7 +15,7 @@ import pytest
 from imageshards import example_bytes
 from imageshards import features
 from imageshards import tfrecord
-from pipelines import build
+from pipelines import launcher
 
 import images_for_tests as imgs
 
@@ -48,7 +48,7 @@ TRANSFORM_FILES = [
 
 
 def _run(*args):
-    return build.run(['--direct_running_mode=in_memory', '--no_auth', *args])
+    return launcher.run(['--direct_running_mode=in_memory', '--no_auth', *args])
 
 
 @pytest.fixture(scope='module')
@@ -255,7 +255,7 @@ def test_a_gs_output_left_by_an_unfinished_build_is_refused_with_the_reason(gcs,
 
 @pytest.mark.parametrize('builds', ['tree_builds', 'manifest_builds'])
 def test_verify_passes_on_a_gs_output_and_names_a_damaged_gs_shard(request, gcs, builds, capsys):
-    from imageshards.cli import verify  # pylint: disable=import-outside-toplevel
+    from imageshards_cli import verify  # pylint: disable=import-outside-toplevel
 
     remote_out, dataset = request.getfixturevalue(builds)[1]
     assert verify.main([remote_out]) == 0, capsys.readouterr().out

@@ -4,7 +4,7 @@ the same files on local disk (but for `image/filename`, which names where each c
 import pytest
 from test_archive_inputs import shard_records
 
-from pipelines import build
+from pipelines import launcher
 
 import containers_for_tests as made
 import images_for_tests as imgs
@@ -15,7 +15,7 @@ FLAGS = ('--splits', 'train=0.6,test=0.4', '--num-shards', '2', '--seed', '3', '
 
 
 def _run(*args):
-    return build.run(['--direct_running_mode=in_memory', '--no_auth', *FLAGS, *args])
+    return launcher.run(['--direct_running_mode=in_memory', '--no_auth', *FLAGS, *args])
 
 
 @pytest.fixture(scope='module')

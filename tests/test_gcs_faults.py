@@ -18,7 +18,7 @@ from bench.gcs_proxy import STALL
 from bench.gcs_proxy import Fault
 from imageshards import layout
 from imageshards.gcs import RETRY_SECONDS_ENV
-from pipelines import build
+from pipelines import launcher
 
 import images_for_tests as imgs
 
@@ -63,11 +63,11 @@ def _argv(images, out):
 
 
 def _build(images, out, *extra):
-    return build.run([*_argv(images, out), *FLAGS, *extra])
+    return launcher.run([*_argv(images, out), *FLAGS, *extra])
 
 
 def _main(images, out, *extra):
-    return build.main([*_argv(images, out), *FLAGS, *extra])
+    return launcher.main([*_argv(images, out), *FLAGS, *extra])
 
 
 def _outcome(dataset):
@@ -212,7 +212,7 @@ def test_in_worker_processes_a_read_that_keeps_failing_is_one_line_too(
     argv = ['--no_auth', '--input', images, '--output', out, *FLAGS, '--no-analyze']
     argv += ['--direct_running_mode=multi_processing', '--direct_num_workers=2']
     with short_retries.faulting(Fault(503, 1.0, ops={'read'}, path='/o/images/bee/img_0003')):
-        assert build.main(argv) == 1
+        assert launcher.main(argv) == 1
     (line,) = _errors(capsys)
     assert line.startswith(f'Cloud Storage did not answer reading {images}/bee/img_0003.jpg ')
     assert line.endswith(f'the build stopped without {layout.SUCCESS}: run the same command again')

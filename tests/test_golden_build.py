@@ -17,7 +17,7 @@ from imageshards import features
 from imageshards import records
 from imageshards import storage
 from imageshards import tfrecord
-from pipelines import build
+from pipelines import launcher
 
 _RGB_JPEG = base64.b64decode(
     '/9j/4AAQSkZJRgABAQAAAQABAAD/2wBDAAMCAgMCAgMDAwMEAwMEBQgFBQQEBQoHBwYIDAoMDAsKCwsNDhIQDQ4RDgsL'
@@ -118,7 +118,7 @@ def golden_build(tmp_path, *flags, mode='in_memory'):
     root = tmp_path / 'tree'
     write_golden_tree(root)
     out = tmp_path / 'out'
-    dataset = build.run(
+    dataset = launcher.run(
         [
             f'--direct_running_mode={mode}',
             '--input',

@@ -10,7 +10,7 @@ import pytest
 
 from imageshards import layout
 from imageshards import tfrecord
-from pipelines import build
+from pipelines import launcher
 from pipelines.analysis import graph_cache
 from pipelines.core import options
 from pipelines.core.settings import TransformSettings
@@ -20,7 +20,7 @@ import images_for_tests as imgs
 
 
 def _build(root, out, *extra):
-    return build.run(
+    return launcher.run(
         ['--input', str(root), '--output', str(out), '--seed', '3', '--num-shards', '2', *extra]
     )
 

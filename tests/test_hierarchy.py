@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from pipelines import build as build_lib
+from pipelines import launcher
 from trainer import config as config_lib
 from trainer import dataset_info
 from trainer import hierarchy
@@ -118,7 +118,7 @@ def level_build(tmp_path_factory):
     root = tmp_path_factory.mktemp('levels')
     manifest = imgs.write_level_manifest(root, 24, missing={(3, 'family'), (40, 'species')})
     out = root / 'out'
-    build_lib.run(
+    launcher.run(
         ['--direct_running_mode=in_memory', '--input', str(manifest), '--output', str(out)]
         + ['--splits', 'train=0.75,val=0.25', '--num-shards', '2', '--allow-missing-levels']
     )

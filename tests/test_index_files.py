@@ -18,8 +18,8 @@ from imageshards import dataset_json
 from imageshards import layout
 from imageshards import records
 from imageshards import tfrecord
-from imageshards.cli import verify
-from pipelines import build
+from imageshards_cli import verify
+from pipelines import launcher
 
 import images_for_tests as imgs
 
@@ -28,7 +28,7 @@ PER_CLASS = 14
 
 
 def _build(root, out, *flags):
-    return build.run(
+    return launcher.run(
         [
             '--direct_running_mode=in_memory',
             '--input',

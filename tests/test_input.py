@@ -345,13 +345,13 @@ def test_few_shards_are_read_from_a_start_that_changes_each_epoch(tf, color_buil
 @pytest.fixture(scope='module')
 def jpeg_build(tmp_path_factory):
     """A build of JPEGs alone (its dataset.json counts no other format)."""
-    from pipelines import build  # pylint: disable=import-outside-toplevel
+    from pipelines import launcher  # pylint: disable=import-outside-toplevel
 
     import images_for_tests  # pylint: disable=import-outside-toplevel
 
     root = images_for_tests.write_noise_tree(tmp_path_factory.mktemp('jpegs') / 'in', 16)
     out = root.parent / 'out'
-    build.run(
+    launcher.run(
         ['--input', str(root), '--output', str(out), '--splits', 'train=0.75,val=0.25']
         + ['--num-shards', '2', '--seed', '3', '--direct_running_mode=in_memory']
     )

@@ -9,7 +9,7 @@ import os
 import pytest
 
 from imageshards import storage
-from pipelines import build
+from pipelines import launcher
 from pipelines.core import options
 from pipelines.core.settings import ValidationSettings
 from pipelines.core.sources import SMALL_INPUT_BYTES
@@ -87,7 +87,7 @@ def test_a_huge_input_is_rejected_from_its_listed_size_without_being_read(
 ):
     out = tmp_path / 'out'
     argv = ['--input', str(tree_with_a_huge_file), '--output', str(out), '--no-analyze']
-    dataset = build.run(argv + ['--direct_running_mode=in_memory'])
+    dataset = launcher.run(argv + ['--direct_running_mode=in_memory'])
     assert _rejections(out) == {
         'video.jpg': (
             'too_large',
@@ -111,7 +111,7 @@ def test_a_manifest_row_of_a_huge_file_is_rejected_unread_and_one_of_unknown_siz
         argv = ['--input', str(manifest), '--output', str(out), '--no-analyze']
         argv += ['--direct_running_mode=in_memory'] + (['--follow-symlinks'] if follow else [])
         reads.clear()
-        build.run(argv)
+        launcher.run(argv)
         reason, detail = _rejections(out)['video.jpg']
         assert (reason, detail.startswith(f'{HUGE:,} bytes, more than')) == ('too_large', True)
         assert [p for p in reads if 'video' in p] == read

@@ -7,8 +7,8 @@ import pytest
 
 from imageshards import features
 from imageshards import records
-from imageshards.cli import inspect
-from pipelines import build
+from imageshards_cli import inspect
+from pipelines import launcher
 
 import images_for_tests as imgs
 
@@ -20,7 +20,7 @@ def built(tmp_path_factory):
     root = tmp_path_factory.mktemp('inspect')
     imgs.write_tree(root / 'in', 8, ('ant', 'bee'))
     out = root / 'out'
-    build.run(
+    launcher.run(
         [
             '--direct_running_mode=in_memory',
             '--input',

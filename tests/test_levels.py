@@ -12,9 +12,9 @@ from imageshards import dataset_facts
 from imageshards import features
 from imageshards import records
 from imageshards import tfrecord
-from imageshards.cli import inspect as inspect_lib
-from imageshards.cli import verify as verify_lib
-from pipelines import build
+from imageshards_cli import inspect as inspect_lib
+from imageshards_cli import verify as verify_lib
+from pipelines import launcher
 from pipelines.inputs import listing
 
 import images_for_tests as imgs
@@ -25,7 +25,7 @@ MISSING = {(3, 'family'), (40, 'species'), (41, 'family'), (41, 'species')}
 
 
 def _build(source, out, *flags):
-    return build.run(
+    return launcher.run(
         [
             '--direct_running_mode=in_memory',
             '--input',
@@ -282,7 +282,7 @@ def test_make_dataset_yields_a_dict_of_level_labels(tf, lenient_build):
 
 
 def test_report_measures_every_level(lenient_build, tmp_path):
-    from imageshards.cli import report  # pylint: disable=import-outside-toplevel
+    from imageshards_cli import report  # pylint: disable=import-outside-toplevel
 
     out, _ = lenient_build
     path, metrics = report.report(

@@ -14,9 +14,9 @@ from imageshards import features
 from imageshards import records
 from imageshards import stratification
 from imageshards import tfrecord
-from imageshards.cli import verify as verify_lib
-from imageshards.cli import verify_records
-from pipelines import build
+from imageshards_cli import verify as verify_lib
+from imageshards_cli import verify_records
+from pipelines import launcher
 from pipelines.assignment import plan as plan_lib
 from pipelines.assignment import splits as split_lib
 from pipelines.inputs import listing
@@ -59,7 +59,7 @@ def planet(tmp_path_factory):
 
 
 def _build(manifest, out, *flags):
-    return build.run(
+    return launcher.run(
         ['--input', str(manifest), '--output', str(out), '--splits', 'train=0.8,val=0.1,test=0.1']
         + ['--num-shards', '2', '--seed', '3', '--direct_running_mode=in_memory', *flags]
     )
@@ -263,7 +263,7 @@ def test_dataset_json_counts_label_sets_and_states_how_even_splits_and_shards_ar
 def test_the_same_build_on_every_runner_and_worker_count(planet, planet_build, tmp_path):
     out, _ = planet_build
     other = tmp_path / 'out'
-    build.run(
+    launcher.run(
         ['--input', str(planet), '--output', str(other), '--splits', 'train=0.8,val=0.1,test=0.1']
         + ['--num-shards', '2', '--seed', '3', '--no-analyze']
         + ['--direct_running_mode=multi_processing', '--direct_num_workers=2']

@@ -9,8 +9,8 @@ import json
 import pytest
 
 from bench import labelled_build
-from imageshards.cli import preview
-from imageshards.cli import report
+from imageshards_cli import preview
+from imageshards_cli import report
 
 import multilabel_builds
 
@@ -97,12 +97,12 @@ def _manifest(root, form, count=48):
 @pytest.mark.slow  # a build and an epoch of training on the CPU each: ~15 s
 @pytest.mark.parametrize('form', ['jsonl', 'vertex-csv', 'vertex-jsonl'])
 def test_a_jsonl_manifest_and_vertex_import_files_build_train_and_serve(tf, tmp_path, form):
-    from pipelines import build  # pylint: disable=import-outside-toplevel
+    from pipelines import launcher  # pylint: disable=import-outside-toplevel
     from trainer import config as config_lib  # pylint: disable=import-outside-toplevel
     from trainer import train  # pylint: disable=import-outside-toplevel
 
     out = tmp_path / 'out'
-    dataset = build.run(
+    dataset = launcher.run(
         ['--input', str(_manifest(tmp_path / 'in', form)), '--output', str(out)]
         + ['--num-shards', '2', '--direct_running_mode=in_memory']
     )

@@ -99,12 +99,12 @@ def _wait(processes, timeout):
 
 @pytest.fixture(scope='module')
 def two_workers(color_builds, tmp_path_factory):
-    from pipelines import build  # pylint: disable=import-outside-toplevel
+    from pipelines import launcher  # pylint: disable=import-outside-toplevel
 
     tmp_path = tmp_path_factory.mktemp('multiworker')
     data = tmp_path / 'three-shards'
     tree = str(color_builds['tree'])
-    build.run(['--input', tree, '--output', str(data), '--splits', 'train=0.75,val=0.25',
+    launcher.run(['--input', tree, '--output', str(data), '--splits', 'train=0.75,val=0.25',
                '--num-shards', '3', '--direct_running_mode=in_memory'])  # fmt: skip
     chief_port, worker_port = _free_ports(2)
     cluster = {'chief': [f'127.0.0.1:{chief_port}'], 'worker': [f'127.0.0.1:{worker_port}']}
@@ -205,14 +205,15 @@ def test_the_workers_checkpoints_and_export_are_thrown_away(two_workers):
 @pytest.mark.slow
 def test_two_workers_train_one_head_per_label_level(tmp_path):
     """Label dicts through MultiWorkerMirroredStrategy: both workers finish and agree."""
-    from pipelines import build  # pylint: disable=import-outside-toplevel
+    from pipelines import launcher  # pylint: disable=import-outside-toplevel
 
     import images_for_tests  # pylint: disable=import-outside-toplevel
 
     manifest = images_for_tests.write_level_manifest(tmp_path / 'images', 12)
     data = tmp_path / 'levels'
-    build.run(['--input', str(manifest), '--output', str(data), '--splits', 'train=0.75,val=0.25',
-               '--num-shards', '2', '--direct_running_mode=in_memory'])  # fmt: skip
+    launcher.run(['--input', str(manifest), '--output', str(data),
+                  '--splits', 'train=0.75,val=0.25',
+                  '--num-shards', '2', '--direct_running_mode=in_memory'])  # fmt: skip
     chief_port, worker_port = _free_ports(2)
     cluster = {'chief': [f'127.0.0.1:{chief_port}'], 'worker': [f'127.0.0.1:{worker_port}']}
     flags = ['--label-levels', 'family,species']

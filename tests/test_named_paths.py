@@ -21,22 +21,12 @@ import tokenize
 import pytest
 
 REPOSITORY = pathlib.Path(__file__).resolve().parent.parent
-TOP_FOLDERS = (
-    'pipelines',
-    'imageshards',
-    'imageshards_cli',
-    'trainer',
-    'bench',
-    'tests',
-    'docs',
-    'configs',
-    'seeds',
-)
+PACKAGES = ('pipelines', 'imageshards_cli', 'imageshards', 'trainer', 'bench')
+TOP_FOLDERS = (*PACKAGES, 'tests', 'docs', 'configs', 'seeds')
 TEXT_SUFFIXES = ('.py', '.md', '.yaml', '.yml', '.toml', '.ini', '.in', '.cfg')
 PATH = re.compile(r'(?<![\w./$~-])((?:' + '|'.join(TOP_FOLDERS) + r')/[\w./-]*)')
 PATTERN = ('*', '<', '{')  # after a path: a glob or a placeholder, which names no one file
-TOP_PACKAGES = ('pipelines', 'imageshards_cli', 'imageshards', 'trainer', 'bench')
-MODULE = re.compile(r'(?<![\w./-])((?:' + '|'.join(TOP_PACKAGES) + r')(?:\.[a-z_][a-z0-9_]*)+)')
+MODULE = re.compile(r'(?<![\w./-])((?:' + '|'.join(PACKAGES) + r')(?:\.[a-z_][a-z0-9_]*)+)')
 CITED_SECTION = re.compile(r'bench/RESULTS\.md[,:]? "([^"]+)"')
 NOT_OF_THE_REPOSITORY = (
     'bench/out',  # what the benchmarks write (ignored by git)

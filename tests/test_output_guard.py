@@ -15,7 +15,7 @@ from imageshards import layout
 from imageshards import lifeline
 from imageshards import output_lock
 from imageshards.gcs import StoreUnavailable
-from pipelines import build
+from pipelines import launcher
 from pipelines.writing import finalize
 from pipelines.writing import output_guard
 
@@ -47,17 +47,17 @@ def _errors(capsys):
 
 def test_a_build_into_an_output_another_build_holds_is_refused_in_one_line(tree, tmp_path, capsys):
     out = tmp_path / 'out'
-    build.run(_argv(tree, out))
+    launcher.run(_argv(tree, out))
     before = _files(out)
     # Another build's lock: flock refuses a second open file even in the same process.
     with output_lock.acquire(out, ['imageshards', 'build', '--output', str(out)]) as held:
-        assert build.main(_argv(tree, out)) == 1
-        assert build.main(_argv(tree, out, '--overwrite')) == 1
+        assert launcher.main(_argv(tree, out)) == 1
+        assert launcher.main(_argv(tree, out, '--overwrite')) == 1
         assert _files(out) == sorted([*before, layout.LOCK_FILE])  # the earlier build stays
     errors = _errors(capsys)
     assert errors == [output_lock.busy_message(str(out), held.holder)] * 2
     assert f'(kill {held.holder.pid} on {held.holder.host})' in errors[0]
-    assert build.main(_argv(tree, out, '--overwrite')) == 0  # released: it builds
+    assert launcher.main(_argv(tree, out, '--overwrite')) == 0  # released: it builds
 
 
 def test_a_build_holds_its_lock_while_it_runs_and_removes_it_at_the_end(tree, tmp_path):
@@ -71,7 +71,7 @@ def test_a_build_holds_its_lock_while_it_runs_and_removes_it_at_the_end(tree, tm
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(finalize, 'complete', complete)
-        build.run(_argv(tree, out))
+        launcher.run(_argv(tree, out))
     assert seen[0] is not None and seen[0].command.startswith('imageshards build --input')
     assert not (out / layout.LOCK_FILE).exists() and output_lock.holder(out) is None
 
@@ -98,7 +98,7 @@ def test_success_is_written_only_by_a_build_that_holds_the_lock_and_whose_comman
 def test_a_full_disk_is_one_line_and_leaves_nothing_that_looks_finished(tmp_path, mounted, capsys):
     disk = mounted('size=150k')
     images = imgs.write_noise_tree(tmp_path / 'in')
-    assert build.main(_argv(images, disk / 'out', '--no-space-check')) == 1
+    assert launcher.main(_argv(images, disk / 'out', '--no-space-check')) == 1
     (line,) = _errors(capsys)
     assert line.startswith(f'no space left on device writing {disk}/out')
     assert ' MB free, this build needs about 0.' in line
@@ -108,7 +108,7 @@ def test_a_full_disk_is_one_line_and_leaves_nothing_that_looks_finished(tmp_path
 def test_a_build_that_cannot_fit_is_refused_before_it_writes_anything(tmp_path, mounted, capsys):
     disk = mounted('size=150k')
     images = imgs.write_noise_tree(tmp_path / 'in')
-    assert build.main(_argv(images, disk / 'out')) == 1
+    assert launcher.main(_argv(images, disk / 'out')) == 1
     (line,) = _errors(capsys)
     assert line.startswith(f'not enough space for --output {disk}/out: 0.2 MB free on its disk')
     assert line.endswith('(--no-space-check builds anyway)')

@@ -1,9 +1,9 @@
 """--overwrite replaces an earlier build and what the imageshards tools wrote into it, and nothing
 of anyone else's; `verify` names every file in a build that is not part of it."""
 
-from imageshards.cli import main as cli
-from imageshards.cli import verify
-from pipelines import build
+from imageshards_cli import main as cli
+from imageshards_cli import verify
+from pipelines import launcher
 
 import images_for_tests as imgs
 
@@ -35,7 +35,7 @@ def test_overwrite_removes_every_file_of_the_earlier_build_and_its_tools(tmp_pat
     imgs.write_tree(root, 8, ('a', 'b'))
     (root / 'a' / 'rotated.jpg').write_bytes(imgs.exif_rotated_jpeg(3))  # re-encoded/ in paths
     first = ['--input', str(root), '--output', str(out), *LOCAL, '--format', 'paths']
-    build.run([*first, '--splits', 'train=0.5,val=0.25,test=0.25', '--num-shards', '2'])
+    launcher.run([*first, '--splits', 'train=0.5,val=0.25,test=0.25', '--num-shards', '2'])
     assert (out / 'transform_fn').is_dir() and (out / 'reencoded').is_dir()
     assert cli.main(['report', str(out), '--epochs', '1', '--batch-size', '4']) == 0
     assert cli.main(['preview', str(out), '--image-size', '16']) == 0
@@ -52,7 +52,7 @@ def test_overwrite_removes_every_file_of_the_earlier_build_and_its_tools(tmp_pat
     assert status == 1 and _unknown(output) == sorted(str(out / name) for name in expected)
 
     again = ['--input', str(root), '--output', str(out), *LOCAL, '--overwrite', '--no-analyze']
-    dataset = build.run([*again, '--splits', 'train=1', '--num-shards', '1'])
+    dataset = launcher.run([*again, '--splits', 'train=1', '--num-shards', '1'])
     shard = dataset['splits']['train']['shards'][0]['path']
     tfds_files = ['dataset_info.json', 'features.json', 'image.class.label.labels.txt']
     build_files = ['_SUCCESS', 'dataset.json', 'rejected.jsonl', shard, shard + '.idx', *tfds_files]

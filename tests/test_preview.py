@@ -8,8 +8,8 @@ from PIL import Image
 from imageshards import example_bytes
 from imageshards import features
 from imageshards import tfrecord
-from imageshards.cli import main as cli
-from imageshards.cli import preview
+from imageshards_cli import main as cli
+from imageshards_cli import preview
 from trainer import dataset_info
 from trainer import input_pipeline
 

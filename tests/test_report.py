@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from imageshards.cli import main as cli
-from imageshards.cli import shuffle_metrics as sm
+from imageshards_cli import main as cli
+from imageshards_cli import shuffle_metrics as sm
 from trainer import input_pipeline
 
 CLASSES = 5
@@ -99,7 +99,7 @@ def test_shard_spread_and_label_coverage_by_hand():
 @pytest.fixture(scope='module')
 def sorted_build(tmp_path_factory):
     """CLASSES x PER_CLASS tiny PNGs whose listing order is sorted by label, in 8 shards."""
-    from pipelines import build  # pylint: disable=import-outside-toplevel
+    from pipelines import launcher  # pylint: disable=import-outside-toplevel
 
     root = tmp_path_factory.mktemp('sorted_tree')
     rng = np.random.default_rng(0)
@@ -110,7 +110,7 @@ def sorted_build(tmp_path_factory):
             pixels = rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)
             Image.fromarray(pixels).save(folder / f'{i:04d}.png')
     out = tmp_path_factory.mktemp('sorted') / 'out'
-    build.run(
+    launcher.run(
         ['--input', str(root), '--output', str(out), '--splits', 'train=1']
         + ['--num-shards', '8', '--seed', '3', '--direct_running_mode=in_memory']
     )
@@ -228,7 +228,7 @@ def test_a_baseline_buffer_holding_the_split_is_called_a_full_shuffle(
 
 
 def test_the_shard_heatmap_numbers_shards_and_labels_with_whole_numbers():
-    from imageshards.cli import report_figures  # pylint: disable=import-outside-toplevel
+    from imageshards_cli import report_figures  # pylint: disable=import-outside-toplevel
 
     one_shard = report_figures._shard_figure(np.array([[3, 4]]), ['a', 'b'], 'one')  # pylint: disable=protected-access
     assert one_shard.axes[0].get_yticks().tolist() == [0]

@@ -15,8 +15,8 @@ from test_golden_build import _canonical_digest
 from imageshards import features
 from imageshards import records
 from imageshards import tfrecord
-from imageshards.cli import verify
-from pipelines import build
+from imageshards_cli import verify
+from pipelines import launcher
 from pipelines.core import options
 from pipelines.core.settings import DEFAULT_QUALITY
 from pipelines.core.settings import ResizeSpec
@@ -234,7 +234,7 @@ def _write_tree(root):
 
 
 def _resize_build(root, out, *flags, mode='in_memory'):
-    return build.run(
+    return launcher.run(
         [
             f'--direct_running_mode={mode}',
             '--input',

@@ -5,14 +5,14 @@ import os
 
 import pytest
 
-from pipelines import build
+from pipelines import launcher
 
 import images_for_tests as imgs
 
 
 def _run(*args):
     """build.run in this process."""
-    return build.run(['--direct_running_mode=in_memory', *args])
+    return launcher.run(['--direct_running_mode=in_memory', *args])
 
 
 def _jsonl(path):
@@ -56,7 +56,7 @@ def test_refuses_a_non_empty_output_and_overwrite_removes_only_its_own_files(tmp
 def test_a_build_with_no_images_fails_with_a_clear_message(tmp_path, caplog):
     (tmp_path / 'in' / 'a').mkdir(parents=True)
     (tmp_path / 'in' / 'a' / 'x.txt').write_text('no')
-    assert build.main(['--input', str(tmp_path / 'in'), '--output', str(tmp_path / 'out')]) == 2
+    assert launcher.main(['--input', str(tmp_path / 'in'), '--output', str(tmp_path / 'out')]) == 2
     assert '--input matched no image files' in caplog.text
     assert not (tmp_path / 'out').exists()
 

@@ -18,8 +18,8 @@ from imageshards import features
 from imageshards import layout
 from imageshards import records
 from imageshards import tfrecord
-from imageshards.cli import verify
-from pipelines import build
+from imageshards_cli import verify
+from pipelines import launcher
 
 import images_for_tests as imgs
 
@@ -34,7 +34,7 @@ MISSING = {(2, 'family'), (5, 'species')}
 
 
 def _build(source, out, *flags):
-    return build.run(['--input', str(source), '--output', str(out), *LOCAL, *FLAGS, *flags])
+    return launcher.run(['--input', str(source), '--output', str(out), *LOCAL, *FLAGS, *flags])
 
 
 @pytest.fixture(scope='module')
@@ -211,8 +211,8 @@ def test_label_levels_are_class_labels_with_minus_one_for_a_missing_value(tmp_pa
 def test_finalize_writes_the_metadata_without_importing_tensorflow(tree, tmp_path):
     # The build runs in this one process (in_memory), Finalize included.
     script = (
-        'import sys; from pipelines import build; '
-        f'build.run({[*LOCAL, "--input", str(tree), "--output", str(tmp_path / "out")]!r}); '
+        'import sys; from pipelines import launcher; '
+        f'launcher.run({[*LOCAL, "--input", str(tree), "--output", str(tmp_path / "out")]!r}); '
         "print(sorted(m for m in ('tensorflow', 'tensorflow_datasets') if m in sys.modules))"
     )
     done = subprocess.run(
@@ -252,7 +252,7 @@ def test_a_gs_build_carries_its_tfds_metadata(gcs, tree, tmp_path):
     copied down whole, and TFDS reads the copy."""
     source = gcs.upload_tree(tree, 'tree')
     remote = gcs.uri('out')
-    dataset = build.run(['--input', source, '--output', remote, '--no_auth', *LOCAL, *FLAGS])
+    dataset = launcher.run(['--input', source, '--output', remote, '--no_auth', *LOCAL, *FLAGS])
     names = gcs.names('out')
     for name in ('dataset_info.json', 'features.json', 'image.class.label.labels.txt'):
         assert f'out/{name}' in names

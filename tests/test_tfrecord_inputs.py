@@ -9,7 +9,7 @@ import pytest
 
 from imageshards import records
 from imageshards import tfrecord
-from pipelines import build
+from pipelines import launcher
 
 import containers_for_tests as made
 import images_for_tests as imgs
@@ -18,7 +18,7 @@ FLAGS = ('--num-shards', '2', '--seed', '4', '--no-analyze')
 
 
 def _run(*args):
-    return build.run(['--direct_running_mode=in_memory', *FLAGS, *args])
+    return launcher.run(['--direct_running_mode=in_memory', *FLAGS, *args])
 
 
 def _records(out):

@@ -199,13 +199,13 @@ def test_the_crop_range_suits_the_training_set():
 @pytest.fixture(scope='module')
 def digits_build(tmp_path_factory):
     """scikit-learn's 1,797 digits (8x8, upscaled) in train, val and test splits."""
-    from imageshards.cli import sample_data  # pylint: disable=import-outside-toplevel
-    from pipelines import build  # pylint: disable=import-outside-toplevel
+    from imageshards_cli import sample_data  # pylint: disable=import-outside-toplevel
+    from pipelines import launcher  # pylint: disable=import-outside-toplevel
 
     tree = tmp_path_factory.mktemp('digits')
     sample_data.write_digits(str(tree))
     out = tmp_path_factory.mktemp('digits_build') / 'out'
-    build.run(
+    launcher.run(
         ['--input', str(tree), '--output', str(out), '--splits', 'train=0.8,val=0.1,test=0.1']
         + ['--direct_running_mode=in_memory']
     )
@@ -225,13 +225,13 @@ def test_defaults_train_a_small_set_well_and_evaluate_its_test_split(digits_buil
 
 
 def test_one_class_is_warned_at_build_and_refused_at_training(tmp_path, caplog):
-    from pipelines import build  # pylint: disable=import-outside-toplevel
+    from pipelines import launcher  # pylint: disable=import-outside-toplevel
 
     import images_for_tests  # pylint: disable=import-outside-toplevel
 
     images_for_tests.write_tree(tmp_path / 'in', 8, ('only',))
     out = tmp_path / 'out'
-    build.run(['--input', str(tmp_path / 'in'), '--output', str(out), '--no-analyze'])
+    launcher.run(['--input', str(tmp_path / 'in'), '--output', str(out), '--no-analyze'])
     assert "every input has the label 'only': a classifier cannot learn" in caplog.text
     with pytest.raises(ValueError, match=r'only one label value \(only\): a classifier needs'):
         train_lib.train(_config(out, tmp_path / 'job', '--epochs', '1'))

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from pipelines import build
+from pipelines import launcher
 from pipelines.core import options
 from pipelines.local import early as early_lib
 from pipelines.local import transform_writer
@@ -42,7 +42,7 @@ def test_a_build_takes_the_early_graph_process_for_its_transform(tmp_path, empty
     argv = ['--input', str(_tree(tmp_path)), '--output', str(out)]
     early = transform_writer.start_early(options.peek_build_config(argv))
     assert early is not None
-    build.run(argv + ['--direct_running_mode=in_memory'])
+    launcher.run(argv + ['--direct_running_mode=in_memory'])
     assert transform_writer.take() is None
     assert early.exit_status == 0  # it ran to the end: it wrote the transform
     assert (out / 'transform_fn' / 'saved_model.pb').exists()
@@ -57,7 +57,7 @@ def test_a_build_whose_config_turns_the_analysis_off_starts_no_graph_process(
     out = tmp_path / 'out'
     argv = ['--input', str(_tree(tmp_path)), '--output', str(out), '--config', str(config)]
     assert transform_writer.start_early(options.peek_build_config(argv)) is None
-    build.run(argv + ['--direct_running_mode=in_memory'])
+    launcher.run(argv + ['--direct_running_mode=in_memory'])
     assert not (out / 'transform_fn').exists()
 
 
@@ -68,7 +68,7 @@ def test_a_build_that_turns_out_not_to_want_the_early_graph_process_stops_it(
     argv = ['--input', str(_tree(tmp_path)), '--output', str(out)]
     early = transform_writer.start_early(options.peek_build_config(argv))
     assert early is not None
-    build.run(argv + ['--no-analyze', '--direct_running_mode=in_memory'])
+    launcher.run(argv + ['--no-analyze', '--direct_running_mode=in_memory'])
     assert transform_writer.take() is None
     assert early.exit_status not in (None, 0)  # stopped, not left running
     assert not (out / 'transform_fn').exists()

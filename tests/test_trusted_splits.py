@@ -14,8 +14,8 @@ from imageshards import features
 from imageshards import file_names
 from imageshards import records
 from imageshards import storage
-from imageshards.cli import verify
-from pipelines import build
+from imageshards_cli import verify
+from pipelines import launcher
 from pipelines.inputs.listing import input_base
 
 import images_for_tests as imgs
@@ -24,7 +24,7 @@ SPLITS = 'train=0.6,val=0.2,test=0.2'
 
 
 def _run(*args):
-    return build.run(['--direct_running_mode=in_memory', '--splits', SPLITS, *args])
+    return launcher.run(['--direct_running_mode=in_memory', '--splits', SPLITS, *args])
 
 
 def _records(out):
@@ -106,7 +106,7 @@ def test_a_group_whose_rows_name_two_splits_stops_the_build_in_one_line(tmp_path
     rows[3] = (*rows[3][:2], 'test', 'g0')
     _manifest(tmp_path / 'm.csv', rows)
     argv = ['--input', str(tmp_path / 'm.csv'), '--output', str(tmp_path / 'out')]
-    assert build.main(['--direct_running_mode=in_memory', *argv]) != 0
+    assert launcher.main(['--direct_running_mode=in_memory', *argv]) != 0
     assert "group 'g0': its manifest rows name the splits test (1), train (1)" in caplog.text
 
 
@@ -278,6 +278,6 @@ def test_a_manifest_that_moves_an_earlier_image_stops_the_build_in_one_line(tmp_
     _manifest(tmp_path / 'v2.csv', rows)
     argv = ['--input', str(tmp_path / 'v2.csv'), '--output', str(tmp_path / 'v2')]
     argv += ['--splits', SPLITS, '--splits-from', str(tmp_path / 'v1')]
-    assert build.main(['--direct_running_mode=in_memory', *argv]) != 0
+    assert launcher.main(['--direct_running_mode=in_memory', *argv]) != 0
     assert f'{key} was in split {split} of --splits-from' in caplog.text
     assert not (tmp_path / 'v2' / '_SUCCESS').exists()

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from pipelines import build
+from pipelines import launcher
 from pipelines.inputs import listing
 
 import images_for_tests as imgs
@@ -134,7 +134,7 @@ def test_credentials_in_flags_are_refused_without_being_logged(tmp_path, caplog,
     args = {'--input': str(manifest), '--output': str(tmp_path / 'out'), flag: value}
     argv = [item for pair in args.items() for item in pair]
     with caplog.at_level(logging.INFO):
-        assert build.main(argv) == 2
+        assert launcher.main(argv) == 2
     assert 'credentials' in caplog.text and SECRET not in caplog.text
     assert not (tmp_path / 'out').exists()
 
@@ -150,7 +150,7 @@ def test_a_manifest_build_rejects_escapes_and_keeps_credentials_out_of_every_out
     manifest = _jsonl_manifest(layout / 'data' / 'm.jsonl', _rows(layout))
     out = tmp_path / 'out'
     with caplog.at_level(logging.INFO):
-        dataset = build.run(
+        dataset = launcher.run(
             ['--direct_running_mode=in_memory', '--input', manifest, '--output', str(out)]
         )
     rows = [json.loads(line) for line in (out / 'rejected.jsonl').read_text().splitlines()]
@@ -249,7 +249,7 @@ def test_a_tree_build_with_hostile_files_finishes_and_accounts_for_them(tmp_path
     _symlink_tree(tmp_path / 'in', tmp_path / 'outside')
     out = tmp_path / 'out'
     flags = ['--follow-symlinks'] if follow else []
-    dataset = build.run(
+    dataset = launcher.run(
         ['--direct_running_mode=in_memory', '--input', str(tmp_path / 'in'), '--output', str(out)]
         + flags
     )
@@ -281,12 +281,12 @@ def test_no_module_unpickles_or_evaluates_data():
 
 
 def test_credentials_in_input_or_output_are_refused_without_repeating_them(tmp_path, caplog):
-    from pipelines import build  # pylint: disable=import-outside-toplevel
+    from pipelines import launcher  # pylint: disable=import-outside-toplevel
 
     for flags in (
         ['--input', 'https://user:s3cr3t@host/data', '--output', str(tmp_path / 'o')],
         ['--input', str(tmp_path), '--output', 'gs://user:s3cr3t@bucket/out'],
     ):
-        assert build.main(flags) == 2
+        assert launcher.main(flags) == 2
     assert 'carries credentials' in caplog.text
     assert 's3cr3t' not in caplog.text

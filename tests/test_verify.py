@@ -11,8 +11,8 @@ from imageshards import layout
 from imageshards import output_lock
 from imageshards import records
 from imageshards import tfrecord
-from imageshards.cli import verify
-from pipelines import build
+from imageshards_cli import verify
+from pipelines import launcher
 
 import images_for_tests as imgs
 
@@ -28,7 +28,7 @@ def builds(tmp_path_factory):
     outputs = {}
     for fmt in features.FORMATS:
         outputs[fmt] = root / fmt
-        build.run(
+        launcher.run(
             [
                 '--direct_running_mode=in_memory',
                 '--input',
@@ -232,7 +232,7 @@ def test_a_directory_without_dataset_json_fails(tmp_path, capsys):
 
 
 def test_an_output_being_written_is_said_so_by_verify_and_report(builds, capsys):
-    from imageshards.cli import report  # pylint: disable=import-outside-toplevel
+    from imageshards_cli import report  # pylint: disable=import-outside-toplevel
 
     out = builds[features.EXAMPLES]
     with output_lock.acquire(out, ['imageshards', 'build', '--output', str(out)]) as lock:

@@ -10,7 +10,7 @@ import pytest
 
 import imageshards
 from imageshards import distribution
-from imageshards.cli import main as cli
+from imageshards_cli import main as cli
 from trainer import config as config_lib
 from trainer import submit
 

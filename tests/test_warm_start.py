@@ -40,14 +40,14 @@ def source_job(color_builds, tmp_path_factory):
 @pytest.fixture(scope='module')
 def other_classes(tmp_path_factory):
     """A build of three other classes (cat, dog, fish), a few images each."""
-    from pipelines import build  # pylint: disable=import-outside-toplevel
+    from pipelines import launcher  # pylint: disable=import-outside-toplevel
 
     import images_for_tests  # pylint: disable=import-outside-toplevel
 
     root = tmp_path_factory.mktemp('other_tree')
     images_for_tests.write_tree(root, 16, ('cat', 'dog', 'fish'), start=500)
     out = tmp_path_factory.mktemp('other_build') / 'out'
-    build.run(
+    launcher.run(
         ['--input', str(root), '--output', str(out), '--splits', 'train=0.75,val=0.25']
         + ['--num-shards', '2', '--direct_running_mode=in_memory']
     )

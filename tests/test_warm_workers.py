@@ -10,7 +10,7 @@ import signal
 import psutil
 import pytest
 
-from pipelines import build
+from pipelines import launcher
 from pipelines.local import warm_workers
 
 import images_for_tests as imgs
@@ -44,13 +44,13 @@ def test_a_build_runs_on_the_early_workers_and_builds_what_it_would_have(tree, t
     early = warm_workers.start_early(_argv(tree, tmp_path / 'early', *WORKERS))
     assert early is not None and early.count == 2
     try:
-        build.run(_argv(tree, tmp_path / 'early', '--no-analyze', *WORKERS))
+        launcher.run(_argv(tree, tmp_path / 'early', '--no-analyze', *WORKERS))
         assert early.claimed == 2  # both workers of the run were the early ones
     finally:
         warm_workers.stop_untaken()
     assert not os.path.exists(early.folder)
     assert not _processes_of(early.folder)
-    build.run(_argv(tree, tmp_path / 'beam', '--no-analyze', *WORKERS))  # Beam's own workers
+    launcher.run(_argv(tree, tmp_path / 'beam', '--no-analyze', *WORKERS))  # Beam's own workers
     early_built, beam_built = built(tmp_path / 'early'), built(tmp_path / 'beam')
     assert early_built == beam_built
     assert early_built[0]['counts']['rejected'] == 1
@@ -64,7 +64,7 @@ def test_a_run_wanting_more_workers_than_were_started_early_starts_beams_own(tre
         assert warm_workers.worker_command(1) == early.command
         assert warm_workers.worker_command(2) is None
         early.count = 2  # as if two had been started: the second claim finds none left
-        build.run(_argv(tree, tmp_path / 'out', '--no-analyze', *WORKERS))
+        launcher.run(_argv(tree, tmp_path / 'out', '--no-analyze', *WORKERS))
         assert early.claimed == 1
     finally:
         warm_workers.stop_untaken()
@@ -77,7 +77,7 @@ def test_claims_become_beams_own_workers_where_the_serving_process_failed(tree, 
     try:
         with open(os.path.join(early.folder, warm_workers.SERVER), encoding='ascii') as f:
             os.kill(int(f.read()), signal.SIGKILL)  # as a failed import would end it
-        build.run(_argv(tree, tmp_path / 'out', '--no-analyze', *WORKERS))
+        launcher.run(_argv(tree, tmp_path / 'out', '--no-analyze', *WORKERS))
         assert early.claimed == 2
     finally:
         warm_workers.stop_untaken()

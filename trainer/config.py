@@ -132,7 +132,23 @@ def build_arg_parser() -> flags.ArgumentParser:
         prog='python -m trainer.task',
         description='Train an image classifier on the shards of an imageshards build.',
     )
-    add = parser.add_argument
+    _declare_flags(parser.add_argument)
+    return parser
+
+
+def add_trainer_flags(parser, names) -> None:
+    """Declares the trainer's flags `names` (`'--augment'`, ...) on another command's `parser`,
+    as the trainer declares them: `imageshards preview` and `report` read a build as training
+    will."""
+    declared = {}
+    _declare_flags(lambda *strings, **kwargs: declared.update({strings[0]: (strings, kwargs)}))
+    for name in names:
+        strings, kwargs = declared[name]
+        parser.add_argument(*strings, **kwargs)
+
+
+def _declare_flags(add):
+    """Declares every flag of the trainer with `add` (an ArgumentParser's add_argument)."""
     count = flags.integer(minimum=1)
     add('--config', help='YAML file with defaults for these flags')
     add('--data', help='output directory of `imageshards build` (local, gs:// or /gcs/...)')
@@ -164,7 +180,6 @@ def build_arg_parser() -> flags.ArgumentParser:
     _add_recipe_flags(add)
     _add_input_flags(add)
     _add_run_flags(add)
-    return parser
 
 
 def _add_recipe_flags(add):

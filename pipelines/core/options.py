@@ -303,6 +303,11 @@ def _yaml_splits(value):
     return parse_splits(value)
 
 
+def is_local_runner(runner) -> bool:
+    """Whether a `--runner` value (None: not given) runs the pipeline on this machine."""
+    return runner in (None, 'DirectRunner')
+
+
 def beam_option_names() -> list:
     """Every flag of Beam's PipelineOptions classes (`--runner`, `--direct_num_workers`, ...)."""
     return flags.flag_names(_beam_parser())
@@ -386,9 +391,7 @@ def _parse(argv):
     for flag in ('input', 'output'):
         if not getattr(args, flag):
             parser.error(f'--{flag} is required (on the command line or in --config)')
-    values = vars(args)
-    values.pop('config')
-    values.pop('verbose')
+    values = {key: value for key, value in vars(args).items() if key not in ('config', 'verbose')}
     values['allow_roots'] = tuple(values['allow_roots'] or ())
     _check_resize(parser, values)
     _check_split_flags(parser, values)

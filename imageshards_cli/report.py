@@ -12,12 +12,12 @@ the whole split would be a full shuffle, and the comparison says so. Training se
 YAML with `--config`. Prints the headline figures and writes into DIR (default OUT/report):
 
     order.csv      epoch,position,id,label of the training order (epochs counted from 0)
-    metrics.json   the measures of imageshards/cli/shuffle_metrics.py, for both orders (and, for a
+    metrics.json   the measures of imageshards_cli/shuffle_metrics.py, for both orders (and, for a
                    build with label levels, of the trainer's order labelled by each level)
     *.png          id and label against read position, distinct labels per batch against the
                    ideal, and a shard-by-class heatmap, for both orders; for a build with
                    --near-duplicates, its closest pair and its largest cluster
-                   (imageshards/cli/report_near_duplicates.py)
+                   (imageshards_cli/report_near_duplicates.py)
     report.md      tables of both sets of measures and the figures side by side
 
 Example:
@@ -36,14 +36,13 @@ import numpy as np
 from imageshards import console
 from imageshards import flags
 from imageshards import output_lock
-from imageshards.cli import report_figures
-from imageshards.cli import report_multilabel
-from imageshards.cli import report_near_duplicates
-from imageshards.cli import report_text
-from imageshards.cli import shuffle_metrics
 from imageshards.lock_holder import being_written_message
+from imageshards_cli import report_figures
+from imageshards_cli import report_multilabel
+from imageshards_cli import report_near_duplicates
+from imageshards_cli import report_text
+from imageshards_cli import shuffle_metrics
 from trainer import config as config_lib
-from trainer import input_options
 
 # TensorFlow (and the trainer's input pipeline) are imported where used, so that `--help` and
 # argument errors come at once.
@@ -250,7 +249,7 @@ def report(data_dir, split, out_dir, *, epochs, batch_size, seed, baseline_buffe
 
 
 def multilabel_report(info, split, out_dir, batch_size, seed, baseline_buffer, **options):
-    """report() of a multi-label build (imageshards/cli/report_multilabel.py): its first epoch
+    """report() of a multi-label build (imageshards_cli/report_multilabel.py): its first epoch
     in the trainer's order, the baseline's and a random one; returns (report.md, metrics)."""
     import tensorflow as tf
 
@@ -317,11 +316,8 @@ def build_arg_parser():
     add('--epochs', type=flags.integer(minimum=1), default=2, help='epochs to read')
     add('--batch-size', type=flags.integer(minimum=1), default=20, help='as the trainer batches')
     add('--out', help='directory to write into (default BUILD/report)')
-    add('--seed', type=flags.integer(), default=trainer.seed, help="the trainer's --seed")
+    config_lib.add_trainer_flags(parser, ('--seed', '--shuffle-buffer', '--cycle-length'))
     count = flags.integer(minimum=1)
-    reading = input_options.InputOptions()
-    add('--shuffle-buffer', type=count, default=reading.shuffle_buffer, help="the trainer's")
-    add('--cycle-length', type=count, default=reading.cycle_length, help="the trainer's")
     add(
         '--baseline-buffer',
         type=count,
@@ -338,11 +334,9 @@ def main(argv=None):
     console.configure_logging(args.verbose)
     writing = output_lock.holder(args.build)
     if writing is not None:
-        print(
-            f'imageshards report: {being_written_message(args.build, writing, "it")}',
-            file=sys.stderr,
+        return console.refuse(
+            'imageshards report', being_written_message(args.build, writing, 'it')
         )
-        return 2
     try:
         path, metrics = report(
             args.build,
@@ -356,8 +350,7 @@ def main(argv=None):
             cycle_length=args.cycle_length,
         )
     except (ValueError, FileNotFoundError) as e:
-        print(f'imageshards report: {e}', file=sys.stderr)
-        return 2
+        return console.refuse('imageshards report', e)
     if 'near_duplicates' in metrics:
         print(report_near_duplicates.headline(metrics['near_duplicates']))
     if 'label_cardinality' in metrics:  # a multi-label build

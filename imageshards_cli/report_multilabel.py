@@ -21,7 +21,7 @@ import itertools
 import numpy as np
 
 from imageshards import stratification
-from imageshards.cli import shuffle_metrics
+from imageshards_cli import shuffle_metrics
 
 TOP_PAIRS = 10
 

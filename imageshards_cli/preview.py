@@ -25,7 +25,6 @@ from matplotlib.figure import Figure
 from imageshards import console
 from imageshards import flags
 from trainer import config as config_lib
-from trainer import input_options
 
 # TensorFlow (and the trainer's input pipeline) are imported where used, so that `--help` and
 # argument errors come at once.
@@ -108,35 +107,19 @@ def render(grid):
 def build_arg_parser():
     parser = flags.ArgumentParser(prog='imageshards preview', description=__doc__)
     add = parser.add_argument
-    trainer, reading = config_lib.TrainConfig, input_options.InputOptions()
     add('build', help='output directory of `imageshards build`')
     add('--config', help="the trainer's YAML: its augmentation, image size, crops and patches")
-    add('--split', default=trainer.train_split, help='the split to read')
-    add('--augment', default=reading.augment, help="as the trainer's --augment")
-    add('--seed', type=flags.integer(), default=trainer.seed, help="the trainer's --seed")
-    add(
-        '--image-size',
-        type=flags.words(input_options.parse_image_size),
-        default=trainer.image_size,
-        help='H,W or N',
-    )
-    add(
-        '--crop-area',
-        type=flags.words(input_options.parse_crop_area),
-        default=reading.crop_area,
-        help="as the trainer's --crop-area",
-    )
-    add(
-        '--patches-per-image',
-        type=flags.integer(minimum=0),
-        default=reading.patches_per_image,
-        help='K patches per image instead of crops',
-    )
-    add(
-        '--patch-size',
-        type=flags.integer(minimum=0),
-        default=reading.patch_size,
-        help='side of a patch',
+    add('--split', default=config_lib.TrainConfig.train_split, help='the split to read')
+    config_lib.add_trainer_flags(
+        parser,
+        (
+            '--augment',
+            '--seed',
+            '--image-size',
+            '--crop-area',
+            '--patches-per-image',
+            '--patch-size',
+        ),
     )
     add('--out', help='PNG file to write (default BUILD/preview.png)')
     add('--verbose', action='store_true', help="also show TensorFlow's own log lines")
@@ -163,8 +146,7 @@ def main(argv=None):
             patch_size=args.patch_size,
         )
     except (ValueError, FileNotFoundError) as e:
-        print(f'imageshards preview: {e}', file=sys.stderr)
-        return 2
+        return console.refuse('imageshards preview', e)
     import tensorflow as tf
 
     with tf.io.gfile.GFile(out, 'wb') as f:

@@ -36,12 +36,16 @@ def write_digits(out_dir, size=32, limit=None, jpeg_every=2):
     return count
 
 
-def main(argv=None):
+def build_arg_parser():
     parser = argparse.ArgumentParser(prog='imageshards sample-data', description=__doc__)
     parser.add_argument('out_dir', help='folder to write <class>/<image> into')
     parser.add_argument('--size', type=int, default=32, help='image side in pixels')
     parser.add_argument('--limit', type=int, default=None, help='write only the first N digits')
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv=None):
+    args = build_arg_parser().parse_args(argv)
     console.configure_logging()
     count = write_digits(args.out_dir, args.size, args.limit)
     _LOG.info('wrote %d digit images in 10 class folders under %s', count, args.out_dir)

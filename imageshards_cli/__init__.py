@@ -3,7 +3,7 @@
 Nothing in `imageshards/`, `pipelines/` or `trainer/` imports from here.
 
     main.py               the `imageshards` command: one subcommand per tool
-    __main__.py           `python -m imageshards.cli`
+    __main__.py           `python -m imageshards_cli`
     inspect.py            `imageshards inspect`: what shards hold
     verify.py             `imageshards verify`: a build read completely and checked
     verify_records.py     the checks verify runs on every record

@@ -14,7 +14,6 @@ import argparse
 import collections
 import hashlib
 import itertools
-import sys
 
 from imageshards import console
 from imageshards import dataset_json
@@ -207,7 +206,7 @@ def _shown(names):
     return ', '.join(names[:10]) + (f', ... ({len(names)} labels)' if names[10:] else '')
 
 
-def main(argv=None):
+def build_arg_parser():
     parser = argparse.ArgumentParser(
         prog='imageshards inspect',
         description=__doc__,
@@ -219,7 +218,11 @@ def main(argv=None):
     parser.add_argument(
         '--scan', type=int, default=1000, help='records to read for the schema; 0 reads all'
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv=None):
+    args = build_arg_parser().parse_args(argv)
     console.configure_logging()
     try:
         if dataset_json.is_build(args.path):
@@ -231,6 +234,5 @@ def main(argv=None):
             more = f' (+{len(paths) - 1} more files)' if len(paths) > 1 else ''
             print(f'{paths[0]}{more}')
     except (ValueError, FileNotFoundError) as e:
-        print(f'imageshards inspect: {e}', file=sys.stderr)
-        return 2
+        return console.refuse('imageshards inspect', e)
     return inspect(paths, display, max(args.n, 0), args.scan or None)

@@ -1,6 +1,6 @@
 """The words of `imageshards report`: report.md, and the headline figures it prints."""
 
-from imageshards.cli import shuffle_metrics
+from imageshards_cli import shuffle_metrics
 
 VARIANTS = ('imageshards', 'baseline')
 

@@ -1,37 +1,33 @@
 """The `imageshards` command: one subcommand per tool, each a thin hand-off to its module."""
 
 import difflib
-import gc
 import importlib
-import os
 import sys
 
 import imageshards
 from imageshards import console
-from imageshards import supervise
-from pipelines.local import early
 
 # command -> (module whose main(argv) runs it, what it does)
 COMMANDS = {
     'build': ('pipelines.build', 'globally shuffle labeled images into balanced TFRecord shards'),
     'inspect': (
-        'imageshards.cli.inspect',
+        'imageshards_cli.inspect',
         "show the schema and first records of a build's shards or any TFRecord files",
     ),
     'verify': (
-        'imageshards.cli.verify',
+        'imageshards_cli.verify',
         'read a build completely and check every shard, record and count against it',
     ),
     'report': (
-        'imageshards.cli.report',
+        'imageshards_cli.report',
         'measure and plot how well training sees a build shuffled, against a baseline',
     ),
     'preview': (
-        'imageshards.cli.preview',
+        'imageshards_cli.preview',
         'draw a 5x5 grid of augmented training images (or patches) with their labels',
     ),
     'sample-data': (
-        'imageshards.cli.sample_data',
+        'imageshards_cli.sample_data',
         "write a small labeled image tree made from scikit-learn's digits",
     ),
     'submit-training': (
@@ -62,33 +58,15 @@ def main(argv=None):
         hint = f' (did you mean {close[0]}?)' if close else ''
         print(f'imageshards: unknown command {command!r}{hint}\n\n{usage()}', file=sys.stderr)
         return 2
-    if command == 'build' and not os.environ.get(supervise.ENV):
-        # In a child process that Ctrl-C ends cleanly, with its workers; this one loads nothing
-        # (importing Beam here too would cost every build its seconds of import).
-        return supervise.run_supervised(
-            'imageshards.cli', argv, lambda: _module(command).interrupted_message(rest)
-        )
-    if command == 'build':  # the supervised child: listing, TensorFlow's import start first
-        # What this process's stderr shows set up first: the processes started early (the
-        # workers among them) write to it through its filter (imageshards/console.py).
-        console.configure_logging(verbose='--verbose' in rest, child_tracebacks=False)
-        early.start(rest)
-        # Beam's imports make objects that live as long as the process: collecting while they
-        # are made walks them again and again (a fifth of the imports' CPU). pipelines/build.py
-        # freezes them and turns the collector back on before the build makes anything.
-        gc.disable()
     # Imported on demand: `imageshards verify` need not load Beam, nor `build` TensorFlow.
-    module = _module(command)
+    module = importlib.import_module(COMMANDS[command][0])
     try:
-        # A module's `command` is what a person runs (the build's isolates its workers).
-        return getattr(module, 'command', module.main)(rest)
+        # A module's `command` is what a person runs (the build's runs it supervised, its
+        # workers with it: pipelines/build.py decides how).
+        return (getattr(module, 'command', None) or module.main)(rest)
     except KeyboardInterrupt:
         print(f'imageshards {command}: interrupted', file=sys.stderr)
         return console.INTERRUPTED_EXIT_CODE
-
-
-def _module(command):
-    return importlib.import_module(COMMANDS[command][0])
 
 
 if __name__ == '__main__':

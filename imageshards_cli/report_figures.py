@@ -7,7 +7,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from imageshards.cli import shuffle_metrics
+from imageshards_cli import shuffle_metrics
 
 
 def _figure(height=4.0):

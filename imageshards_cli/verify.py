@@ -41,11 +41,11 @@ from imageshards import records
 from imageshards import storage
 from imageshards import tfds_metadata
 from imageshards import tfrecord
-from imageshards.cli.verify_grouping import GroupingCheck
-from imageshards.cli.verify_records import ImageChecker
-from imageshards.cli.verify_records import RecordChecker
 from imageshards.lock_holder import being_written_message
 from imageshards.pool import bounded_map
+from imageshards_cli.verify_grouping import GroupingCheck
+from imageshards_cli.verify_records import ImageChecker
+from imageshards_cli.verify_records import RecordChecker
 
 _BATCH_BYTES = 32 << 20  # a batch of images to decode also ends at this many encoded bytes
 _DECODERS = 2  # batches decoded at once; each decodes its images on TensorFlow's thread pool
@@ -343,7 +343,7 @@ def _print_summary(totals, decoded, seconds, problems):
     print('\n'.join(lines))
 
 
-def main(argv=None):
+def build_arg_parser():
     parser = argparse.ArgumentParser(
         prog='imageshards verify',
         description=__doc__,
@@ -356,6 +356,10 @@ def main(argv=None):
     parser.add_argument(
         '--io-threads', type=int, default=8, help='threads reading the images of a paths build'
     )
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv=None):
+    args = build_arg_parser().parse_args(argv)
     console.configure_logging()
     return 1 if verify(args.output, args.max_problems, args.io_threads) else 0
