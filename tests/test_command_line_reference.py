@@ -72,6 +72,7 @@ def test_the_page_shows_values_defaults_groups_and_help_as_the_parser_has_them()
     assert rows['`--limit LIMIT`'] == ('', r'at most 5 a &lt;root&gt;\|x')
     assert rows['`-p PROJECT`<br>`--project PROJECT`'] == ('', '**Required.** Google Cloud project')
     assert rows['`build`'] == ('', 'output directory of `imageshards build`')
+    assert '## Arguments\n\n| Argument | Default |' in page
     headings = re.findall(r'^## (.+)$', page, re.MULTILINE)
     assert headings == ['Arguments', 'Flags', 'Cloud']
     assert 'Where the job runs.' in page

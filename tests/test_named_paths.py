@@ -182,7 +182,9 @@ def test_a_citation_of_a_section_that_is_not_there_is_found(tmp_path):
         ('# python -m pipelines.transform_cache package', 'pipelines.transform_cache', False),
         ('# configs/train_*.yaml and OUT/<split>/', None, None),
         ('# imageshards.storage.read_input reads it', 'imageshards.storage.read_input', True),
+        ('# see imageshards_cli/main.py', 'imageshards_cli/main.py', True),
         ('# see imageshards_cli/no_such_tool.py', 'imageshards_cli/no_such_tool.py', False),
+        ('# imageshards_cli.main.usage', 'imageshards_cli.main.usage', True),
         ('# imageshards_cli.no_such_tool.main', 'imageshards_cli.no_such_tool.main', False),
     ],
 )

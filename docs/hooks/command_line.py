@@ -158,7 +158,8 @@ def reference_markdown(parser, title, summary='', notes=''):
             continue
         lines += [f'## {_GROUP_TITLES.get(group.title, group.title)}', '']
         lines += _paragraphs(group.description)
-        lines += ['| Flag | Default | What it does |', '|---|---|---|']
+        kind = 'Flag' if any(action.option_strings for action in shown) else 'Argument'
+        lines += [f'| {kind} | Default | What it does |', '|---|---|---|']
         for action in shown:
             names = '<br>'.join(_invocations(action))
             help_text = _help(action, parser, exclusive.get(action, []))
