@@ -50,6 +50,10 @@ EXTRAS = {
     # a part of each shard per DataLoader worker, shuffling). Its torch.utils.data datasets
     # need torch, which a PyTorch user has; its loaders (and the tests) do not.
     'pytorch': ['tfrecord>=1.14'],
+    # The manual as a site (mkdocs.yml; CI runs `mkdocs build --strict`): File.generated and
+    # anchor checks need MkDocs 1.6; pymdown-extensions' snippets include README.md's first
+    # commands and bench/RESULTS.md, its highlighting and fences serve the theme.
+    'docs': ['mkdocs>=1.6,<2', 'mkdocs-material>=9.5,<10', 'pymdown-extensions>=10.0'],
     'test': [
         *BENCH,  # tests/test_peer_builds.py runs the peers' builds that the benchmarks compare
         # tests/test_index_files.py reads a build with each through its index files.

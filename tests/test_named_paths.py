@@ -5,10 +5,10 @@ it. Named are: a path below a top folder of the repository
 (`pipelines/writing/write.py`, `docs/`), perhaps with an attribute (`bench/datasets.photo_tree`),
 and a dotted module (`python -m pipelines.analysis.graph_cache`, `imageshards.storage.read_input`).
 In Python files only comments and docstrings are read (code is Python's to check); other text
-files are read whole. Globs and placeholders (`configs/train_*.yaml`, `OUT/<split>/`) and what a
-build or benchmark writes (`bench/out/`) name no file of the repository. A section of
-bench/RESULTS.md cited by its title (`bench/RESULTS.md, "Build throughput"`) is one of its
-headings.
+files (the site's mkdocs.yml among them) are read whole. Globs and placeholders
+(`configs/train_*.yaml`, `OUT/<split>/`) and what a build or benchmark writes (`bench/out/`) name
+no file of the repository. A section of bench/RESULTS.md cited by its title
+(`bench/RESULTS.md, "Build throughput"`) is one of its headings.
 """
 
 import ast
@@ -23,7 +23,7 @@ import pytest
 REPOSITORY = pathlib.Path(__file__).resolve().parent.parent
 PACKAGES = ('pipelines', 'imageshards_cli', 'imageshards', 'trainer', 'bench')
 TOP_FOLDERS = (*PACKAGES, 'tests', 'docs', 'configs', 'seeds')
-TEXT_SUFFIXES = ('.py', '.md', '.yaml', '.toml', '.ini', '.in', '.cfg')
+TEXT_SUFFIXES = ('.py', '.md', '.yaml', '.yml', '.toml', '.ini', '.in', '.cfg')
 PATH = re.compile(r'(?<![\w./$~-])((?:' + '|'.join(TOP_FOLDERS) + r')/[\w./-]*)')
 PATTERN = ('*', '<', '{')  # after a path: a glob or a placeholder, which names no one file
 MODULE = re.compile(r'(?<![\w./-])((?:' + '|'.join(PACKAGES) + r')(?:\.[a-z_][a-z0-9_]*)+)')
@@ -182,9 +182,17 @@ def test_a_citation_of_a_section_that_is_not_there_is_found(tmp_path):
         ('# python -m pipelines.transform_cache package', 'pipelines.transform_cache', False),
         ('# configs/train_*.yaml and OUT/<split>/', None, None),
         ('# imageshards.storage.read_input reads it', 'imageshards.storage.read_input', True),
+        ('# see imageshards_cli/main.py', 'imageshards_cli/main.py', True),
+        ('# see imageshards_cli/no_such_tool.py', 'imageshards_cli/no_such_tool.py', False),
+        ('# imageshards_cli.main.usage', 'imageshards_cli.main.usage', True),
+        ('# imageshards_cli.no_such_tool.main', 'imageshards_cli.no_such_tool.main', False),
     ],
 )
 def test_the_check_finds_what_is_missing(tmp_path, text, what, exists):
     sample = tmp_path / 'sample.py'
     sample.write_text(f'{text}\nx = "pipelines/nowhere.py"  # code: not checked\n')
     assert named(sample) == ([(1, what, exists)] if what else [])
+
+
+def test_the_sites_configuration_is_read():
+    assert 'mkdocs.yml' in _text_files()

@@ -243,7 +243,7 @@ def build_arg_parser() -> flags.ArgumentParser:
 
 
 def _add_split_flags(parser):
-    """The flags that keep images together in one split (README, "Splits you can trust")."""
+    """The flags that keep images together in one split (docs/building/splits.md)."""
     parser.add_argument(
         '--group-pattern',
         type=flags.words(parse_group_pattern),
