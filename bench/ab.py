@@ -50,7 +50,7 @@ def main(argv=None):
             shutil.rmtree(out, ignore_errors=True)
             datasets.warm_page_cache(data)
             python = os.path.join(sides[name], '.venv', 'bin', 'python')
-            command = [python, '-m', 'imageshards_cli', 'build', '--input', data]
+            command = [python, '-m', _command_module(sides[name]), 'build', '--input', data]
             command += ['--output', out, '--num-shards', '16', '--seed', '0', *flags]
             measured = measure(command, env=env, cwd=sides[name])
             seconds[name].append(measured.seconds)
@@ -71,6 +71,13 @@ def main(argv=None):
         f'CPU after/before, median of the rounds: {statistics.median(ratios):.3f} '
         f'({min(ratios):.3f}-{max(ratios):.3f})'
     )
+
+
+def _command_module(checkout):
+    """The `imageshards` command's module in a checkout: imageshards_cli, or in a checkout from
+    before the command had a package of its own, the foundation's `cli` subpackage."""
+    own_package = os.path.isdir(os.path.join(checkout, 'imageshards_cli'))
+    return 'imageshards_cli' if own_package else 'imageshards.cli'
 
 
 if __name__ == '__main__':

@@ -59,7 +59,7 @@ def build_pipeline(pipeline, context, store=None) -> beam.PCollection:
     )
     analysis, analyzed = _analysis(pipeline, context, written.summaries)
     return pipeline | 'Finalize' >> Finalize(
-        context,
+        context.finishing,
         shards=written.shards,
         rejections=validated.rejected,
         duplicates=duplicates,
@@ -126,7 +126,7 @@ def _analysis(pipeline, context, summaries):
     config = context.config
     if not config.analyze:
         return (pipeline | 'NoAnalysis' >> beam.Create([]),) * 2
-    analysis = summaries | 'AnalyzeShards' >> AnalyzeShards(config, context.listing.labels)
+    analysis = summaries | 'AnalyzeShards' >> AnalyzeShards(context.analysis)
     if context.transform_by is TransformBy.LAUNCHER:
         return analysis, pipeline | 'TransformOutsidePipeline' >> beam.Create([])
     transformed = pipeline | 'WriteTransformOutput' >> WriteTransformOutput(

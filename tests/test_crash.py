@@ -189,7 +189,7 @@ def _finalize_inputs(out, dataset):
     )
     context = BuildContext.create(config, listing, '', str(out))
     # The analysis entry, and the (empty) signal that the TFT output was staged.
-    return shards, rejections, [], plan.layout, context, [dataset['analysis']], [None]
+    return shards, rejections, [], plan.layout, context.finishing, [dataset['analysis']], [None]
 
 
 def _output_files(out):

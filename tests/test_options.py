@@ -105,10 +105,10 @@ def test_allow_root_repeats_and_adds_to_the_config_file(tmp_path):
     config, _ = options.parse_build_args(
         ['--config', str(config_file), '--allow-root', '/data/a', '--allow-root=/data/b']
     )
-    assert config.allow_roots == ('gs://b/shared', '/data/a', '/data/b')
-    assert not config.follow_symlinks
+    assert config.inputs.allow_roots == ('gs://b/shared', '/data/a', '/data/b')
+    assert not config.inputs.follow_symlinks
     plain, _ = options.parse_build_args(['--input', 'i', '--output', 'o', '--follow-symlinks'])
-    assert (plain.allow_roots, plain.follow_symlinks) == ((), True)
+    assert (plain.inputs.allow_roots, plain.inputs.follow_symlinks) == ((), True)
 
 
 @pytest.mark.parametrize(

@@ -125,10 +125,11 @@ def _rounded(value):
     return None if value is None else round(value, 6)
 
 
-def summary_json(summary, split, config, labels) -> dict:
-    """dataset.json's `analysis` entry of the split's summed shard summaries."""
-    sums = summary['pixels']
-    statistics = pixel_statistics(sums, config.analysis_size**2, summary['images'])
+def summary_json(summary, settings) -> dict:
+    """dataset.json's `analysis` entry of the split's summed shard summaries (`settings`: the
+    build's AnalysisSettings)."""
+    sums, split, size = summary['pixels'], settings.sample.split, settings.sample.image_size
+    statistics = pixel_statistics(sums, size**2, summary['images'])
     if statistics is None:
         raise ValueError(
             f'--analysis-split {split}: the split has no images to analyse; name another '
@@ -152,16 +153,18 @@ def summary_json(summary, split, config, labels) -> dict:
             'of': summary['images'],
             'chosen_by': SAMPLE_CHOSEN_BY,
         },
-        'analysis_size': config.analysis_size,
+        'analysis_size': size,
         **statistics,
         'pixel_scale': '0..255 RGB',
         'height': sizes(heights),
         'width': sizes(widths),
         'aspect_ratio_histogram': {'edges': list(ASPECT_EDGES), 'counts': aspect},
         'label_counts': {
-            name: summary['labels'][i] for i, name in enumerate(labels) if summary['labels'][i]
+            name: summary['labels'][i]
+            for i, name in enumerate(settings.labels)
+            if summary['labels'][i]
         },
-        'transform_image_size': config.transform_image_size,
+        'transform_image_size': settings.transform_image_size,
         'transform_fn': layout.TRANSFORM_FN_DIR,
         'transformed_metadata': layout.TRANSFORMED_METADATA_DIR,
         'raw_metadata': layout.RAW_METADATA_DIR,
@@ -173,19 +176,16 @@ class AnalyzeShards(beam.PTransform):
     (one element).
 
     Args:
-        config: the BuildConfig (its analysis_split, analysis_size and transform_image_size).
-        labels: the build's label names, by id.
+        settings: the build's AnalysisSettings.
     """
 
-    def __init__(self, config, labels):
+    def __init__(self, settings):
         super().__init__()
-        self._config = config
-        self._labels = tuple(labels)
+        self._settings = settings
 
     def expand(self, summaries):
         return (
             summaries
             | 'SumSummaries' >> beam.CombineGlobally(_SumSummaries())
-            | 'ToJson'
-            >> beam.Map(summary_json, self._config.analysis_split, self._config, self._labels)
+            | 'ToJson' >> beam.Map(summary_json, self._settings)
         )

@@ -50,6 +50,7 @@ from imageshards import tft_assets
 from imageshards.kinds import features
 from imageshards.kinds import registry as kinds
 from pipelines.core.settings import BuildConfig
+from pipelines.core.settings import InputSettings
 from pipelines.core.settings import TransformSettings
 
 _LOG = logging.getLogger(__name__)
@@ -58,7 +59,7 @@ PACKAGED_ENV = 'IMAGESHARDS_PACKAGED_GRAPHS'  # '0': ignore the graphs the packa
 PACKAGED_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'transform_graphs')
 # The kinds whose graphs the package ships: `imageshards build`'s defaults, in either format.
 SHIPPED_KINDS = tuple(
-    (kinds.Classification(fmt, levels=BuildConfig.label_levels), BuildConfig.transform_image_size)
+    (kinds.Classification(fmt, levels=InputSettings.label_levels), BuildConfig.transform_image_size)
     for fmt in (features.EXAMPLES, features.PATHS)
 )
 KEY_JSON = 'key.json'  # in each cached output: what its key was made of, for people
@@ -123,7 +124,7 @@ def has_kind(record_kind, image_size) -> bool:
 def guessed_kind(config) -> kinds.RecordKind:
     """The record kind a build of `config` (its BuildConfig, before its inputs are listed) most
     likely has: a classification of its format and --label-levels, single-label."""
-    return kinds.Classification(config.format, levels=tuple(config.label_levels))
+    return kinds.Classification(config.format, levels=tuple(config.inputs.label_levels))
 
 
 def describe(path) -> str:

@@ -19,8 +19,10 @@ from imageshards.kinds import features
 from imageshards.kinds import registry as kinds
 from imageshards.kinds.record_kind import LabelNames
 from imageshards.shard_formats import registry as shard_formats
+from pipelines.core.settings import AnalysisSettings
 from pipelines.core.settings import AssignSettings
 from pipelines.core.settings import BuildConfig
+from pipelines.core.settings import FinishSettings
 from pipelines.core.settings import GroupingSettings
 from pipelines.core.settings import Sample
 from pipelines.core.settings import TransformBy
@@ -239,12 +241,36 @@ class BuildContext:
         return LabelNames(tuple(self.listing.labels), tuple((k, tuple(v)) for k, v in levels))
 
     @property
+    def finishing(self) -> FinishSettings:
+        """What Finalize makes the build's last files of."""
+        config, listing = self.config, self.listing
+        return FinishSettings(
+            output_dir=self.output_dir,
+            facts=self.facts,
+            dedup=config.dedup,
+            transform_staging=self.transform_staging if self.analysis_in_pipeline else None,
+            completes=self.completes_in_pipeline,
+            lock_build=self.lock_build,
+            listing_base=listing.base,
+            grouping=self.grouping,
+            grouped_by=('column',) * listing.grouped + ('pattern',) * bool(config.group_pattern),
+            group_pattern=config.group_pattern,
+            fractions=None if listing.manifest_splits else config.splits,
+        )
+
+    @property
+    def analysis(self) -> AnalysisSettings | None:
+        """What the analysis measures and states; None without it (--no-analyze)."""
+        config = self.config
+        if not config.analyze:
+            return None
+        sample = Sample(config.analysis_split, config.analysis_sample, config.analysis_size)
+        return AnalysisSettings(sample, config.transform_image_size, tuple(self.listing.labels))
+
+    @property
     def writing(self) -> WriteSettings:
         """What the writer needs to make the records and shards."""
-        config = self.config
-        sample = None
-        if config.analyze:
-            sample = Sample(config.analysis_split, config.analysis_sample, config.analysis_size)
+        config, analysis = self.config, self.analysis
         return WriteSettings(
             kind=self.kind,
             names=self.names,
@@ -256,7 +282,7 @@ class BuildContext:
             io_threads=config.threads,
             resize=config.resize,
             max_image_bytes=config.max_image_bytes,
-            sample=sample,
+            sample=analysis and analysis.sample,
         )
 
     @property

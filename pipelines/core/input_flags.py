@@ -5,7 +5,7 @@ label_files.py, class_names.py read them)."""
 
 from imageshards import flags
 from pipelines.core import settings
-from pipelines.core.settings import BuildConfig
+from pipelines.core.settings import InputSettings
 
 
 def _template(text):
@@ -21,13 +21,13 @@ def add_input_flags(parser) -> None:
     parser.add_argument(
         '--input-form',
         choices=settings.INPUT_FORMS,
-        default=BuildConfig.input_form,
+        default=InputSettings.form,
         help='what --input is, where its detection from names and content should be '
         'overridden (the log says what was detected)',
     )
     parser.add_argument(
         '--path-column',
-        default=BuildConfig.path_column,
+        default=InputSettings.path_column,
         metavar='NAME',
         help='the column (JSONL key) of a manifest or --labels-file that holds the image path '
         '(default: path); with it, --label-column or --labels-column, or --path-template, '
@@ -36,33 +36,33 @@ def add_input_flags(parser) -> None:
     labels = parser.add_mutually_exclusive_group()
     labels.add_argument(
         '--label-column',
-        default=BuildConfig.label_column,
+        default=InputSettings.label_column,
         metavar='NAME',
         help='the column that holds the label (default: label), e.g. diagnosis',
     )
     labels.add_argument(
         '--labels-column',
-        default=BuildConfig.labels_column,
+        default=InputSettings.labels_column,
         metavar='NAME',
         help='the column that holds several labels per image (default: labels), e.g. tags',
     )
     parser.add_argument(
         '--path-template',
         type=flags.words(_template),
-        default=BuildConfig.path_template,
+        default=InputSettings.path_template,
         metavar='TEMPLATE',
         help="forms each path from the path column's value: train_images/{}.png",
     )
     parser.add_argument(
         '--labels-file',
-        default=BuildConfig.labels_file,
+        default=InputSettings.labels_file,
         metavar='FILE',
         help='a CSV or JSONL file that gives the labels of a tree or archive by file name (its '
         'path below the root, or its name alone), instead of its folders',
     )
     parser.add_argument(
         '--class-names',
-        default=BuildConfig.class_names,
+        default=InputSettings.class_names,
         metavar='FILE',
         help='names of integer labels (of arrays, TFRecords, WebDataset .cls files, a label '
         'column), one per line, line i naming label i; default: the integer is the name',

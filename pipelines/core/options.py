@@ -17,6 +17,7 @@ from pipelines.core import input_flags
 from pipelines.core import settings
 from pipelines.core.groups import parse_group_pattern
 from pipelines.core.settings import BuildConfig
+from pipelines.core.settings import InputSettings
 
 
 def parse_splits(text) -> tuple:
@@ -46,9 +47,7 @@ def _separator(text):
     """--label-separator: a non-empty string (a tab may be given as \\t)."""
     text = str(text).replace('\\t', '\t')
     if not text:
-        raise ValueError(
-            '--label-separator: give a non-empty separator, or leave it out for whitespace'
-        )
+        raise ValueError('--label-separator: give a separator, or leave it out for whitespace')
     return text
 
 
@@ -156,14 +155,14 @@ def build_arg_parser() -> flags.ArgumentParser:
     parser.add_argument(
         '--label-levels',
         type=flags.words(features.parse_label_levels),
-        default=BuildConfig.label_levels,
+        default=InputSettings.label_levels,
         help='label levels, coarse to fine, e.g. family,species: a tree takes them from nested '
         'folders (<root>/<family>/<species>/...); a manifest has label/<level> columns',
     )
     parser.add_argument(
         '--label-separator',
         type=flags.words(_separator),
-        default=BuildConfig.label_separator,
+        default=InputSettings.label_separator,
         help='what separates the labels in one cell of a multi-label CSV manifest (a labels '
         'column, and its label/<level> cells) (default: whitespace)',
     )
@@ -395,5 +394,6 @@ def _parse(argv):
     values['allow_roots'] = tuple(values['allow_roots'] or ())
     _check_resize(parser, values)
     _check_split_flags(parser, values)
+    inputs = InputSettings.take_flags(values)
     # Config-file pipeline options first, so the same flag on the command line overrides them.
-    return parser, BuildConfig(**values), config_beam_args + beam_args
+    return parser, BuildConfig(**values, inputs=inputs), config_beam_args + beam_args

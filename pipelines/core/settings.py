@@ -14,6 +14,8 @@ build's flags, so that a setting travels as one value instead of an argument lis
     TransformSettings   what the tf.Transform graph of a build is made of, and where it goes
     WriteSettings       what the writer needs to make a build's records and shards; `Sample`,
                         what it measures of them for the analysis
+    AnalysisSettings    what the analysis of a split measures and states
+    FinishSettings      what Finalize makes a build's last files of
 """
 
 import dataclasses
@@ -58,7 +60,9 @@ class ResizeSpec:
         }
 
 
-INPUT_FORMS = (
+# What --input is (--input-form): each form's name, once (pipelines/inputs/forms.py detects
+# and reads them); `auto` detects the form from names and content.
+AUTO, TREE, MANIFEST, ARCHIVE, CLASS_ARCHIVES, WEBDATASET, IDX, ARRAYS, TFRECORD = INPUT_FORMS = (
     'auto',
     'tree',
     'manifest',
@@ -73,25 +77,49 @@ INPUT_FORMS = (
 
 @dataclasses.dataclass(frozen=True)
 class InputSettings:
-    """How --input is read (pipelines/inputs/): its form, where its labels come from.
+    """How --input is read (pipelines/inputs/): its form, where its labels come from, where its
+    rows may lead.
 
     Attributes:
-        form: one of INPUT_FORMS; `auto` detects it from names and content.
+        form: one of INPUT_FORMS; `auto` detects it from names and content (--input-form).
         path_column, label_column, labels_column: the columns (JSONL keys) of a manifest or a
             labels file that hold the path and the label or labels; None: path, label, labels.
         path_template: forms a row's path from its path column (`train/{}.png`); None: as is.
         labels_file: a CSV or JSONL file whose rows give a tree's or archive's labels by file
             name, instead of its folders; None.
         class_names: a file naming integer labels, one name per line; None: the integer.
+        label_levels: a tree's label levels, one per folder below the root, coarse to fine; for
+            a manifest, the `label/<level>` columns it must have (default: those it has).
+        label_separator: what separates the labels of a multi-label CSV cell (None: whitespace).
+        allow_roots: folders (local or URIs) that manifest rows may name besides the
+            manifest's own.
+        follow_symlinks: accept symlinks wherever they lead, and descend symlinked folders.
     """
 
-    form: str = 'auto'
+    form: str = AUTO
     path_column: str = None
     label_column: str = None
     labels_column: str = None
     path_template: str = None
     labels_file: str = None
     class_names: str = None
+    label_levels: tuple = ()
+    label_separator: str = None
+    allow_roots: tuple = ()
+    follow_symlinks: bool = False
+
+    @classmethod
+    def take_flags(cls, values) -> 'InputSettings':
+        """The settings of the parsed flags `values` ({dest: value}), taken out of it; the flag
+        --input-form is `form`."""
+        values['form'] = values.pop('input_form')
+        fields = [field.name for field in dataclasses.fields(cls)]
+        return cls(**{name: values.pop(name) for name in fields})
+
+    @classmethod
+    def from_json(cls, data) -> 'InputSettings':
+        """The settings of `dataclasses.asdict`'s JSON (lists become tuples again)."""
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,18 +140,8 @@ class BuildConfig:
     space_check: bool = True  # refuse a local build whose inputs cannot fit on the output's disk
     io_threads: int = 0  # 0: 1 for local inputs, 32 for remote ones (see `threads`)
     chunk_size: int = 256
-    allow_roots: tuple = ()  # folders manifest rows may name besides the manifest's own
-    follow_symlinks: bool = False
-    label_levels: tuple = ()  # a tree's levels, one per nested folder; a manifest's, to check
+    inputs: InputSettings = InputSettings()  # how --input is read: its form, labels, roots
     allow_missing_levels: bool = False  # a missing level value gets id -1 instead of a rejection
-    label_separator: str = None  # between a multi-label CSV cell's labels; None: whitespace
-    input_form: str = 'auto'  # what --input is (settings.INPUT_FORMS); auto: detected
-    path_column: str = None  # a manifest's (or --labels-file's) path column; None: `path`
-    label_column: str = None  # its label column; None: `label`
-    labels_column: str = None  # its column of several labels; None: `labels`
-    path_template: str = None  # forms a path from the path column: `train/{}.png`
-    labels_file: str = None  # a tree's or archive's labels by file name, not its folders
-    class_names: str = None  # names of integer labels, one per line
     analyze: bool = True  # the analysis of the train split and its tf.Transform output
     analysis_size: int = 32  # images are measured resized to this square size
     analysis_split: str = 'train'
@@ -145,19 +163,6 @@ class BuildConfig:
         if not self.resize_shorter_side:
             return None
         return ResizeSpec(self.resize_shorter_side, self.resize_quality)
-
-    @property
-    def inputs(self) -> InputSettings:
-        """How --input is read."""
-        return InputSettings(
-            form=self.input_form,
-            path_column=self.path_column,
-            label_column=self.label_column,
-            labels_column=self.labels_column,
-            path_template=self.path_template,
-            labels_file=self.labels_file,
-            class_names=self.class_names,
-        )
 
     @property
     def split_names(self) -> tuple:
@@ -324,3 +329,53 @@ class WriteSettings:
     resize: ResizeSpec = None
     max_image_bytes: int = BuildConfig.max_image_bytes
     sample: Sample = None
+
+
+@dataclasses.dataclass(frozen=True)
+class AnalysisSettings:
+    """What the analysis of a build's split measures and states (pipelines/analysis/analyze.py).
+
+    Attributes:
+        sample: the Sample the writer measures: the split, how many of its images, at which side.
+        transform_image_size: the side of the tf.Transform graph's `image` output.
+        labels: the build's label names, by id.
+    """
+
+    sample: Sample
+    transform_image_size: int = BuildConfig.transform_image_size
+    labels: tuple = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class FinishSettings:
+    """What Finalize makes a build's last files of: dataset.json and the files beside it, the
+    tf.Transform output moved into place, `_SUCCESS` (pipelines/writing/finalize.py).
+
+    Attributes:
+        output_dir: OUT, absolute, without a trailing '/'.
+        facts: what dataset.json states of the build (imageshards/dataset_facts.BuildFacts).
+        dedup: the build writes duplicates.jsonl (--dedup).
+        transform_staging: where the pipeline staged the tf.Transform output, for Finalize to
+            move into place; None where the pipeline does not write it.
+        completes: Finalize writes `_SUCCESS`; else the launcher does, after the tf.Transform
+            output.
+        lock_build: the token of the build's output lock, checked before `_SUCCESS`; None: none.
+        listing_base: what image keys are relative to (near_duplicates.jsonl names paths).
+        grouping: the GroupingSettings, or None.
+        grouped_by: what gives images their groups: of ('column', 'pattern').
+        group_pattern: --group-pattern, or None.
+        fractions: (split, fraction) pairs of --splits; None where a manifest's split column
+            placed images itself.
+    """
+
+    output_dir: str
+    facts: object
+    dedup: bool = False
+    transform_staging: str = None
+    completes: bool = True
+    lock_build: str = None
+    listing_base: str = ''
+    grouping: GroupingSettings = None
+    grouped_by: tuple = ()
+    group_pattern: str = None
+    fractions: tuple = None

@@ -22,6 +22,8 @@ import json
 import re
 
 from imageshards.file_names import display
+from pipelines.core.settings import CLASS_ARCHIVES
+from pipelines.core.settings import WEBDATASET
 from pipelines.inputs import tar_and_zip
 from pipelines.inputs.class_names import UnknownClass
 from pipelines.inputs.entries import IMAGE_EXTENSIONS
@@ -29,7 +31,6 @@ from pipelines.inputs.entries import InputEntry
 from pipelines.inputs.entries import extension
 from pipelines.inputs.entries import tree_labels
 
-ARCHIVE, CLASS_ARCHIVES, WEBDATASET = 'archive', 'class-archives', 'webdataset'
 LABEL_EXTENSIONS = ('cls', 'json')
 # WebDataset's own split of a member's name into its sample's key and the rest (`base_plus_ext`)
 _SAMPLE = re.compile(r'^((?:.*/|)[^.]+)[.]([^/]*)$')

@@ -26,11 +26,17 @@ import typing
 
 from imageshards import folder_top
 from imageshards import storage
+from pipelines.core.settings import ARCHIVE
+from pipelines.core.settings import ARRAYS
+from pipelines.core.settings import AUTO
+from pipelines.core.settings import CLASS_ARCHIVES
+from pipelines.core.settings import IDX
+from pipelines.core.settings import MANIFEST
+from pipelines.core.settings import TFRECORD
+from pipelines.core.settings import TREE
+from pipelines.core.settings import WEBDATASET
 from pipelines.inputs import archive_inputs
 from pipelines.inputs import tar_and_zip
-from pipelines.inputs.archive_inputs import ARCHIVE
-from pipelines.inputs.archive_inputs import CLASS_ARCHIVES
-from pipelines.inputs.archive_inputs import WEBDATASET
 from pipelines.inputs.class_names import ClassNames
 from pipelines.inputs.entries import GLOB_CHARS
 from pipelines.inputs.entries import IDX_IMAGES
@@ -42,14 +48,6 @@ from pipelines.inputs.entries import is_manifest
 from pipelines.inputs.label_files import LabelsFile
 
 _LOG = logging.getLogger(__name__)
-AUTO, TREE, MANIFEST, IDX, ARRAYS, TFRECORD = (
-    'auto',
-    'tree',
-    'manifest',
-    'idx',
-    'arrays',
-    'tfrecord',
-)
 CONTAINER_FORMS = (ARCHIVE, CLASS_ARCHIVES, WEBDATASET, IDX, ARRAYS, TFRECORD)
 _KIND_FORMS = {'archive': (ARCHIVE, CLASS_ARCHIVES, WEBDATASET), 'idx': (IDX,)}
 _KIND_FORMS.update({'arrays': (ARRAYS,), 'tfrecord': (TFRECORD,)})
@@ -222,17 +220,20 @@ def _archive_form(container, labels_file):
     return ARCHIVE
 
 
-def tree_labeling(levels, separator, inputs):
-    """The archive_inputs.Labeling of a tree whose labels come from --labels-file, else None."""
+def tree_labeling(inputs):
+    """The archive_inputs.Labeling of a tree whose labels come from --labels-file (`inputs`:
+    the InputSettings), else None."""
     if not inputs.labels_file:
         return None
     class_names = ClassNames(inputs.class_names)
-    labels = LabelsFile(inputs.labels_file, inputs, separator, class_names)
-    return archive_inputs.Labeling(levels, labels, class_names, None)
+    labels = LabelsFile(inputs.labels_file, inputs, inputs.label_separator, class_names)
+    return archive_inputs.Labeling(tuple(inputs.label_levels), labels, class_names, None)
 
 
-def container_entries(detected, scan, levels, separator, inputs):
-    """The InputEntry of a container form's inputs (sets what `scan` learns of them)."""
+def container_entries(detected, scan, inputs):
+    """The InputEntry of a container form's inputs (sets what `scan` learns of them); `inputs`:
+    the InputSettings."""
+    levels = tuple(inputs.label_levels)
     if inputs.labels_file and detected.form not in (ARCHIVE, CLASS_ARCHIVES):
         raise ValueError(
             f'--labels-file gives the labels of a tree or an archive of one; --input is '
@@ -256,6 +257,6 @@ def container_entries(detected, scan, levels, separator, inputs):
         return tfrecord_inputs.record_entries(detected.files, scan, class_names)
     labels = None
     if inputs.labels_file:
-        labels = LabelsFile(inputs.labels_file, inputs, separator, class_names)
+        labels = LabelsFile(inputs.labels_file, inputs, inputs.label_separator, class_names)
     labeling = archive_inputs.Labeling(levels, labels, class_names, scan)
     return archive_inputs.archive_entries(detected.files, detected.form, scan, labeling)

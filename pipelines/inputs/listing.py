@@ -32,7 +32,6 @@ from imageshards.storage import absolute
 from imageshards.storage import is_uri
 from pipelines.core import sources
 from pipelines.core.settings import InputSettings
-from pipelines.inputs import confinement
 from pipelines.inputs import forms
 from pipelines.inputs import manifests
 from pipelines.inputs import tree_walk
@@ -53,9 +52,7 @@ from pipelines.inputs.tree_walk import NOT_FILES
 _LOG = logging.getLogger(__name__)
 
 
-def scan_inputs(
-    spec, allow_roots=(), follow_symlinks=False, label_levels=(), label_separator=None, inputs=None
-):
+def scan_inputs(spec, inputs=None):
     """Starts listing a tree, glob, .csv or .jsonl manifest, or inputs of another form
     (pipelines/inputs/forms.py); returns an InputScan.
 
@@ -64,48 +61,39 @@ def scan_inputs(
 
     Args:
         spec: the --input value.
-        allow_roots: folders (local or URIs) that manifest rows may name besides the manifest's.
-        follow_symlinks: accept symlinks wherever they lead, and descend symlinked folders.
-        label_levels: a tree's label levels, one per folder below the root, coarse to fine; for a
-            manifest, the `label/<level>` columns it must have (default: those it has).
-        label_separator: what separates the labels of a multi-label CSV cell (None: whitespace).
-        inputs: the InputSettings (pipelines/core/settings.py): the form, label columns and
-            files, class names.
+        inputs: the InputSettings (pipelines/core/settings.py): how --input is read, its form,
+            label levels and columns, where its rows may lead.
     """
     if USERINFO.match(spec):
         raise ValueError(f'--input {redact(spec)} carries credentials in its URL; remove them')
-    roots = [confinement.normalize_root(root) for root in allow_roots]
-    levels = tuple(label_levels)
     inputs = inputs or InputSettings()
+    levels = tuple(inputs.label_levels)
     detected = forms.detect(spec, inputs.form, inputs.labels_file)
     if detected.form == forms.MANIFEST:
-        return manifests.scan_manifest(
-            spec, roots, follow_symlinks, levels, label_separator, inputs
-        )
+        return manifests.scan_manifest(spec, inputs)
     if detected.form != forms.TREE:
         scan = InputScan(detected.base, iter(()), levels=list(levels), form=detected.form)
-        scan.entries = forms.container_entries(detected, scan, levels, label_separator, inputs)
+        scan.entries = forms.container_entries(detected, scan, inputs)
         return scan
-    labeling = forms.tree_labeling(levels, label_separator, inputs)
+    labeling = forms.tree_labeling(inputs)
+    follow = inputs.follow_symlinks
     if is_glob(spec):
         base = _glob_base(spec)
-        return _scan_files(base, absolute(spec), spec, follow_symlinks, levels, labeling)
+        return _scan_files(base, absolute(spec), spec, follow, levels, labeling)
     root = absolute(spec).rstrip('/')
     if not storage.exists(root):
         raise ValueError(f'--input does not exist: {spec}')
-    return _scan_files(root, storage.join(root, '**'), spec, follow_symlinks, levels, labeling)
+    return _scan_files(root, storage.join(root, '**'), spec, follow, levels, labeling)
 
 
-def list_inputs(
-    spec, allow_roots=(), follow_symlinks=False, label_levels=(), label_separator=None, inputs=None
-):
+def list_inputs(spec, inputs=None, **settings):
     """Every input of `spec` in memory, as a Listing, in id order; raises ValueError when
-    nothing matches.
+    nothing matches. `inputs` is the InputSettings, or `settings` its fields.
 
     For tests and small inputs: a build streams the same entries into its listing file
     (`write_listing_file`) without holding them.
     """
-    scan = scan_inputs(spec, allow_roots, follow_symlinks, label_levels, label_separator, inputs)
+    scan = scan_inputs(spec, inputs or InputSettings(**settings))
     counts = ListingCounts()
     entries = sorted((counts.add(entry) for entry in scan.entries), key=lambda e: e.id)
     _check(spec, scan, counts)

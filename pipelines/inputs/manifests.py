@@ -31,6 +31,7 @@ from imageshards import layout
 from imageshards import storage
 from imageshards.storage import absolute
 from pipelines.inputs import class_names as class_names_lib
+from pipelines.inputs import confinement as confinement_lib
 from pipelines.inputs import manifest_columns
 from pipelines.inputs import manifest_members
 from pipelines.inputs import vertex
@@ -50,19 +51,18 @@ from pipelines.inputs.manifest_columns import text_of
 PATH_B64 = 'path' + file_names.B64_SUFFIX  # a JSONL row's path as its bytes (file_names.py)
 
 
-def scan_manifest(spec, roots, follow_symlinks, levels=(), separator=None, inputs=None):
-    """Starts listing a .csv or .jsonl manifest; `roots` are the normalized --allow-root folders.
+def scan_manifest(spec, inputs):
+    """Starts listing a .csv or .jsonl manifest, read as `inputs` (the build's InputSettings,
+    pipelines/core/settings.py) say: the columns chosen by name, a path template, class names,
+    the label levels it must have (by default those of its `label/<level>` columns, CSV, or
+    keys, JSONL, in order of first appearance), what separates labels in a multi-label CSV cell,
+    the folders its rows may name.
 
     Returns an InputScan whose entries are read from the manifest row by row, and whose
     `multi_label` says the manifest's form.
-
-    Args:
-        levels: the label levels the manifest must have (--label-levels); by default those of
-            its `label/<level>` columns (CSV) or keys (JSONL, in order of first appearance).
-        separator: what separates labels in a multi-label CSV cell; None: whitespace.
-        inputs: the build's InputSettings (pipelines/core/settings.py): the columns chosen by
-            name, a path template, class names.
     """
+    levels = tuple(inputs.label_levels)
+    roots = [confinement_lib.normalize_root(root) for root in inputs.allow_roots]
     manifest = absolute(spec)
     if not storage.exists(manifest):
         raise ValueError(f'--input manifest does not exist: {manifest}')
@@ -74,10 +74,11 @@ def scan_manifest(spec, roots, follow_symlinks, levels=(), separator=None, input
     scan = InputScan(
         folder, iter(()), levels=list(levels), multi_label=multi_label, form='manifest'
     )
+    separator = inputs.label_separator
     rows = _Rows(manifest, kind, LevelColumns(levels, scan.levels), separator, choice)
     rows.multi_label = multi_label
-    confinement = Confinement(folder, roots, follow_symlinks)
-    class_names = class_names_lib.ClassNames(inputs.class_names if inputs else None)
+    confinement = Confinement(folder, roots, inputs.follow_symlinks)
+    class_names = class_names_lib.ClassNames(inputs.class_names)
     scan.entries = _manifest_entries(rows, confinement, multi_label, class_names)
     return scan
 

@@ -37,10 +37,6 @@ def parameters(config):
     """What a listing depends on, of a BuildConfig."""
     return {
         'input': config.input,
-        'allow_roots': list(config.allow_roots),
-        'follow_symlinks': config.follow_symlinks,
-        'label_levels': list(config.label_levels),
-        'label_separator': config.label_separator,
         'chunk_size': config.chunk_size,
         'max_image_bytes': config.max_image_bytes,
         'inputs': dataclasses.asdict(config.inputs),
@@ -162,14 +158,7 @@ def main(argv=None):
     kept = _Keep()
     logging.getLogger().addHandler(kept)
     logging.getLogger().setLevel(logging.INFO)
-    scan = listing.scan_inputs(
-        params['input'],
-        params['allow_roots'],
-        params['follow_symlinks'],
-        params['label_levels'],
-        params['label_separator'],
-        InputSettings(**params['inputs']),
-    )
+    scan = listing.scan_inputs(params['input'], InputSettings.from_json(params['inputs']))
     counts = listing.write_counted(
         scan, os.path.join(folder, LISTING), params['chunk_size'], params['max_image_bytes']
     )

@@ -99,55 +99,57 @@ def _finalize(
     rejections,
     duplicates,
     shard_layout,
-    context,
+    settings,
     analysis,
     analyzed,
     **grouped,
 ):
     """Writes the build's files from its side inputs; yields dataset.json's `counts`."""
     del analyzed  # a side input only so that this step waits for the TFT output
-    output_dir = context.output_dir
+    output_dir = settings.output_dir
     rejections = sorted(rejections, key=lambda row: row['id'])
     duplicates = sorted(duplicates, key=lambda row: row['id'])
-    summary = dataset_facts.make(context.facts, shards, rejections, duplicates, shard_layout.splits)
+    summary = dataset_facts.make(
+        settings.facts, shards, rejections, duplicates, shard_layout.splits
+    )
     if grouped:
-        _write_grouped(context, summary, **grouped)
+        _write_grouped(settings, summary, **grouped)
     if analysis:
         summary['analysis'] = analysis[0]
-        if context.analysis_in_pipeline:
-            publish_transform(output_dir, context.transform_staging, analysis[0])
+        if settings.transform_staging:
+            publish_transform(output_dir, settings.transform_staging, analysis[0])
     _publish_shards(output_dir, shards)
     files = {layout.REJECTED_JSONL: _jsonl(rejections)}
-    if context.config.dedup:
+    if settings.dedup:
         files[layout.DUPLICATES_JSONL] = _jsonl(duplicates)
     files[layout.DATASET_JSON] = dataset_json.encode(summary)
     files.update(tfds_metadata.files(summary))  # tfds.builder_from_directory
     # Each complete before it appears; on gs://, all written at once (_SUCCESS, last, below).
     storage.write_files({storage.join(output_dir, name): data for name, data in files.items()})
-    if context.completes_in_pipeline:  # else the launcher does, after the tf.Transform output
-        complete(output_dir, context.lock_build)
+    if settings.completes:  # else the launcher does, after the tf.Transform output
+        complete(output_dir, settings.lock_build)
     yield summary['counts']
 
 
-def _write_grouped(context, summary, tallies, clusters, members, previous, previous_counts):
+def _write_grouped(settings, summary, tallies, clusters, members, previous, previous_counts):
     """Writes near_duplicates.jsonl (--near-duplicates), and adds `grouping` to `summary`."""
-    rows = grouped_output.near_duplicate_rows(clusters, members, context.listing.base)
-    if context.grouping.near_duplicates:
-        path = storage.join(context.output_dir, layout.NEAR_DUPLICATES_JSONL)
+    rows = grouped_output.near_duplicate_rows(clusters, members, settings.listing_base)
+    if settings.grouping.near_duplicates:
+        path = storage.join(settings.output_dir, layout.NEAR_DUPLICATES_JSONL)
         storage.write_atomically(path, _jsonl(rows))
     kept = grouped_output.previous_counts(previous[0], previous_counts) if previous else None
-    grouped_output.add_grouping(summary, context, tallies, clusters, rows, kept)
+    grouped_output.add_grouping(summary, settings, tallies, clusters, rows, kept)
 
 
 class Finalize(beam.PTransform):
     """The pipeline's root -> dataset.json's `counts`, once every shard is written.
 
     Runs once, after every shard is written (it reads them all as side inputs). Where the
-    pipeline writes the tf.Transform output (`context.analysis_in_pipeline`), it waits for it
+    pipeline writes the tf.Transform output (`settings.transform_staging`), it waits for it
     and moves it into place too.
 
     Args:
-        context: the BuildContext.
+        settings: the build's FinishSettings.
         shards: WriteShards' shard entries.
         rejections: ValidateImages' rejected.jsonl lines.
         duplicates: DropDuplicates' duplicates.jsonl lines (empty without --dedup).
@@ -163,7 +165,7 @@ class Finalize(beam.PTransform):
 
     def __init__(
         self,
-        context,
+        settings,
         *,
         shards,
         rejections,
@@ -174,7 +176,7 @@ class Finalize(beam.PTransform):
         grouped=None,
     ):
         super().__init__()
-        self._context = context
+        self._settings = settings
         self._side_inputs = {
             'shards': beam.pvalue.AsList(shards),
             'rejections': beam.pvalue.AsList(rejections),
@@ -195,5 +197,5 @@ class Finalize(beam.PTransform):
     def expand(self, root):
         once = root | 'Once' >> beam.Create([None])
         return once | 'WriteMetadata' >> beam.FlatMap(
-            _finalize, context=self._context, **self._side_inputs
+            _finalize, settings=self._settings, **self._side_inputs
         )

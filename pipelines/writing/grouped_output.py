@@ -63,24 +63,24 @@ def previous_counts(previous, counts) -> dict:
     return {'build': previous.build, 'kept': kept, 'new': new, 'removed': removed, 'moved': moved}
 
 
-def add_grouping(summary, context, tallies, clusters, rows, previous=None):
+def add_grouping(summary, finishing, tallies, clusters, rows, previous=None):
     """Adds `grouping` to dataset.json's content `summary`, and each split's grouping keys.
 
     Args:
-        context: the BuildContext.
+        finishing: the build's FinishSettings.
         tallies: CountLeaks' [((kind, split, leaked), count)].
         clusters: the build's Clusters.
         rows: near_duplicates.jsonl's lines (near_duplicate_rows).
         previous: `grouping.previous` (previous_counts), with --splits-from.
     """
-    settings, config = context.grouping, context.config
+    settings = finishing.grouping
     counts = dict(tallies)
     images = sum(row['size'] for row in rows)
     found = grouping_facts.counted(counts, settings.groups, settings.near_duplicates, images)
     grouping = {}
     if settings.groups:
-        by = ['column'] * context.listing.grouped + ['pattern'] * bool(config.group_pattern)
-        grouping['groups'] = {'by': by, 'pattern': config.group_pattern, **found['groups']}
+        by, pattern = list(finishing.grouped_by), finishing.group_pattern
+        grouping['groups'] = {'by': by, 'pattern': pattern, **found['groups']}
     if settings.near_duplicates:
         grouping['near_duplicates'] = {
             'hash': grouping_facts.HASH,
@@ -90,7 +90,7 @@ def add_grouping(summary, context, tallies, clusters, rows, previous=None):
         }
     if previous is not None:
         grouping['previous'] = previous
-    fractions = None if context.listing.manifest_splits else dict(config.splits)
+    fractions = finishing.fractions and dict(finishing.fractions)
     grouping['stratification'] = grouping_facts.stratification_of(summary['splits'], fractions)
     summary[GROUPING] = grouping
     entries = grouping_facts.split_entries(
