@@ -26,37 +26,58 @@ def encode_example(kind, values):
     The bytes are those of the protobuf runtime's deterministic serialization of a
     `tensorflow.Example` (map entries sorted by key), written out directly: six times faster
     per record than filling a message, which counts at millions of records (tests hold the two
-    to each other and to TensorFlow).
+    to each other and to TensorFlow). A writer of many records keeps the kind's `Plan` and
+    calls its `encode`, which does not look the kind up again per record.
 
     Args:
         values: {key: value} with every key of `kind.schema`; bytes features take `bytes` or
             `str` (UTF-8), int64 features `int`, float features `float` (stored as float32),
             list types a tuple of those.
     """
-    steps, size = _steps(kind)
-    parts = [b'']  # Example.features' header, once the rest's length is known
-    try:
-        if len(values) != size:
-            raise KeyError
-        for step, key, field, run in steps:
-            if step is _RUN:  # features whose values repeat: encoded once per value tuple
-                parts.append(run[key(values)])
-            elif step is _BYTES:  # the image's bytes among them: copied once, by the join
-                data = values[key]
-                data = data.encode('utf-8') if isinstance(data, str) else data
-                parts += (field[len(data)], data)  # the entry's fields before the bytes
-            elif step is _INT:
-                parts.append(_int_entry(field, values[key]))
-            else:
-                parts.append(_entry(key, step, values[key]))
-    except KeyError:
+    return plan(kind).encode(values)
+
+
+@functools.cache
+def plan(kind) -> 'Plan':
+    """The Plan that encodes the records of `kind`, made once per kind in a process."""
+    return Plan(kind)
+
+
+class Plan:
+    """How the records of one kind are encoded: a step per feature, in the serialized order (a
+    run of repeating features one step, its values got at once with operator.itemgetter; a
+    single bytes or int64 value a step of its own kind; any other type the general `_entry`)."""
+
+    def __init__(self, kind):
+        self._kind = kind
         ordered = _sorted_schema(kind)
-        raise ValueError(
-            f'record keys {sorted(values)} do not match the schema of {kind} '
-            f'{sorted(key for key, _, _ in ordered)}'
-        ) from None
-    parts[0] = _header(0x0A, sum(map(len, parts)))
-    return b''.join(parts)
+        self._steps, self._size = _steps(ordered), len(ordered)
+
+    def encode(self, values) -> bytes:
+        """The record of `values` (see `encode_example`)."""
+        parts = [b'']  # Example.features' header, once the rest's length is known
+        try:
+            if len(values) != self._size:
+                raise KeyError
+            for step, key, field, run in self._steps:
+                if step is _RUN:  # features whose values repeat: encoded once per value tuple
+                    parts.append(run[key(values)])
+                elif step is _BYTES:  # the image's bytes among them: copied once, by the join
+                    data = values[key]
+                    data = data.encode('utf-8') if isinstance(data, str) else data
+                    parts += (field[len(data)], data)  # the entry's fields before the bytes
+                elif step is _INT:
+                    parts.append(_int_entry(field, values[key]))
+                else:
+                    parts.append(_entry(key, step, values[key]))
+        except KeyError:
+            expected = sorted(key for key, _, _ in _sorted_schema(self._kind))
+            raise ValueError(
+                f'record keys {sorted(values)} do not match the schema of {self._kind} '
+                f'{expected}'
+            ) from None
+        parts[0] = _header(0x0A, sum(map(len, parts)))
+        return b''.join(parts)
 
 
 _RUN, _BYTES, _INT = 'run', 'bytes', 'int64'
@@ -91,13 +112,9 @@ class _Run(_Table):
         )
 
 
-@functools.cache
-def _steps(kind):
+def _steps(ordered):
     """((step, key or getter, key field or _BytesPrefixes, _Run or None), ...) that encode a
-    record's features in the serialized order, and their number. A run of repeating features
-    is one step, its values got at once (operator.itemgetter); a single bytes or int64 value
-    has a step of its own kind; any other kind (a list) the general `_entry`."""
-    ordered = _sorted_schema(kind)
+    record's features of `ordered` (`_sorted_schema`) in the serialized order."""
     steps, run = [], []
     for index, (key, kind, repeating) in enumerate(ordered):
         if repeating:
@@ -107,12 +124,12 @@ def _steps(kind):
             getter = operator.itemgetter(*(key for key, _ in run))
             steps.append((_RUN, getter, None, _Run(tuple(run))))
             run = []
-        elif kind in (_BYTES, _INT):  # the constant itself, which encode_example tests by `is`
+        elif kind in (_BYTES, _INT):  # the constant itself, which Plan.encode tests by `is`
             field = _BytesPrefixes(_KEY_FIELDS[key]) if kind == _BYTES else _KEY_FIELDS[key]
             steps.append((_BYTES if kind == _BYTES else _INT, key, field, None))
         else:
             steps.append((kind, key, None, None))
-    return tuple(steps), len(ordered)
+    return tuple(steps)
 
 
 class _BytesPrefixes(_Table):

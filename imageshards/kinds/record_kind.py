@@ -101,17 +101,23 @@ class RecordKind:
         records and depends on (pipelines/analysis/graph_cache.py)."""
         return dataclasses.replace(self, original=False, grouped=False)
 
-    @property
+    @functools.cached_property
     def payload_key(self) -> str:
         """The key of what a record stores of its image: its bytes, or its file's path."""
         return features.ENCODED if self.format == features.EXAMPLES else features.PATH
+
+    @functools.cached_property
+    def keeps_original(self) -> bool:
+        """Whether records keep their original's size and digest (features.ORIGINAL_KEYS): a
+        build of image bytes with --resize-shorter-side."""
+        return self.original and self.format == features.EXAMPLES
 
     @functools.cached_property
     def schema(self) -> dict:
         """{key: type} of every feature of the records, in dataset.json's order (made once:
         not to be changed)."""
         schema = {self.payload_key: 'bytes', **_IMAGE}
-        if self.original and self.format == features.EXAMPLES:
+        if self.keeps_original:
             schema.update(features.ORIGINAL_KEYS)
         if self.grouped:
             schema[features.GROUP] = 'bytes'
@@ -148,7 +154,7 @@ class RecordKind:
             features.ID: meta.id,
             self.payload_key: payload,
         }
-        if self.original and self.format == features.EXAMPLES:
+        if self.keeps_original:
             values[features.ORIGINAL_HEIGHT] = meta.original_height or meta.height
             values[features.ORIGINAL_WIDTH] = meta.original_width or meta.width
             values[features.ORIGINAL_SHA256] = meta.content_digest.hex()

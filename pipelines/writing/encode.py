@@ -1,6 +1,7 @@
 """From an ImageMeta to its record: the bytes it stores, read again and checked, and the
 serialized `tf.train.Example` of the build's kind (imageshards/kinds/). Used by WriteShards."""
 
+import functools
 import hashlib
 
 import google_crc32c
@@ -50,7 +51,12 @@ class RecordEncoder:
         else:
             payload = filename
         values = self._kind.values(meta, self._names, filename, payload)
-        return example_bytes.encode_example(self._kind, values)
+        return self._plan.encode(values)
+
+    @functools.cached_property
+    def _plan(self):
+        """The kind's example_bytes.Plan, made on first use (where records are written)."""
+        return example_bytes.plan(self._kind)
 
 
 def read_checked(source, meta, max_bytes, reader=None):
