@@ -3,8 +3,8 @@ plugs into.
 
     features.py        every feature key, the types of values, a schema's parse spec
     record_kind.py     `RecordKind`: what every record holds and what a kind adds (features,
-                       their types and parse spec, values, the labels an image is stratified
-                       by, its annotation, TFDS features, inspect's headline); `LabelNames`
+                       their types and parse spec, values, whether an image's label is a set,
+                       its annotation, TFDS features, inspect's headline); `LabelNames`
     classification.py  `Classification`: a label or a set of labels per image, label levels
     registry.py        the kinds by name (`named`, `register`), a build's (`of_build`), as JSON
 

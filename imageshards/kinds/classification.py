@@ -58,10 +58,6 @@ class Classification(RecordKind):
             values[features.level_label(level)] = level_id
             values[features.level_text(level)] = _names(level_names, level_id, self.multi_label)
 
-    def label_set(self, label) -> tuple:
-        """An image's label as a 1-tuple; a multi-label image's set of labels as it is."""
-        return label if self.multi_label else (label,)
-
     def feature_docs(self, names) -> dict:
         docs = {**super().feature_docs(names), **(_MULTI_DOCS if self.multi_label else _DOCS)}
         for level, _ in names.levels:

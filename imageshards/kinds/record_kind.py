@@ -12,7 +12,8 @@ masks, weights). The kind says, in one place:
                     features.LIST for a list of them (what dataset.json's `features` holds)
     feature_spec    the `tf.io.parse_example` spec the trainer, the analysis and tools parse with
     values          how an image's metadata (and its annotation) becomes a record's values
-    label_set       the label ids an image contributes to stratification (splits and shards)
+    multi_label     whether an image's label is a set of ids, each of which it is counted and
+                    stratified by (splits and shards), or one id
     annotation      what of an input's annotation its record needs, packed into the image's
                     metadata, which the shuffle carries and never opens
     feature_docs    what each feature holds, in words (TFDS metadata states them)
@@ -167,10 +168,13 @@ class RecordKind:
         """Adds the values of this kind's own features (`own_schema`) to a record's `values`."""
         del values, meta, names
 
-    def label_set(self, label) -> tuple:
-        """The label ids an image of label value `label` (ImageMeta.label) contributes to the
-        stratification of splits and shards: its label."""
-        return (label,)
+    @property
+    def multi_label(self) -> bool:
+        """Whether an image's label (ImageMeta.label) is a set of ids, a sorted tuple of them,
+        each of which it is counted and stratified by; else one id. A kind whose images hold
+        several labels (a classification with `multi_label`, the classes of a detection's
+        objects) says so."""
+        return False
 
     def annotation(self, entry) -> bytes:
         """What an input's annotation (InputEntry.annotation, as its reader found it) gives
