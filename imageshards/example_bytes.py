@@ -73,8 +73,7 @@ class Plan:
         except KeyError:
             expected = sorted(key for key, _, _ in _sorted_schema(self._kind))
             raise ValueError(
-                f'record keys {sorted(values)} do not match the schema of {self._kind} '
-                f'{expected}'
+                f'record keys {sorted(values)} do not match the schema of {self._kind} {expected}'
             ) from None
         parts[0] = _header(0x0A, sum(map(len, parts)))
         return b''.join(parts)
