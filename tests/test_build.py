@@ -51,7 +51,7 @@ def tree(tmp_path_factory):
 
 
 def _run(*args):
-    """build.run in this process (tests choose another running mode by adding it after)."""
+    """launcher.run in this process (tests choose another running mode by adding it after)."""
     return launcher.run(['--direct_running_mode=in_memory', *args])
 
 

@@ -48,10 +48,10 @@ def _dry_run_argv(gcs, *args):
 
 
 def _dry_run(gcs, *args):
-    """`build.run` of a --dry_run on Dataflow; returns the job the runner built."""
+    """`launcher.run` of a --dry_run on Dataflow; returns the job the runner built."""
     argv = _dry_run_argv(gcs, *args)
     _, beam_args = options.parse_build_args(argv)
-    pipeline = runner.make_pipeline(beam_args)  # what build.run makes, kept to see the job
+    pipeline = runner.make_pipeline(beam_args)  # what launcher.run makes, kept to see the job
     assert launcher.run(argv, test_pipeline=pipeline) is None
     return pipeline.runner.job
 

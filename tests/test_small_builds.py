@@ -11,7 +11,7 @@ import images_for_tests as imgs
 
 
 def _run(*args):
-    """build.run in this process."""
+    """launcher.run in this process."""
     return launcher.run(['--direct_running_mode=in_memory', *args])
 
 
