@@ -224,3 +224,16 @@ def test_a_kind_round_trips_through_json_and_dataset_json():
     assert kinds.of_build({**dataset, 'kind': 'classification'}) == kind
     with pytest.raises(ValueError, match='unknown record kind'):
         kinds.of_build({**dataset, 'kind': 'pixels'})
+
+
+def test_a_kind_of_a_feature_type_records_cannot_hold_is_refused():
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class _Strings(Classification):
+        name: typing.ClassVar[str] = 'strings-for-tests'
+
+        def own_schema(self):
+            return {**super().own_schema(), 'x/names': 'string_list'}
+
+    with pytest.raises(ValueError, match=r"strings-for-tests: feature types \{'x/names'"):
+        assert not _Strings().schema  # raises before
+    assert _EveryType().schema['x/scores'] == 'float_list'  # every type it holds is known

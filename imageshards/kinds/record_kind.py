@@ -122,7 +122,13 @@ class RecordKind:
             schema.update(features.ORIGINAL_KEYS)
         if self.grouped:
             schema[features.GROUP] = 'bytes'
-        schema.update(self.own_schema())
+        own = self.own_schema()
+        unknown = {
+            key: t for key, t in own.items() if t.removesuffix(features.LIST) not in features.TYPES
+        }
+        if unknown:
+            raise ValueError(f'{self.name}: feature types {unknown} are not of {features.TYPES}')
+        schema.update(own)
         place = {key: i for i, key in enumerate(_ORDER)}
         return dict(sorted(schema.items(), key=lambda item: place.get(item[0], len(place))))
 

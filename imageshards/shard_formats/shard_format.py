@@ -34,13 +34,11 @@ class ShardFormat:
         name: the format's name (dataset.json's `shard_format`).
         suffix: the end of a shard file's name (`.tfrecord`).
         index_suffix: the end added to a shard's name for its index file; None: no index file.
-        tfds_file_format: the `tfds.core.FileFormat` value TFDS reads the shards with.
     """
 
     name = None
     suffix = None
     index_suffix = None
-    tfds_file_format = None
 
     def shard_name(self, split, index, num_shards) -> str:
         return f'{split}-{index:05d}-of-{num_shards:05d}{self.suffix}'
