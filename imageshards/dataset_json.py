@@ -48,7 +48,6 @@ from imageshards import layout
 from imageshards import storage
 from imageshards.kinds import features
 from imageshards.kinds import registry as kinds
-from imageshards.kinds.record_kind import LabelNames
 from imageshards.shard_formats import registry as shard_formats
 
 REQUIRED_KEYS = (
@@ -178,11 +177,6 @@ class Build:
     def shard_format(self):
         """The ShardFormat of the shard files (imageshards/shard_formats/)."""
         return shard_formats.of_build(self.raw)
-
-    @property
-    def names(self):
-        """The LabelNames the records' ids stand for."""
-        return LabelNames.of_dataset(self.raw)
 
     @property
     def labels(self):
