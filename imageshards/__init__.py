@@ -5,14 +5,14 @@ files and what every command shares. The build is in pipelines/, the trainer in 
 commands in imageshards_cli/. Two folders below the rest, which import nothing of it:
 
     kinds/               what a build's records hold: the feature keys, a kind's schema, values,
-                         parse spec and TFDS features (classification; new kinds: one module)
-    shard_formats/       the files shards are written in and read from (TFRecord; new formats:
-                         one module)
+                         parse spec and TFDS features (classification; new kinds: one module),
+                         and records serialized as TensorFlow does, without it
+    shard_formats/       the files shards are written in and read from (TFRecord, ArrayRecord,
+                         Parquet; new formats: one module)
 
     layout.py            every file and folder of an output: its name, and which are ours
     dataset_json.py      dataset.json read, and a build as readers see it (`Build`)
     dataset_facts.py     dataset.json made from a build's facts, and checked
-    example_bytes.py     records serialized as TensorFlow does, without it; their message class
     records.py           the records of a build, or of any TFRecord file, read
     tfds_metadata.py     a build as a TensorFlow Datasets dataset
     tft_preprocessing.py  the tf.Transform preprocessing_fn of a build (TensorFlow)

@@ -3,15 +3,16 @@
 Files are read through Beam's `FileSystems` (imageshards/storage.py: local and `gs://` alike)
 and streamed: one record in memory at a time, checked as their shard format reads them
 (imageshards/shard_formats/: a TFRecord's every length and CRC). Records are parsed with the
-`tensorflow.Example` class of imageshards/example_bytes.py, so nothing here imports TensorFlow.
+`tensorflow.Example` class of imageshards/kinds/example_bytes.py, so nothing here imports
+TensorFlow.
 """
 
 import hashlib
 
 from google.protobuf.message import DecodeError
 
-from imageshards import example_bytes
 from imageshards import storage
+from imageshards.kinds import example_bytes
 
 KINDS = {'bytes_list': 'bytes', 'int64_list': 'int64', 'float_list': 'float'}
 

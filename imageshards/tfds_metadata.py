@@ -2,7 +2,9 @@
 
 TFDS reads the shards of a build as they are, once three kinds of file describe them:
     OUT/dataset_info.json        name, version, description, splits (shard lengths, bytes,
-                                 `{SPLIT}/{SPLIT}-{SHARD_X_OF_Y}.tfrecord`), supervised keys
+                                 `{SPLIT}/{SPLIT}-{SHARD_X_OF_Y}.tfrecord`), supervised keys,
+                                 and for an ArrayRecord build its file format (`array_record`:
+                                 `builder_from_directory(OUT).as_data_source()` reads it)
     OUT/features.json            one feature per record key, as the build's kind says
                                  (imageshards/kinds/)
     OUT/<feature>.labels.txt     the names of each ClassLabel: image.class.label.labels.txt,
@@ -28,6 +30,9 @@ empty where it has none, as TFDS's own multi-label datasets such as voc describe
 `Sequence(Text)`.
 A `paths` build has `image/path` (Text) where the image would be, and no Image feature: TFDS
 yields the path, and `as_supervised=True` gives (path, label) for a reader that loads the file.
+
+A Parquet build has none of these: its rows are not TFDS's serialized examples (Hugging Face
+`datasets` reads it; imageshards/shard_formats/parquet.py).
 
 The dataset is named `imageshards`, version 1.0.0, whatever the folder: TFDS finds it by its
 directory, and a fixed name stays right when a build is moved or copied.
@@ -105,6 +110,9 @@ def dataset_info(dataset, data_dir='.'):
         for split, entry in dataset['splits'].items()
     ]
     info.set_splits(tfds.core.SplitDict(splits))
+    file_format = shard_formats.of_build(dataset).tfds_file_format
+    if file_format != shard_formats.DEFAULT:  # a TFRecord build's dataset_info.json as it was
+        info.set_file_format(file_format)
     return info
 
 
@@ -142,6 +150,8 @@ def files(dataset):
     TFDS writes them into a local temporary folder (its file layer need not reach the build's
     storage); the caller puts them beside dataset.json.
     """
+    if shard_formats.of_build(dataset).tfds_file_format is None:
+        return {}  # shards TFDS does not read (Parquet: rows, not its serialized examples)
     info = dataset_info(dataset)
     with tempfile.TemporaryDirectory(prefix='imageshards-tfds-') as folder:
         info.write_to_directory(folder)
@@ -164,6 +174,8 @@ def problems(output_dir, dataset):
     """
     import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
 
+    if not files(dataset):
+        return []
     expected = dataset_info(dataset)
     where = lambda name: storage.join(output_dir, name)
     with tempfile.TemporaryDirectory(prefix='imageshards-tfds-') as folder:

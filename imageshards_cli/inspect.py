@@ -121,7 +121,7 @@ def record_lines(index, where, offset, values, kind=_ANY_RECORDS):
     """The lines that show one record: a header (what the build's `kind` says of it first), then
     every feature."""
     headline = _headline(values, kind)
-    lines = [f'record {index} ({where}, byte {offset})' + (f': {headline}' if headline else '')]
+    lines = [f'record {index} ({where}, {offset})' + (f': {headline}' if headline else '')]
     width = max([len(key) for key in values] + [3])
     for key, (kind, items) in values.items():
         lines.append(f'  {key:<{width}}  {format_values(kind, items, key) if kind else "(empty)"}')
@@ -135,7 +135,7 @@ def _read(paths, display, limit, shard_format):
         for path in paths:
             with storage.open_read(path, guess_compression=True) as f:
                 for offset, record in shard_format.read(f, path):
-                    yield display(path), offset, record
+                    yield display(path), f'{shard_format.position_word} {offset}', record
 
     return itertools.islice(every_record(), limit)
 
@@ -149,7 +149,7 @@ def inspect(paths, display, num_shown, num_scanned, build=None):
         num_scanned: records read for the schema (at least `num_shown`); None for all.
         build: the dataset_json.Build the files are shards of, or None.
     """
-    shard_format = build.shard_format if build else shard_formats.named(shard_formats.DEFAULT)
+    shard_format = build.shard_format if build else shard_formats.of_path(paths[0])
     kind = build.kind if build else _ANY_RECORDS
     limit = None if num_scanned is None else max(num_scanned, num_shown)
     schema, shown, status = _Schema(), [], 0
@@ -158,7 +158,7 @@ def inspect(paths, display, num_shown, num_scanned, build=None):
             try:
                 values = records.example_values(records.parse_example(record))
             except records.NotAnExampleError as e:
-                shown.append(f'record {index} ({where}, byte {offset}): {e}')
+                shown.append(f'record {index} ({where}, {offset}): {e}')
                 continue
             schema.add(values)
             if index < num_shown:

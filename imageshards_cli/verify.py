@@ -66,7 +66,7 @@ class _Problems:
             if count == self._limit + 1:
                 print(f'{where}: further problems not shown (--max-problems {self._limit})')
             return
-        at = f'record at byte {offset}: ' if offset is not None else ''
+        at = f'record at {offset}: ' if offset is not None else ''
         print(f'{where}: {at}{message}', flush=True)
 
     @property
@@ -160,7 +160,8 @@ class _ShardReader:
     def _records(self, split, path, reader, tally):
         batch, batch_bytes = [], 0
         try:
-            for offset, record in self._format.read(reader, path):
+            for position, record in self._format.read(reader, path):
+                offset = f'{self._format.position_word} {position}'  # where, in words
                 tally.records += 1
                 tally.lengths.append(len(record))
                 checked = self._checker.check(path, offset, record)

@@ -17,7 +17,7 @@ from pipelines.validation.resize import target_size
 class ImageJob(typing.NamedTuple):
     """What the image check needs of one record."""
 
-    offset: int
+    offset: str  # where the record is, in its format's words ('byte 1234')
     payload: object  # the encoded bytes, or for a `paths` build the path (str) to read them from
     height: int
     width: int

@@ -11,7 +11,7 @@ import zipfile
 
 import numpy as np
 
-from imageshards import example_bytes
+from imageshards.kinds import example_bytes
 from imageshards.shard_formats import tfrecord
 
 

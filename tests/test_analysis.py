@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from imageshards import example_bytes
+from imageshards.kinds import example_bytes
 from imageshards.kinds import features
 from imageshards.shard_formats import tfrecord
 from pipelines import launcher

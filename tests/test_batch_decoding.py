@@ -5,7 +5,7 @@ skip_bad_images keeps."""
 import numpy as np
 import pytest
 
-from imageshards import example_bytes
+from imageshards.kinds import example_bytes
 from imageshards.kinds import features
 from imageshards.shard_formats import tfrecord
 from trainer import dataset_info

@@ -7,7 +7,7 @@ import typing
 
 import pytest
 
-from imageshards import example_bytes
+from imageshards.kinds import example_bytes
 from imageshards.kinds import features
 from imageshards.kinds import registry as kinds
 from imageshards.kinds.classification import Classification

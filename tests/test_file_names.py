@@ -7,9 +7,9 @@ import random
 
 import pytest
 
-from imageshards import example_bytes
 from imageshards import file_names
 from imageshards import records
+from imageshards.kinds import example_bytes
 from imageshards.kinds import features
 from imageshards.kinds import registry as kinds
 from imageshards.shard_formats import tfrecord

@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from imageshards import example_bytes
+from imageshards.kinds import example_bytes
 from imageshards.kinds import features
 from imageshards.kinds import registry as kinds
 from imageshards.shard_formats import tfrecord

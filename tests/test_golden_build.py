@@ -12,8 +12,8 @@ import hashlib
 import struct
 import zlib
 
-from imageshards import example_bytes
 from imageshards import records
+from imageshards.kinds import example_bytes
 from imageshards.kinds import features
 from imageshards.kinds import registry as kinds
 from imageshards.shard_formats import registry as shard_formats

@@ -6,7 +6,7 @@ import shutil
 import numpy as np
 import pytest
 
-from imageshards import example_bytes
+from imageshards.kinds import example_bytes
 from imageshards.kinds import features
 from imageshards.shard_formats import tfrecord
 from trainer import corrupt_shards

@@ -9,9 +9,9 @@ import random
 import numpy as np
 import pytest
 
-from imageshards import example_bytes
 from imageshards import records
 from imageshards import stratification
+from imageshards.kinds import example_bytes
 from imageshards.kinds import features
 from imageshards.kinds import registry as kinds
 from imageshards.shard_formats import tfrecord

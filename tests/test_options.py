@@ -4,10 +4,11 @@ import re
 import pytest
 
 from pipelines.core import options
+from pipelines.core import split_flags
 
 
 def test_parse_splits_keeps_order_and_values():
-    assert options.parse_splits('train=0.8,val=0.1,test=0.1') == (
+    assert split_flags.parse_splits('train=0.8,val=0.1,test=0.1') == (
         ('train', 0.8),
         ('val', 0.1),
         ('test', 0.1),
@@ -27,7 +28,7 @@ def test_parse_splits_keeps_order_and_values():
 )
 def test_parse_splits_rejects_bad_specs(text, message):
     with pytest.raises(ValueError, match=message):
-        options.parse_splits(text)
+        split_flags.parse_splits(text)
 
 
 def test_unknown_flags_go_to_beam():

@@ -5,7 +5,7 @@ import io
 import numpy as np
 from PIL import Image
 
-from imageshards import example_bytes
+from imageshards.kinds import example_bytes
 from imageshards.kinds import features
 from imageshards.shard_formats import tfrecord
 from imageshards_cli import main as cli

@@ -6,6 +6,8 @@ plugs into.
                        their types and parse spec, values, whether an image's label is a set,
                        its annotation, TFDS features, inspect's headline); `LabelNames`
     classification.py  `Classification`: a label or a set of labels per image, label levels
+    example_bytes.py   a kind's records serialized as TensorFlow does, without it; the
+                       `tensorflow.Example` message class
     registry.py        the kinds by name (`named`, `register`), a build's (`of_build`), as JSON
 
 A build's kind is dataset.json's `kind` (builds from before it: classification) and its options

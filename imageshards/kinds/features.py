@@ -19,7 +19,7 @@ groups of each split.
 
 A feature's type is `bytes`, `int64` or `float`, and `<type>_list` (LIST) where a record holds
 any number of values (a multi-label build's labels): a schema is {key: type}. Records are
-`tensorflow.Example` protos, serialized without TensorFlow by imageshards/example_bytes.py,
+`tensorflow.Example` protos, serialized without TensorFlow by imageshards/kinds/example_bytes.py,
 which also has the message class for reading them.
 """
 

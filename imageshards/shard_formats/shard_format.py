@@ -8,8 +8,12 @@ else in imageshards knows how a format lays out its bytes: a new format is one m
 subclass (imageshards/shard_formats/__init__.py names them), as TFDS's `FileAdapter`s are.
 """
 
+import contextlib
 import dataclasses
+import os
 import re
+import shutil
+import tempfile
 
 
 class CorruptRecordError(ValueError):
@@ -34,11 +38,25 @@ class ShardFormat:
         name: the format's name (dataset.json's `shard_format`).
         suffix: the end of a shard file's name (`.tfrecord`).
         index_suffix: the end added to a shard's name for its index file; None: no index file.
+        position_word: what `read`'s positions count (`byte`: an offset in the file).
+        random_access: whether a reader can read any record by its index (ArrayRecord), so
+            that every epoch can be a new global permutation.
+        tfds_file_format: the `tfds.core.FileFormat` name TFDS reads the shards as; None: TFDS
+            cannot read them (no TFDS metadata is written).
     """
 
     name = None
     suffix = None
     index_suffix = None
+    position_word = 'byte'
+    random_access = False
+    tfds_file_format = None
+
+    def for_records(self, kind, names) -> 'ShardFormat':
+        """The format writing the records of `kind` (a RecordKind) with label `names`: itself,
+        for a format that stores records as bytes."""
+        del kind, names
+        return self
 
     def shard_name(self, split, index, num_shards) -> str:
         return f'{split}-{index:05d}-of-{num_shards:05d}{self.suffix}'
@@ -108,3 +126,18 @@ def write_whole(files, path, temp_dir, data) -> None:
     """Writes `data` as the file `path` through `files`, which appears only once complete."""
     with files.created_whole(path, temp_dir) as f:
         f.write(data)
+
+
+@contextlib.contextmanager
+def local_copy(f, suffix):
+    """The path of a local file with the contents of the open binary file `f`, for a library
+    that opens files by name: `f`'s own where it is a local file, else a temporary copy (read
+    through `f`, so that a reader counting its bytes sees them all), removed afterwards."""
+    name = getattr(f, 'name', None)
+    if isinstance(name, str) and os.path.isfile(name):
+        yield name
+        return
+    with tempfile.NamedTemporaryFile(suffix=suffix) as copy:
+        shutil.copyfileobj(f, copy, 1 << 22)
+        copy.flush()
+        yield copy.name

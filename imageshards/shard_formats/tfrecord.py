@@ -117,6 +117,7 @@ class TFRecordFormat(ShardFormat):
     name = 'tfrecord'
     suffix = '.tfrecord'
     index_suffix = '.idx'
+    tfds_file_format = 'tfrecord'
 
     def write(self, path, records, files, temp_dir) -> WrittenShard:
         digest, lengths = hashlib.sha256(), []

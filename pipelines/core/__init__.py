@@ -7,6 +7,8 @@ field of the image metadata, a setting of the build, a way to reach an input's b
     counters.py  what the steps count: Beam counters, and live counts for the local display
     options.py   the flags of `imageshards build` (and a --config file), parsed into a BuildConfig
     input_flags.py  the flags of what --input is: its form, label columns, label and class files
+    split_flags.py  --splits, and the flags that keep images together in a split (groups,
+                 near-duplicates, --splits-from)
     sources.py   where an input's bytes are: a file from its stable key, or a part of a
                  container (an archive's member, an array's row, a record: Source); small inputs
     reading.py   an input's bytes read, wherever they are (Reader): the reader validation and

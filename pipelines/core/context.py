@@ -274,7 +274,9 @@ class BuildContext:
         return WriteSettings(
             kind=self.kind,
             names=self.names,
-            shard_format=shard_formats.named(config.shard_format),
+            shard_format=shard_formats.named(config.shard_format).for_records(
+                self.kind, self.names
+            ),
             input_base=self.listing.base,
             output_dir=self.output_dir,
             temp_dir=self.temp_dir,

@@ -11,36 +11,13 @@ import io
 
 from imageshards import configfile
 from imageshards import flags
-from imageshards import layout
 from imageshards.kinds import features
+from imageshards.shard_formats import registry as shard_formats
 from pipelines.core import input_flags
 from pipelines.core import settings
-from pipelines.core.groups import parse_group_pattern
+from pipelines.core import split_flags
 from pipelines.core.settings import BuildConfig
 from pipelines.core.settings import InputSettings
-
-
-def parse_splits(text) -> tuple:
-    """Parses `train=0.8,val=0.1,test=0.1` into (('train', 0.8), ...); fractions must sum to 1."""
-    splits = []
-    for part in str(text).split(','):
-        name, sep, fraction = part.strip().partition('=')
-        name = name.strip()
-        if not sep or not layout.SPLIT_NAME.match(name):
-            raise ValueError(f'--splits: expected name=fraction, got {part!r} in {text!r}')
-        try:
-            value = float(fraction)
-        except ValueError:
-            raise ValueError(f'--splits: {fraction!r} is not a number in {text!r}') from None
-        if not 0 <= value <= 1:
-            raise ValueError(f'--splits: fraction {value} of {name!r} is outside [0, 1]')
-        if name in dict(splits):
-            raise ValueError(f'--splits: {name!r} appears twice in {text!r}')
-        splits.append((name, value))
-    total = sum(value for _, value in splits)
-    if abs(total - 1.0) > 1e-6:
-        raise ValueError(f'--splits: fractions sum to {total:g}, not 1, in {text!r}')
-    return tuple(splits)
 
 
 def _separator(text):
@@ -79,11 +56,19 @@ def build_arg_parser() -> flags.ArgumentParser:
         help='examples: image bytes in tf.train.Example; paths: shuffled path manifests',
     )
     parser.add_argument(
+        '--shard-format',
+        choices=sorted(shard_formats.FORMATS),
+        default=BuildConfig.shard_format,
+        help='tfrecord: TensorFlow, TFDS, DALI; array_record: random access for Grain and '
+        "TFDS's as_data_source (a new global shuffle every epoch); parquet: one row per image "
+        'for Hugging Face datasets, pandas, DuckDB',
+    )
+    parser.add_argument(
         '--seed', type=flags.integer(), default=BuildConfig.seed, help='shuffle and split seed'
     )
     parser.add_argument(
         '--splits',
-        type=flags.words(parse_splits),
+        type=flags.words(split_flags.parse_splits),
         default=BuildConfig.splits,
         help='e.g. train=0.8,val=0.1,test=0.1 (a manifest split column wins)',
     )
@@ -226,7 +211,7 @@ def build_arg_parser() -> flags.ArgumentParser:
         help=f'JPEG quality of the resized images (default {settings.DEFAULT_QUALITY}; '
         'bench/RESULTS.md measures PSNR and size per quality)',
     )
-    _add_split_flags(parser)
+    split_flags.add_split_flags(parser)
     parser.add_argument(
         '--chunk-size',
         type=flags.integer(minimum=1),
@@ -239,67 +224,6 @@ def build_arg_parser() -> flags.ArgumentParser:
         help="also show Beam's, TensorFlow's and the workers' own log lines",
     )
     return parser
-
-
-def _add_split_flags(parser):
-    """The flags that keep images together in one split (docs/building/splits.md)."""
-    parser.add_argument(
-        '--group-pattern',
-        type=flags.words(parse_group_pattern),
-        default=BuildConfig.group_pattern,
-        metavar='REGEX',
-        help="the group of an image whose manifest row names none: the pattern's group named "
-        "'group', or its first, in the image's key (its path below the input root); every "
-        'image of a group lands in one split',
-    )
-    parser.add_argument(
-        '--near-duplicates',
-        action='store_true',
-        help='find near-duplicates (re-encoded, resized, cropped, brightened, blurred copies) '
-        'by a perceptual hash of every image, and keep each cluster of them in one split; '
-        'OUT/near_duplicates.jsonl lists the clusters',
-    )
-    parser.add_argument(
-        '--near-duplicate-distance',
-        type=flags.integer(minimum=0, maximum=16),
-        default=BuildConfig.near_duplicate_distance,
-        metavar='BITS',
-        help='two images are near-duplicates when their 64-bit hashes differ in at most this '
-        'many bits (bench/RESULTS.md measures the default)',
-    )
-    parser.add_argument(
-        '--max-cluster-size',
-        type=flags.integer(minimum=2),
-        default=None,
-        metavar='N',
-        help='a near-duplicate cluster of more images (blank or uniform ones share a hash) is '
-        'reported, not kept in one split (default: 1%% of the images, at least 16)',
-    )
-    parser.add_argument(
-        '--splits-from',
-        metavar='PREVIOUS_OUTPUT',
-        default=BuildConfig.splits_from,
-        help='an earlier build (local or gs://): its images (matched by key, or by content for '
-        'a renamed file) keep their splits; new images join their group or cluster, the others '
-        "fill each split's label mix",
-    )
-
-
-def _check_split_flags(parser, values):
-    """Usage errors of the near-duplicate flags; fills in the automatic cluster cap."""
-    distance = values['near_duplicate_distance'] != BuildConfig.near_duplicate_distance
-    if distance and not values['near_duplicates']:
-        parser.error('--near-duplicate-distance tunes --near-duplicates; give both')
-    if values['max_cluster_size'] is not None and not values['near_duplicates']:
-        parser.error('--max-cluster-size caps --near-duplicates clusters; give both')
-    values['max_cluster_size'] = values['max_cluster_size'] or 0
-
-
-def _yaml_splits(value):
-    """A YAML `splits:` value: `train=0.8,val=0.2` or a mapping {train: 0.8, val: 0.2}."""
-    if isinstance(value, dict):
-        value = ','.join(f'{name}={fraction}' for name, fraction in value.items())
-    return parse_splits(value)
 
 
 def is_local_runner(runner) -> bool:
@@ -381,7 +305,7 @@ def _parse(argv):
         argv,
         passthrough_key='beam',
         convert={
-            'splits': _yaml_splits,
+            'splits': split_flags.yaml_splits,
             'label_levels': features.parse_label_levels,
             'allow_roots': lambda roots: [roots] if isinstance(roots, str) else list(roots),
         },
@@ -393,7 +317,7 @@ def _parse(argv):
     values = {key: value for key, value in vars(args).items() if key not in ('config', 'verbose')}
     values['allow_roots'] = tuple(values['allow_roots'] or ())
     _check_resize(parser, values)
-    _check_split_flags(parser, values)
+    split_flags.check_split_flags(parser, values)
     inputs = InputSettings.take_flags(values)
     # Config-file pipeline options first, so the same flag on the command line overrides them.
     return parser, BuildConfig(**values, inputs=inputs), config_beam_args + beam_args

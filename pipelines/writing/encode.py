@@ -6,10 +6,10 @@ import hashlib
 
 import google_crc32c
 
-from imageshards import example_bytes
 from imageshards import file_names
 from imageshards import layout
 from imageshards import storage
+from imageshards.kinds import example_bytes
 from imageshards.kinds import features
 from pipelines.core import reading
 from pipelines.core import sources

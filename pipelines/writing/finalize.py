@@ -17,6 +17,7 @@ from imageshards import lifeline
 from imageshards import output_lock
 from imageshards import storage
 from imageshards import tfds_metadata
+from imageshards.dataset_json import INDEX_KEY
 from pipelines.writing import grouped_output
 
 
@@ -33,7 +34,8 @@ def _publish_shards(output_dir, shards):
     staged_dir = storage.join(output_dir, layout.TEMP_DIR, layout.STAGED_SHARDS_DIR)
     staged_now = set(storage.list_files(staged_dir))
     moves, unstaged = [], []
-    for relative in (path for shard in shards for path in (shard['path'], shard['index_file'])):
+    files = (path for shard in shards for path in (shard['path'], shard.get(INDEX_KEY)) if path)
+    for relative in files:
         staged = storage.join(output_dir, layout.staged_shard(relative))
         final = storage.join(output_dir, relative)
         if staged in staged_now:

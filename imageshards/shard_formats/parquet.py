@@ -1,0 +1,341 @@
+"""Parquet shards (`ParquetFormat`): one row per image, the table Hugging Face `datasets`,
+pandas, DuckDB and BigQuery read, with the features `datasets.load_dataset("parquet", ...)` shows
+without a loading script.
+
+A row holds every feature of its record (the build's kind's schema), as columns:
+    image                  Hugging Face's `Image` struct: `bytes` (the encoded image) and `path`
+                           (the image's key, as text)
+    label                  `ClassLabel` with the build's names (a multi-label build: a list
+                           of them); `label_text` its name(s) (image/class/label and /text)
+    label_<level>          `ClassLabel` of the level's names (-1 where missing), and
+                           `label_<level>_text`
+    filename, path         the key and the path as bytes (`binary`): a file name is bytes, and
+                           not every one is UTF-8 (imageshards/file_names.py)
+    every other feature    its key without `image/`, `/` as `_` (`image/key/sha256` is
+                           `key_sha256`): text as `string`, int64 as `int64`, float as `float`,
+                           a list type as a list of those
+The schema metadata holds `huggingface` (the `datasets` features, as `Dataset.to_parquet`
+writes them) and `imageshards` (each feature's key, type and column), from which a row becomes
+its record again (the same `tensorflow.Example` bytes as a TFRecord build's): `imageshards
+verify`, `inspect` and the trainer read a Parquet build through the records it holds.
+
+Row groups hold 100 rows, what `datasets` writes for images (a reader streams a row group at a
+time; a random read of one row reads its group). Pages carry CRC32 checksums, which reading
+checks. The image column is neither compressed (an encoded image does not shrink) nor
+dictionary-encoded; the others are Snappy-compressed, as `datasets` and pandas write.
+"""
+
+import dataclasses
+import hashlib
+import json
+
+from imageshards.kinds import example_bytes
+from imageshards.kinds import features
+from imageshards.shard_formats.shard_format import CorruptRecordError
+from imageshards.shard_formats.shard_format import ShardFormat
+from imageshards.shard_formats.shard_format import WrittenShard
+from imageshards.shard_formats.shard_format import local_copy
+
+ROWS_PER_GROUP = 100
+IMAGE = 'image'
+_IMAGE_BYTES = 'image.bytes'
+_BINARY = (features.FILENAME, features.PATH)  # file names: bytes, which may not be UTF-8
+_METADATA = b'imageshards'
+_LABEL_COLUMNS = {features.LABEL: 'label', features.LABEL_TEXT: 'label_text'}
+
+
+@dataclasses.dataclass(frozen=True)
+class _Schema:
+    """A schema as example_bytes.plan takes it (a kind's `schema`), from a file's metadata."""
+
+    items: tuple
+
+    @property
+    def schema(self):
+        return dict(self.items)
+
+
+class ParquetFormat(ShardFormat):
+    """Parquet shards, one row per image. Writing needs the records' schema and names:
+    `for_records(kind, names)` gives the format that writes them."""
+
+    name = 'parquet'
+    suffix = '.parquet'
+    position_word = 'row'
+
+    def __init__(self, schema=None, names=None):
+        self._schema, self._names = schema, names
+
+    def for_records(self, kind, names) -> 'ParquetFormat':
+        return ParquetFormat(dict(kind.schema), names)
+
+    def write(self, path, records, files, temp_dir) -> WrittenShard:
+        import pyarrow.parquet as pq  # pylint: disable=import-outside-toplevel
+
+        if self._schema is None:
+            raise ValueError('ParquetFormat writes records of a kind: use for_records(kind, names)')
+        columns = _columns(self._schema)
+        arrow_schema = _arrow_schema(self._schema, columns, self._names)
+        count = 0
+        with files.created_whole(path, temp_dir) as raw:
+            f = _HashingWriter(raw)
+            with pq.ParquetWriter(
+                f,
+                arrow_schema,
+                compression={
+                    name: 'NONE' if name == _IMAGE_BYTES else 'SNAPPY'
+                    for name in _leaf_names(arrow_schema)
+                },
+                use_dictionary=[n for n in _leaf_names(arrow_schema) if n != _IMAGE_BYTES],
+                write_page_checksum=True,
+            ) as writer:
+                for rows in _groups(records, ROWS_PER_GROUP):
+                    writer.write_table(_table(rows, self._schema, columns, arrow_schema))
+                    count += len(rows)
+        return WrittenShard(count, f.num_bytes, f.sha256.hexdigest(), False)
+
+    def read(self, f, name):
+        with local_copy(f, self.suffix) as local:
+            yield from self._read_local(local, name)
+
+    def _read_local(self, path, name):
+        import pyarrow  # pylint: disable=import-outside-toplevel
+        import pyarrow.parquet as pq  # pylint: disable=import-outside-toplevel
+
+        position = 0
+        try:
+            parquet = pq.ParquetFile(path, page_checksum_verification=True)
+            schema, columns = _stored_schema(parquet.schema_arrow.metadata, name)
+            plan = example_bytes.plan(_Schema(tuple(sorted(schema.items()))))
+            for group in range(parquet.num_row_groups):
+                table = parquet.read_row_group(group)
+                for values in _values(table, schema, columns):
+                    yield position, plan.encode(values)
+                    position += 1
+        except (pyarrow.ArrowException, OSError) as e:
+            raise CorruptRecordError(f'{name}: unreadable at row {position} ({e})') from e
+
+    def tf_records(self, path):
+        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
+        def records(name):  # a Python generator: the path may be a tensor (tf.data's interleave)
+            name = name.decode('utf-8')
+            with tf.io.gfile.GFile(name, 'rb') as f:
+                for _, record in self.read(f, name):
+                    yield record
+
+        return tf.data.Dataset.from_generator(
+            records, args=(path,), output_signature=tf.TensorSpec((), tf.string)
+        )
+
+
+def column_name(key) -> str:
+    """The column of a feature key (other than the image's): `image/key/sha256` -> `key_sha256`,
+    `image/class/label` -> `label`."""
+    if key in _LABEL_COLUMNS:
+        return _LABEL_COLUMNS[key]
+    return key.removeprefix('image/').replace('/', '_')
+
+
+def _columns(schema):
+    """{key: column} of a schema: the image's bytes and key go into the `image` struct too."""
+    found = {key: column_name(key) for key in schema if key != features.ENCODED}
+    if features.ENCODED in schema:
+        found[features.ENCODED] = _IMAGE_BYTES
+    clashes = {c for c in found.values() if list(found.values()).count(c) > 1}
+    if clashes:
+        raise ValueError(f'features that would share Parquet columns: {sorted(clashes)}')
+    return found
+
+
+def _arrow_type(key, type_):
+    import pyarrow as pa  # pylint: disable=import-outside-toplevel
+
+    base = type_.removesuffix(features.LIST)
+    if base == 'int64':
+        one = pa.int64()
+    elif base == 'float':
+        one = pa.float32()
+    else:
+        one = pa.binary() if key in _BINARY else pa.string()
+    return pa.list_(one) if type_.endswith(features.LIST) else one
+
+
+def _arrow_schema(schema, columns, names):
+    import pyarrow as pa  # pylint: disable=import-outside-toplevel
+
+    fields = []
+    if features.ENCODED in schema:
+        fields.append(pa.field(IMAGE, pa.struct([('bytes', pa.binary()), ('path', pa.string())])))
+    for key, type_ in schema.items():
+        if key != features.ENCODED:
+            fields.append(pa.field(columns[key], _arrow_type(key, type_)))
+    stored = {'features': schema, 'columns': columns}
+    metadata = {
+        _METADATA: json.dumps(stored, sort_keys=True).encode('utf-8'),
+        b'huggingface': json.dumps({'info': {'features': _hf_features(schema, columns, names)}}),
+    }
+    return pa.schema(fields, metadata=metadata)
+
+
+def _hf_features(schema, columns, names):
+    """The `datasets` features of the columns, as `Features.to_dict()` writes them."""
+    levels = dict(names.levels) if names else {}
+    found = {IMAGE: {'_type': 'Image'}} if features.ENCODED in schema else {}
+    for key, type_ in schema.items():
+        if key == features.ENCODED:
+            continue
+        base = type_.removesuffix(features.LIST)
+        level = key.removeprefix(features.LEVEL_PREFIX)
+        if key == features.LABEL and names:
+            one = {'names': list(names.labels), '_type': 'ClassLabel'}
+        elif key.startswith(features.LEVEL_PREFIX) and level in levels:
+            one = {'names': list(levels[level]), '_type': 'ClassLabel'}
+        else:
+            dtype = {'int64': 'int64', 'float': 'float32'}.get(base)
+            dtype = dtype or ('binary' if key in _BINARY else 'string')
+            one = {'dtype': dtype, '_type': 'Value'}
+        found[columns[key]] = (
+            {'feature': one, '_type': 'List'} if type_.endswith(features.LIST) else one
+        )
+    return found
+
+
+def _leaf_names(arrow_schema):
+    names = []
+    for field in arrow_schema:
+        if field.type.num_fields and not hasattr(field.type, 'value_type'):  # a struct
+            names += [f'{field.name}.{child.name}' for child in field.type]
+        else:
+            names.append(field.name)
+    return names
+
+
+def _groups(records, size):
+    rows = []
+    for record in records:
+        rows.append(record)
+        if len(rows) == size:
+            yield rows
+            rows = []
+    if rows:
+        yield rows
+
+
+def _table(records, schema, columns, arrow_schema):
+    """A table of `records` (serialized Examples) as rows of the schema's columns."""
+    import pyarrow as pa  # pylint: disable=import-outside-toplevel
+
+    message = example_bytes.example_class()
+    data = {column: [] for column in columns.values()}
+    for record in records:
+        feature_map = message.FromString(record).features.feature
+        for key, type_ in schema.items():
+            data[columns[key]].append(_value(feature_map[key], key, type_))
+    arrays = []
+    for field in arrow_schema:
+        if field.name == IMAGE:
+            paths = [_text(name) for name in data[columns[features.FILENAME]]]
+            arrays.append(
+                pa.StructArray.from_arrays(
+                    [pa.array(data[_IMAGE_BYTES], pa.binary()), pa.array(paths, pa.string())],
+                    names=['bytes', 'path'],
+                )
+            )
+        else:
+            arrays.append(pa.array(data[field.name], field.type))
+    return pa.Table.from_arrays(arrays, schema=arrow_schema)
+
+
+def _value(feature, key, type_):
+    """A feature's value(s) as its column holds them."""
+    which = feature.WhichOneof('kind')
+    values = list(getattr(feature, which).value) if which else []
+    if type_.startswith('bytes') and key not in _BINARY and key != features.ENCODED:
+        values = [_utf8(value, key) for value in values]
+    if type_.endswith(features.LIST):
+        return values
+    if len(values) != 1:
+        raise ValueError(f'{key}: {len(values)} values where the schema has one')
+    return values[0]
+
+
+def _utf8(value, key):
+    try:
+        return value.decode('utf-8')
+    except UnicodeDecodeError as e:
+        raise ValueError(f'{key}: {value[:40]!r} is not UTF-8 text, which Parquet needs') from e
+
+
+def _text(name):
+    return name.decode('utf-8', 'backslashreplace')
+
+
+def _stored_schema(metadata, name):
+    """(schema, columns) from a file's `imageshards` metadata."""
+    stored = (metadata or {}).get(_METADATA)
+    if stored is None:
+        raise CorruptRecordError(f'{name}: a Parquet file without imageshards metadata')
+    stored = json.loads(stored)
+    return stored['features'], stored['columns']
+
+
+def _values(table, schema, columns):
+    """The records' values ({key: value}) of a table's rows."""
+    data = {}
+    for key, column in columns.items():
+        if column == _IMAGE_BYTES:
+            data[key] = table.column(IMAGE).combine_chunks().field('bytes').to_pylist()
+        else:
+            data[key] = table.column(column).to_pylist()
+    for row in range(table.num_rows):
+        values = {}
+        for key, type_ in schema.items():
+            value = data[key][row]
+            if type_.startswith('bytes'):
+                value = (
+                    tuple(_bytes(v) for v in value)
+                    if type_.endswith(features.LIST)
+                    else _bytes(value)
+                )
+            elif type_.endswith(features.LIST):
+                value = tuple(value)
+            values[key] = value
+        yield values
+
+
+def _bytes(value):
+    return value.encode('utf-8') if isinstance(value, str) else value
+
+
+class _HashingWriter:
+    """A binary file being written whose bytes go into a sha256 and a count, for pyarrow."""
+
+    closed = False
+
+    def __init__(self, f):
+        self._f = f
+        self.sha256 = hashlib.sha256()
+        self.num_bytes = 0
+
+    def write(self, data):
+        data = bytes(data)
+        self._f.write(data)
+        self.sha256.update(data)
+        self.num_bytes += len(data)
+        return len(data)
+
+    def tell(self):
+        return self.num_bytes
+
+    def flush(self):
+        pass
+
+    def close(self):
+        self.closed = True
+
+    def writable(self):
+        return True
+
+    def seekable(self):
+        return False
