@@ -82,16 +82,12 @@ class ArrayRecordFormat(ShardFormat):
             except (RuntimeError, ValueError, OSError) as e:
                 raise CorruptRecordError(f'{name}: not a whole ArrayRecord file ({e})') from e
             try:
-                for start in range(0, total, _READ_BATCH):
-                    positions = list(range(start, min(start + _READ_BATCH, total)))
-                    try:
-                        batch = reader.read(positions)
-                    except (RuntimeError, ValueError, OSError) as e:
-                        first = _first_unreadable(reader, positions)
-                        raise CorruptRecordError(f'{name}: corrupt record {first} ({e})') from e
-                    yield from zip(positions, batch)
+                yield from _records(reader, total, name)
             finally:
-                reader.close()
+                try:
+                    reader.close()
+                except (RuntimeError, ValueError, OSError) as e:  # past the records: its footer
+                    raise CorruptRecordError(f'{name}: damaged ({e})') from e
 
     def tf_records(self, path):
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
@@ -129,6 +125,18 @@ def _size_and_digest(path):
             digest.update(chunk)
             size += len(chunk)
     return size, digest.hexdigest()
+
+
+def _records(reader, total, name):
+    """(position, record) of every record of an open reader, a batch of reads at a time."""
+    for start in range(0, total, _READ_BATCH):
+        positions = list(range(start, min(start + _READ_BATCH, total)))
+        try:
+            batch = reader.read(positions)
+        except (RuntimeError, ValueError, OSError) as e:
+            first = _first_unreadable(reader, positions)
+            raise CorruptRecordError(f'{name}: corrupt record {first} ({e})') from e
+        yield from zip(positions, batch)
 
 
 def _first_unreadable(reader, positions):
