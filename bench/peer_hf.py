@@ -3,9 +3,11 @@
 What a `datasets` user writes for a folder of labeled images: `load_dataset('imagefolder')`
 (labels from folder names), `shuffle(seed)` and `save_to_disk` with a fixed shard count and one
 process per core. The cache lives in a fresh folder under OUT, so every run starts cold, as a
-first build does.
+first build does. With `--parquet` the shuffled dataset is written as Parquet files instead,
+one per shard, with `Dataset.to_parquet` (what `push_to_hub` uploads; the Image column's bytes
+embedded).
 
-    python -m bench.peer_hf ROOT OUT [--num-shards 16] [--num-proc 2]
+    python -m bench.peer_hf ROOT OUT [--num-shards 16] [--num-proc 2] [--parquet]
 """
 
 import argparse
@@ -21,6 +23,7 @@ def main(argv=None):
     parser.add_argument('--num-shards', type=int, default=16)
     parser.add_argument('--num-proc', type=int, default=os.cpu_count())
     parser.add_argument('--seed', type=int, default=0)
+    parser.add_argument('--parquet', action='store_true', help='Parquet files, not save_to_disk')
     args = parser.parse_args(argv)
     dataset = datasets.load_dataset(
         'imagefolder',
@@ -30,9 +33,18 @@ def main(argv=None):
         num_proc=args.num_proc,
     )
     dataset = dataset.shuffle(seed=args.seed)
-    dataset.save_to_disk(
-        os.path.join(args.out, 'dataset'), num_shards=args.num_shards, num_proc=args.num_proc
-    )
+    if args.parquet:
+        folder = os.path.join(args.out, 'parquet')
+        os.makedirs(folder, exist_ok=True)
+        for index in range(args.num_shards):
+            shard = dataset.shard(args.num_shards, index, contiguous=True)
+            shard.to_parquet(
+                os.path.join(folder, f'train-{index:05d}-of-{args.num_shards:05d}.parquet')
+            )
+    else:
+        dataset.save_to_disk(
+            os.path.join(args.out, 'dataset'), num_shards=args.num_shards, num_proc=args.num_proc
+        )
     print(f'wrote {len(dataset)} records')
 
 

@@ -13,6 +13,9 @@ contenders alternated round by round so that the machine's drift hits all alike:
                  graph, as for the first build of a kind the package does not ship (each round)
   --no-analyze   `imageshards build --no-analyze`
   naive          list, random.shuffle, tf.io.TFRecordWriter, no validation (--naive)
+With `--formats`, the shard formats instead: `imageshards build` in each `--shard-format`
+(tfrecord, array_record, parquet) against TFDS's ArrayRecord writer (the same builder,
+`file_format='array_record'`) and Hugging Face's `Dataset.to_parquet` after its shuffle.
 Wall time, CPU seconds (user + system of every process, what Dataflow bills) and peak RSS of
 each contender's whole process tree (launcher and workers). The CPU ratio to TFDS is taken
 round by round (each round's contenders ran back to back), then its median is printed: under a
@@ -28,6 +31,7 @@ extra is installed (bench/peer_dali.py).
     python -m bench.peers --count 20000                      # 500x375 photos (47 KB)
     python -m bench.peers --count 200000 --size 64x64 --no-hf
     python -m bench.peers --count 200000 --size 64x64 --no-hf --cache cold
+    python -m bench.peers --count 20000 --formats
     python -m bench.peers read --count 20000
     python -m bench.peers read --count 20000 --only make_dataset,keras,dali --repeat 4
 """
@@ -58,12 +62,34 @@ def build_contenders(data, args):
         'imageshards --no-analyze': lambda out: imageshards_build(data, out, '--no-analyze', *ours),
         'naive': lambda out: python_module('bench.baseline_writer', data, out),
     }
+    if args.formats:
+        contenders = format_contenders(data, shards, ours)
     if args.no_hf:
-        del contenders['hf']
+        contenders.pop('hf', None)
     if not args.naive:
-        del contenders['naive']
+        contenders.pop('naive', None)
     if args.only:
         contenders = {name: contenders[name] for name in args.only.split(',')}
+    return contenders
+
+
+def format_contenders(data, shards, ours):
+    """{name: out -> command} of the shard formats (--formats): ours in each, and the peers'
+    ArrayRecord and Parquet writers."""
+    contenders = {
+        'tfds': lambda out: python_module('bench.peer_tfds', data, out, *shards),
+        'tfds array_record': lambda out: python_module(
+            'bench.peer_tfds', data, out, *shards, '--file-format', 'array_record'
+        ),
+        'hf to_parquet': lambda out: python_module(
+            'bench.peer_hf', data, out, *shards, '--parquet'
+        ),
+    }
+    for fmt in ('tfrecord', 'array_record', 'parquet'):
+        flags = [*ours, '--shard-format', fmt]
+        contenders[f'imageshards {fmt}'] = lambda out, flags=flags: imageshards_build(
+            data, out, *flags
+        )
     return contenders
 
 
@@ -156,6 +182,9 @@ def main(argv=None):
     )
     parser.add_argument('--no-hf', action='store_true', help='leave out Hugging Face datasets')
     parser.add_argument('--naive', action='store_true', help='add the naive one-process writer')
+    parser.add_argument(
+        '--formats', action='store_true', help='the shard formats against their peers instead'
+    )
     parser.add_argument(
         '--cache',
         choices=('warm', 'cold'),
