@@ -92,15 +92,16 @@ class ArrayRecordFormat(ShardFormat):
     def tf_records(self, path):
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
 
-        def records(name):  # a Python generator: the path may be a tensor (tf.data's interleave)
+        def records(name):  # a Python generator; the path may be a tensor (tf.data's interleave)
             name = name.decode('utf-8')
             with open(local_path(name), 'rb') as f:
                 for _, record in self.read(f, name):
                     yield record
 
-        return tf.data.Dataset.from_generator(
+        dataset = tf.data.Dataset.from_generator(
             records, args=(path,), output_signature=tf.TensorSpec((), tf.string)
         )
+        return dataset
 
 
 def local_path(path) -> str:

@@ -118,15 +118,16 @@ class ParquetFormat(ShardFormat):
     def tf_records(self, path):
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
 
-        def records(name):  # a Python generator: the path may be a tensor (tf.data's interleave)
+        def records(name):  # a Python generator; the path may be a tensor (tf.data's interleave)
             name = name.decode('utf-8')
             with tf.io.gfile.GFile(name, 'rb') as f:
                 for _, record in self.read(f, name):
                     yield record
 
-        return tf.data.Dataset.from_generator(
+        dataset = tf.data.Dataset.from_generator(
             records, args=(path,), output_signature=tf.TensorSpec((), tf.string)
         )
+        return dataset
 
 
 def column_name(key) -> str:
