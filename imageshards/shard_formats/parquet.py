@@ -67,6 +67,10 @@ class ParquetFormat(ShardFormat):
         self._schema, self._names = schema, names
 
     def for_records(self, kind, names) -> 'ParquetFormat':
+        """The format writing `kind`'s records; ValueError naming a label that cannot be a
+        Parquet string (a folder's name that is not UTF-8), before anything is written."""
+        for name in [*names.labels, *(n for _, level in names.levels for n in level)]:
+            _utf8(name.encode('utf-8', 'surrogateescape'), 'a label')
         return ParquetFormat(dict(kind.schema), names)
 
     def write(self, path, records, files, temp_dir) -> WrittenShard:
@@ -265,7 +269,10 @@ def _utf8(value, key):
     try:
         return value.decode('utf-8')
     except UnicodeDecodeError as e:
-        raise ValueError(f'{key}: {value[:40]!r} is not UTF-8 text, which Parquet needs') from e
+        raise ValueError(
+            f'{key}: {value[:40]!r} is not UTF-8 text, which a Parquet string column needs; '
+            f'build it with --shard-format tfrecord or array_record'
+        ) from e
 
 
 def _text(name):
