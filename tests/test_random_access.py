@@ -1,6 +1,6 @@
 """Training on a random-access build (ArrayRecord): each epoch a new permutation of the whole split,
-read in parallel into the trainer's batches, resumed exactly, split among workers; a TFRecord
-build of the same images read as before."""
+read in parallel into the trainer's batches, resumed exactly, split among workers; the same build
+read by Grain and by TFDS; a TFRecord build of the same images read as before."""
 
 import hashlib
 
@@ -180,3 +180,28 @@ def test_a_tfrecord_build_of_the_same_images_is_read_as_before(builds):
     order = _order(builds['tfrecord'], 2, seed=7)
     assert sorted(order[0]) == sorted(_stored_ids(builds['array_record']))
     assert hashlib.sha256(order.astype('<i8').tobytes()).hexdigest() == TFRECORD_ORDER_SHA256
+
+
+def test_grain_reads_every_record_of_the_build(tf, builds):
+    import grain  # pylint: disable=import-outside-toplevel
+
+    info = dataset_info.load(builds['array_record'])
+    source = grain.sources.ArrayRecordDataSource(info.shard_paths('train'))
+    assert len(source) == 120
+    records = [source[key] for key in range(len(source))]
+    spec = {features.ID: tf.io.FixedLenFeature([], tf.int64)}
+    ids = tf.io.parse_example(records, spec)[features.ID].numpy()
+    np.testing.assert_array_equal(ids, _stored_ids(builds['array_record']))
+    assert records == list(random_access.SplitReader.of_split(info, 'train').read(range(120)))
+    shuffled = list(grain.MapDataset.source(source).shuffle(seed=1))
+    assert shuffled != records and sorted(shuffled) == sorted(records)
+
+
+def test_tfds_as_data_source_reads_the_records(builds):
+    import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
+
+    sources = tfds.builder_from_directory(builds['array_record']).as_data_source()
+    train = sources['train']
+    assert len(train) == 120
+    ids = [int(train[key]['image/id']) for key in range(len(train))]
+    np.testing.assert_array_equal(ids, _stored_ids(builds['array_record']))
