@@ -205,3 +205,31 @@ def test_tfds_as_data_source_reads_the_records(builds):
     assert len(train) == 120
     ids = [int(train[key]['image/id']) for key in range(len(train))]
     np.testing.assert_array_equal(ids, _stored_ids(builds['array_record']))
+
+
+def test_the_shuffle_report_measures_an_epoch_of_the_permutation(builds, tmp_path):
+    from imageshards_cli import report  # pylint: disable=import-outside-toplevel
+
+    path, metrics = report.report(
+        builds['array_record'],
+        'train',
+        str(tmp_path),
+        epochs=2,
+        batch_size=BATCH,
+        seed=3,
+        baseline_buffer=None,
+    )
+    mine = metrics['imageshards']
+    assert metrics['random_access'] and metrics['shard_format'] == 'array_record'
+    assert mine['records_per_epoch'] == 120
+    assert abs(mine['epoch_order_spearman']) < mine['spearman_bound_for_random_order']
+    np.testing.assert_allclose(
+        shuffle_metrics.epoch_order_spearman(*_order(builds['array_record'], 2, seed=3)),
+        mine['epoch_order_spearman'],
+    )
+    assert mine['mean_distinct_labels_per_batch'] == pytest.approx(
+        mine['ideal_distinct_labels_per_batch'], abs=0.3
+    )
+    page = open(path, encoding='utf-8').read()
+    assert 'a new permutation of the whole split each epoch, no shuffle buffer' in page
+    assert 'two uniformly random orders' in page and '1/√(shards)' not in page
