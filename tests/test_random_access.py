@@ -3,6 +3,7 @@ read in parallel into the trainer's batches, resumed exactly, split among worker
 read by Grain and by TFDS; a TFRecord build of the same images read as before."""
 
 import hashlib
+import shutil
 
 import numpy as np
 import pytest
@@ -233,3 +234,16 @@ def test_the_shuffle_report_measures_an_epoch_of_the_permutation(builds, tmp_pat
     page = open(path, encoding='utf-8').read()
     assert 'a new permutation of the whole split each epoch, no shuffle buffer' in page
     assert 'two uniformly random orders' in page and '1/√(shards)' not in page
+
+
+def test_a_damaged_shard_is_named_when_training_reads_it(tf, builds, tmp_path):
+    build = tmp_path / 'damaged'
+    shutil.copytree(builds['array_record'], build)
+    info = dataset_info.load(str(build))
+    shard = info.shard_paths('train')[1]
+    data = bytearray(open(shard, 'rb').read())
+    middle = len(data) // 2
+    data[middle : middle + 64] = bytes(64)  # inside some record's chunk, whose hash then fails
+    open(shard, 'wb').write(bytes(data))
+    with pytest.raises(tf.errors.OpError, match=f'{shard}: cannot read record'):
+        _order(str(build), 1, seed=0)

@@ -8,8 +8,9 @@ needs no shard interleave and no shuffle buffer. A training epoch reads:
     -> worker w of W: positions w, w+W, w+2W, ... of it (disjoint parts; the W workers' batches
        of one step together are one stretch of the permutation, whatever W is)
     -> from position `start` on: a resumed epoch reads nothing before its first unread record
-    -> chunks of READ_CHUNK keys read in parallel, each in one call: keys grouped by shard with
-       numpy, one ArrayRecordReader.read per shard (which lets go of the GIL while it reads)
+    -> chunks of READ_CHUNK keys read in parallel, each in one Python call: keys mapped to
+       (shard, position) with numpy, then read one by one (the library lets go of the GIL
+       while it reads)
     -> (serialized record, its position in the epoch)
 
 What follows is trainer/input_pipeline.py's as for any build: the same batches, parsing, decoding
@@ -34,8 +35,8 @@ from imageshards.shard_formats import array_record as array_record_format
 from imageshards.shard_formats import registry as shard_formats
 
 AUTOTUNE = tf.data.AUTOTUNE
-# Records per read call: the Python work of a call (grouping keys, one read per shard, the
-# numpy_function's own) is shared by this many records (bench/epoch_shuffle.py measures it).
+# Records per read call: the Python work of a call (mapping keys to shards, the numpy_function's
+# own) is shared by this many records (bench/epoch_shuffle.py measures it).
 READ_CHUNK = 256
 
 
@@ -54,7 +55,7 @@ def records_per_worker(num_records, workers) -> list:
 class SplitReader:
     """A split's ArrayRecord shards read by record key, for one of `workers` input pipelines.
 
-    Readers are opened on first use and shared by tf.data's threads (the library's reader is
+    Readers are opened on first read and shared by tf.data's threads (the library's reader is
     thread-safe, as Grain's ArrayRecordDataSource relies on).
     """
 
@@ -65,7 +66,7 @@ class SplitReader:
         self._starts = self._ends - np.asarray(counts, np.int64)
         self.num_records = int(self._ends[-1]) if len(self._ends) else 0
         self.worker, self.workers = worker, workers
-        self._readers = [None] * len(paths)
+        self._readers = None
         self._lock = threading.Lock()
 
     @classmethod
@@ -87,38 +88,46 @@ class SplitReader:
         return epoch_order(seed, epoch, self.num_records)[self.worker :: self.workers]
 
     def read(self, keys) -> np.ndarray:
-        """The serialized records of `keys` (record keys of the split), in their order."""
+        """The serialized records of `keys` (record keys of the split), in their order.
+
+        One library read per record: a read of many stages them all, then copies them again
+        into Python, out of the CPU's caches; one at a time costs less CPU per record, the
+        Python call included (bench/epoch_shuffle.py, the reader alone).
+        """
+        readers = self._open()
         keys = np.asarray(keys, np.int64)
         shards = np.searchsorted(self._ends, keys, side='right')
-        by_shard = np.argsort(shards, kind='stable')
-        bounds = np.flatnonzero(np.diff(shards[by_shard])) + 1
-        records = np.empty(len(keys), dtype=object)
-        for where in np.split(by_shard, bounds) if len(keys) else ():
-            shard = int(shards[where[0]])
-            positions = (keys[where] - self._starts[shard]).tolist()
-            records[where] = self._read_shard(shard, positions)
+        places = list(zip(shards.tolist(), (keys - self._starts[shards]).tolist()))
+        records = np.empty(len(keys), dtype=object)  # bytes kept whole (no NUL-trimmed 'S')
+        try:
+            records[:] = [readers[shard].read([position])[0] for shard, position in places]
+        except (RuntimeError, ValueError, OSError) as e:
+            raise self._unreadable(places, e) from e
         return records
 
-    def _read_shard(self, shard, positions):
-        try:
-            return self._reader(shard).read(positions)
-        except (RuntimeError, ValueError, OSError) as e:
-            raise shard_formats.CorruptRecordError(
-                f'{self._paths[shard]}: cannot read records {positions[:8]} ({e}); check it '
-                f'with `imageshards verify`'
-            ) from e
+    def _unreadable(self, places, error):
+        """A CorruptRecordError naming the first of `places` (shard, position) not read."""
+        for shard, position in places:
+            try:
+                self._readers[shard].read([position])
+            except (RuntimeError, ValueError, OSError):
+                break
+        return shard_formats.CorruptRecordError(
+            f'{self._paths[shard]}: cannot read record {position} ({error}); check the build '
+            f'with `imageshards verify`'
+        )
 
-    def _reader(self, shard):
-        reader = self._readers[shard]
-        if reader is None:
-            with self._lock:
-                reader = self._readers[shard]
-                if reader is None:
-                    reader = array_record_module.ArrayRecordReader(
-                        self._local[shard], array_record_format.RANDOM_ACCESS_OPTIONS
+    def _open(self) -> list:
+        """The shards' readers, opened on first use."""
+        with self._lock:
+            if self._readers is None:
+                self._readers = [
+                    array_record_module.ArrayRecordReader(
+                        path, array_record_format.RANDOM_ACCESS_OPTIONS
                     )
-                    self._readers[shard] = reader
-        return reader
+                    for path in self._local
+                ]
+        return self._readers
 
     def epoch_records(self, seed, epoch, start, opts) -> tf.data.Dataset:
         """(serialized record, position in the epoch) of this pipeline's part of epoch `epoch`,
