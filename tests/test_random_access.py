@@ -247,3 +247,14 @@ def test_a_damaged_shard_is_named_when_training_reads_it(tf, builds, tmp_path):
     open(shard, 'wb').write(bytes(data))
     with pytest.raises(tf.errors.OpError, match=f'{shard}: cannot read record'):
         _order(str(build), 1, seed=0)
+
+
+def test_the_trainer_trains_on_an_array_record_build(builds, tmp_path):
+    from trainer import config as config_lib  # pylint: disable=import-outside-toplevel
+    from trainer import train as train_lib  # pylint: disable=import-outside-toplevel
+
+    flags = ['--data', builds['array_record'], '--job-dir', str(tmp_path / 'job')]
+    flags += ['--image-size', '16', '--batch-size', '8', '--epochs', '2', '--crop-area', '0.5,1']
+    metrics = train_lib.train(config_lib.parse_train_args(flags))
+    assert metrics['steps_per_epoch'] == 15 and metrics['steps'] == 30
+    assert 0 <= metrics['val_accuracy'] <= 1
