@@ -1,6 +1,7 @@
 """Training on a random-access build (ArrayRecord): each epoch a new permutation of the whole split,
-read in parallel into the trainer's batches, resumed exactly, split among workers; the same build
-read by Grain and by TFDS; a TFRecord build of the same images read as before."""
+read in parallel into the trainer's batches, resumed exactly, split among workers, measured by
+`imageshards report`, a damaged shard named; the same build read by Grain and by TFDS; a TFRecord
+build of the same images read as before."""
 
 import hashlib
 import shutil
