@@ -35,6 +35,9 @@ REQUIRED = [
 # splitter), the measuring.
 BENCH = [
     'datasets>=5,<6',
+    # Grain reads ArrayRecord builds (bench/epoch_shuffle.py measures it against the trainer's
+    # per-epoch shuffle; tests/test_random_access.py reads a build with it). Not the trainer's.
+    'grain>=0.2',
     'importlib_resources>=6',
     'iterative-stratification>=0.1.9',  # bench/multilabel_split.py's in-memory peer
     'psutil>=5.9',

@@ -2,7 +2,9 @@
 
 Reads (image/id, label) in exactly the order the trainer's input pipeline delivers them: the
 same `make_dataset(training=True)` with the same seed, per-epoch reshuffle and options, with
-images left undecoded (`decode_images=False`, which changes no order). Then does the same for a
+images left undecoded (`decode_images=False`, which changes no order): for an ArrayRecord build,
+a new permutation of the whole split each epoch (trainer/random_access.py), whose two epochs'
+orders should be as uncorrelated as two random ones. Then does the same for a
 baseline in the style of the write-up on shuffle bias: every record of the split in listing
 (id) order, one stream through `tf.data`'s `shuffle(buffer, seed)`, its files the listing cut
 into as many pieces as the build has shards. The buffer keeps the write-up's proportion, 10,000
@@ -225,6 +227,9 @@ def report(data_dir, split, out_dir, *, epochs, batch_size, seed, baseline_buffe
         'seed': seed,
         'epochs': epochs,
         'batch_size': batch_size,
+        'shard_format': info.shard_format.name,
+        # Training reads a new permutation of the whole split each epoch (no shuffle buffer).
+        'random_access': info.shard_format.random_access,
         'input_options': options,
         'baseline_buffer': baseline_buffer,
         'baseline_is_a_full_shuffle': baseline_buffer >= records,

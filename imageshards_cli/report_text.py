@@ -27,13 +27,13 @@ def markdown(metrics):
         'mean_distinct_labels_per_batch': mine['ideal_distinct_labels_per_batch'],
         'mean_window_label_kl': mine['random_window_label_kl'],
     }
-    options = ', '.join(f'{k} {v}' for k, v in metrics['input_options'].items())
     lines = [
         f'# Shuffle report: {metrics["build"]}, split {metrics["split"]}',
         '',
         f"**imageshards**: the trainer's order, `make_dataset(training=True)` with seed "
         f'{metrics["seed"]}, {metrics["epochs"]} epochs of {mine["records_per_epoch"]:,} records '
-        f'in batches of {metrics["batch_size"]} ({options}); read in {metrics["read_seconds"]} s.',
+        f'in batches of {metrics["batch_size"]} ({_how_read(metrics)}); read in '
+        f'{metrics["read_seconds"]} s.',
         f'**baseline**: the same records in listing (id) order, one stream through `tf.data` '
         f'`shuffle({metrics["baseline_buffer"]}, seed={metrics["seed"]})`, as in the write-up on '
         f'shuffle bias; its files are the listing cut into as many pieces as the build has shards.',
@@ -54,8 +54,22 @@ def markdown(metrics):
     for kind in ('ids', 'labels', 'distinct', 'shards'):
         cells = (f'![{kind}, {variant}]({kind}_{variant}.png)' for variant in VARIANTS)
         lines.append(f'| {" | ".join(cells)} |')
-    lines += ['', _DEFINITIONS.format(w=shuffle_metrics.WINDOW, s=shuffle_metrics.WINDOW_STRIDE)]
+    epochs_note = _PERMUTED_EPOCHS if metrics.get('random_access') else _SHARD_EPOCHS
+    definitions = _DEFINITIONS.format(
+        w=shuffle_metrics.WINDOW, s=shuffle_metrics.WINDOW_STRIDE, epochs=epochs_note
+    )
+    lines += ['', definitions]
     return '\n'.join(lines)
+
+
+def _how_read(metrics):
+    """How training read the build: its input options, or a random-access build's permutation."""
+    if metrics.get('random_access'):
+        return (
+            f'{metrics["shard_format"]} shards: a new permutation of the whole split each epoch, '
+            f'no shuffle buffer'
+        )
+    return ', '.join(f'{k} {v}' for k, v in metrics['input_options'].items())
 
 
 def _level_lines(levels):
@@ -103,14 +117,20 @@ _DEFINITIONS = """## How the measures are taken
   start every {s} records; the whole epoch when it is shorter), Q the split's class counts. It
   needs no smoothing: a label missing from a window adds 0 (p log p → 0), and every label that
   occurs has q > 0. A random window's KL is about (C − 1) / 2w · (N − w) / (N − 1).
-- **Epoch order ρ** (*) compares the positions records take in two epochs. imageshards reshuffles
-  the shard order and the record buffer each epoch, but a shard's records are stored in one
-  order and a record's position follows mostly from when its shard is read, so this ρ behaves
-  like that of two random orders of the shards: expect it to stray by about 1/√(shards) from 0,
-  more than a uniformly random order's 1/√n.
+- **Epoch order ρ** (*) compares the positions records take in two epochs. {epochs}
 - **Shard spread** is the largest |count − share| over files and classes, where a file's share of
   a class is its record count times the class's fraction of the split.
 """
+
+
+_SHARD_EPOCHS = """imageshards reshuffles
+  the shard order and the record buffer each epoch, but a shard's records are stored in one
+  order and a record's position follows mostly from when its shard is read, so this ρ behaves
+  like that of two random orders of the shards: expect it to stray by about 1/√(shards) from 0,
+  more than a uniformly random order's 1/√n."""
+_PERMUTED_EPOCHS = """On a random-access build
+  (ArrayRecord) every epoch is a new permutation of the whole split, drawn from the seed and the
+  epoch, so this ρ is that of two uniformly random orders: within 4/√n of 0."""
 
 
 def full_shuffle_note(metrics):
@@ -132,6 +152,7 @@ def headline(metrics):
             number(mine['ideal_distinct_labels_per_batch']),
         ),
         ('worst window label KL (nats)', 'max_window_label_kl', '~0'),
+        ('Spearman rho, epoch 0 vs 1 positions', 'epoch_order_spearman', '~0'),
         ('max |count - share| in a file', 'shard_class_spread', '<= 1'),
     ]
     lines = [f'{"":<36} {"imageshards":>12} {"baseline":>12} {"random":>8}']

@@ -17,6 +17,8 @@ model.py            small_cnn or a keras.applications backbone, and the heads (h
                     hierarchy.py, labels.py)
 input_pipeline.py   make_dataset: shards -> batches of (images, labels)
   input_options.py  its settings, one record (no TensorFlow)
+  random_access.py  training epochs of an ArrayRecord build: a new permutation of the whole
+                    split each epoch, read in parallel
   record_parser.py  records -> encoded images, labels, ids
   record_decoding.py  a batch per call, or image by image
   preprocess.py     decode, crop and resize one image (also the serving signature's)

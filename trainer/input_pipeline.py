@@ -14,6 +14,10 @@ Training, per epoch:
        reshuffled across many images), batch again]
     -> [patches: vectorized augmentation] -> prefetch
 
+A random-access build (ArrayRecord) reads each training epoch as a new permutation of the whole
+split instead of the shard list, interleave and shuffle buffer (trainer/random_access.py); the
+steps after it are the same.
+
 Everything random is a function of (seed, epoch, position), so an epoch's batches can be
 rebuilt exactly, also from the middle (`start_epoch`, `skip_batches`) after a preemption;
 with `deterministic=True` (the default) parallel steps keep that order.
@@ -35,6 +39,7 @@ import tensorflow as tf
 from trainer import augment as augment_lib
 from trainer import dataset_info
 from trainer import preprocess
+from trainer import random_access
 from trainer import record_decoding
 from trainer.input_options import IMAGE_SIZE
 from trainer.input_options import ROTATE_BELOW
@@ -85,6 +90,18 @@ class _Shards:
             return (self.paths, self.counts, list(range(len(self.paths))))
         return (self.paths,)
 
+    def epoch_records(self, seed, epoch, start, opts) -> tf.data.Dataset:
+        """(serialized record, position in the epoch) of training epoch `epoch`, from position
+        `start` on: the shuffled shard list, interleaved, through the shuffle buffer."""
+        shard_list = tf.data.Dataset.from_tensor_slices(self.slices()).shuffle(
+            len(self.paths), seed=_epoch_seed(seed, epoch, SHARD_ORDER_SALT)
+        )
+        open_shard = _rotated(seed, epoch, self.open_shard) if self.rotate else self.open_shard
+        records = _read(shard_list, opts, opts.deterministic, open_shard).shuffle(
+            opts.shuffle_buffer, seed=_epoch_seed(seed, epoch, RECORD_ORDER_SALT)
+        )
+        return tf.data.Dataset.zip(records, tf.data.Dataset.range(2**62)).skip(start)
+
 
 def make_dataset(
     data_dir,
@@ -119,7 +136,8 @@ def make_dataset(
             `TrainConfig.input`; `auto` crops are resolved for the build as the trainer does.
         label_levels: label level names of the build to yield instead of the primary label.
         info: the build (trainer/dataset_info.load), if already loaded.
-        input_context: a tf.distribute.InputContext: read a disjoint subset of shards.
+        input_context: a tf.distribute.InputContext: read a disjoint subset of shards (in
+            training on a random-access build: of each epoch's permutation).
         skipped: a SkippedImages to count undecodable images in (with skip_bad_images).
         **settings: InputOptions fields that replace those of `options`, and what this call
             reads (_Plan): start_epoch, epochs, skip_batches, batches_per_epoch, with_ids,
@@ -130,18 +148,18 @@ def make_dataset(
     opts = _plan(info, split, image_size, options, settings)
     levels = tuple(label_levels or ())
     info.check_levels(levels)
-    files, counts = _files_for(info, split, input_context)
     if input_context:
         batch_size = input_context.get_per_replica_batch_size(batch_size)
     parse = RecordParser(info, opts.parse_batch, levels, with_source=opts.decode_images)
-    shards = _shard_list(files, counts, opts, info.shard_format.tf_records)
     if not training:
+        shards = _shard_list(*_files_for(info, split, input_context), opts, info.shard_format)
         batches = _evaluation(shards, batch_size, image_size, parse, opts, skipped)
         return _finish(batches, opts)
+    source = _training_source(info, split, input_context, opts)
     config = augment_lib.parse_augment(opts.augment)
     epoch_range = tf.data.Dataset.range(opts.start_epoch, opts.epochs or 2**62)
     per_epoch = lambda epoch: _training_epoch(
-        shards, epoch, batch_size, seed, image_size, config, parse, opts, skipped
+        source, epoch, batch_size, seed, image_size, config, parse, opts, skipped
     )
     return _finish(epoch_range.flat_map(per_epoch), opts)
 
@@ -155,13 +173,21 @@ def _plan(info, split, image_size, options, settings):
     return dataclasses.replace(plan, **preprocess.decoding(info, split, image_size, plan))
 
 
-def _shard_list(files, counts, opts, open_shard):
+def _shard_list(files, counts, opts, shard_format):
     """The shards read, rotated in training or not as `opts.rotate_shards` says (None: where
     a split has few shards per cycle_length)."""
     rotate = opts.rotate_shards
     if rotate is None:
         rotate = len(files) < ROTATE_BELOW * opts.cycle_length
-    return _Shards(files, counts, rotate, open_shard)
+    return _Shards(files, counts, rotate, shard_format.tf_records)
+
+
+def _training_source(info, split, input_context, opts):
+    """What gives a training epoch's records: a random-access build's permutation of the
+    whole split (trainer/random_access.py), else the shards (_Shards)."""
+    if info.shard_format.random_access:
+        return random_access.SplitReader.of_split(info, split, input_context)
+    return _shard_list(*_files_for(info, split, input_context), opts, info.shard_format)
 
 
 def _evaluation(shards, batch_size, image_size, parse, opts, skipped):
@@ -240,22 +266,15 @@ def _rotated(seed, epoch, open_shard):
     return open_rotated
 
 
-def _training_epoch(shards, epoch, batch_size, seed, image_size, config, parse, opts, skipped):
-    """One epoch's batches, rebuilt identically from (seed, epoch) (`shards`: a _Shards)."""
-    shard_list = tf.data.Dataset.from_tensor_slices(shards.slices()).shuffle(
-        len(shards.paths), seed=_epoch_seed(seed, epoch, SHARD_ORDER_SALT)
-    )
-    open_shard = _rotated(seed, epoch, shards.open_shard) if shards.rotate else shards.open_shard
-    records = _read(shard_list, opts, opts.deterministic, open_shard).shuffle(
-        opts.shuffle_buffer, seed=_epoch_seed(seed, epoch, RECORD_ORDER_SALT)
-    )
+def _training_epoch(source, epoch, batch_size, seed, image_size, config, parse, opts, skipped):
+    """One epoch's batches, rebuilt identically from (seed, epoch) (`source`: a _Shards or a
+    random_access.SplitReader)."""
     # Each crop and its augmentation are fixed by (seed, epoch, its position in the epoch), a
     # batch of patches' augmentation by (seed, epoch, its index), also when resuming mid-epoch.
-    positions = tf.data.Dataset.range(2**62)
-    records = tf.data.Dataset.zip(records, positions)
     resumed = tf.cast(epoch == opts.start_epoch, tf.int64) * opts.skip_batches
-    if not opts.patches_per_image:
-        records = records.skip(resumed * batch_size)
+    # Patches are shuffled across images: a resumed epoch skips batches of patches instead.
+    start = tf.constant(0, tf.int64) if opts.patches_per_image else resumed * batch_size
+    records = source.epoch_records(seed, epoch, start, opts)
     crop_seed = lambda position: tf.stack(
         [tf.cast(seed, tf.int64) * CROP_MULTIPLIER + epoch, position]
     )
@@ -333,7 +352,9 @@ def _finish(dataset, opts):
 
 
 def records_per_worker(info, split, workers) -> list:
-    """[records of the split that each of `workers` input pipelines reads]."""
+    """[records of the split that each of `workers` input pipelines reads in training]."""
+    if info.shard_format.random_access:
+        return random_access.records_per_worker(info.num_records(split), workers)
     counts = [shard['num_records'] for shard in info.split(split)['shards']]
     return [sum(worker_shards(counts, i, workers)) for i in range(workers)]
 
