@@ -21,17 +21,16 @@ without Grain: an argsort of PCG64's raw stream seeded with (seed, epoch). NumPy
 generator's stream the same across its versions (NEP 19), which it does not promise for
 `Generator.permutation`, so a run resumed under another NumPy reads the same order.
 
-Shards are opened at a local path (the library reads no other): on Vertex AI, `gs://` through the
-Cloud Storage FUSE mount at /gcs/ (`local_path` of imageshards/shard_formats/array_record.py).
+Shards are opened by their format (`ShardFormat.random_reader`), at a local path (the library
+reads no other): on Vertex AI, `gs://` through the Cloud Storage FUSE mount at /gcs/ (`local_path`
+of imageshards/shard_formats/array_record.py).
 """
 
 import threading
 
 import numpy as np
 import tensorflow as tf
-from array_record.python import array_record_module
 
-from imageshards.shard_formats import array_record as array_record_format
 from imageshards.shard_formats import registry as shard_formats
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -59,9 +58,9 @@ class SplitReader:
     thread-safe, as Grain's ArrayRecordDataSource relies on).
     """
 
-    def __init__(self, paths, counts, worker=0, workers=1):
+    def __init__(self, shard_format, paths, counts, worker=0, workers=1):
+        self._format = shard_format
         self._paths = list(paths)
-        self._local = [array_record_format.local_path(path) for path in paths]
         self._ends = np.cumsum(np.asarray(counts, np.int64))
         self._starts = self._ends - np.asarray(counts, np.int64)
         self.num_records = int(self._ends[-1]) if len(self._ends) else 0
@@ -76,7 +75,7 @@ class SplitReader:
         worker, workers = 0, 1
         if input_context:
             worker, workers = input_context.input_pipeline_id, input_context.num_input_pipelines
-        return cls(info.shard_paths(split), counts, worker, workers)
+        return cls(info.shard_format, info.shard_paths(split), counts, worker, workers)
 
     @property
     def per_worker(self) -> int:
@@ -121,12 +120,7 @@ class SplitReader:
         """The shards' readers, opened on first use."""
         with self._lock:
             if self._readers is None:
-                self._readers = [
-                    array_record_module.ArrayRecordReader(
-                        path, array_record_format.RANDOM_ACCESS_OPTIONS
-                    )
-                    for path in self._local
-                ]
+                self._readers = [self._format.random_reader(path) for path in self._paths]
         return self._readers
 
     def epoch_records(self, seed, epoch, start, opts) -> tf.data.Dataset:

@@ -89,6 +89,11 @@ class ArrayRecordFormat(ShardFormat):
                 except (RuntimeError, ValueError, OSError) as e:  # past the records: its footer
                     raise CorruptRecordError(f'{name}: damaged ({e})') from e
 
+    def random_reader(self, path):
+        """A reader of the shard `path` by record position, for random access: its
+        `read([position])` gives that record (thread-safe; on gs://, through `local_path`)."""
+        return _module().ArrayRecordReader(local_path(path), RANDOM_ACCESS_OPTIONS)
+
     def tf_records(self, path):
         import tensorflow as tf  # pylint: disable=import-outside-toplevel
 

@@ -116,6 +116,11 @@ class ShardFormat:
         """The entries of an index file's bytes; ValueError naming a line that is not one."""
         raise NotImplementedError(f'{self.name} shards have no index file')
 
+    def random_reader(self, path):
+        """A reader of the shard `path` by record position (`read([position])`), for a format
+        with `random_access`."""
+        raise NotImplementedError(f'{self.name} shards are read in order only')
+
     def tf_records(self, path):
         """A `tf.data.Dataset` of the serialized records of the shard file `path` (TensorFlow
         imported on first use)."""
