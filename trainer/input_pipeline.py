@@ -179,7 +179,9 @@ def _shard_list(files, counts, opts, shard_format):
     rotate = opts.rotate_shards
     if rotate is None:
         rotate = len(files) < ROTATE_BELOW * opts.cycle_length
-    return _Shards(files, counts, rotate, shard_format.tf_records)
+    # Run as it is inside tf.data's functions: a format may read through a Python generator.
+    open_shard = tf.autograph.experimental.do_not_convert(shard_format.tf_records)
+    return _Shards(files, counts, rotate, open_shard)
 
 
 def _training_source(info, split, input_context, opts):
