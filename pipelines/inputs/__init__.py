@@ -15,6 +15,7 @@ read back in work items. Imports the foundation and the base (pipelines/core/) o
     tar_and_zip.py      the members of a tar, .tar.gz or zip, indexed without extracting it
     zip_members.py      a zip's members: its central directory, or its local headers where cut
     archive_inputs.py   archives of a tree, per-class archives and WebDataset shards as inputs
+    archive_index.py    archives on an object store indexed by the build's workers (IndexArchives)
     arrays.py           MNIST IDX files and .npz/.npy arrays as inputs, a row each
     tfrecord_inputs.py  TFRecord files of tf.train.Examples as inputs, a record each
     label_files.py      a tree's or archive's labels from a file keyed by file name

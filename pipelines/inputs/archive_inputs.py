@@ -46,15 +46,12 @@ def archive_entries(files, form, scan, labeling, index_archives=None):
         form: ARCHIVE, CLASS_ARCHIVES or WEBDATASET.
         scan: the InputScan (what is not an input is counted in its `skipped`).
         labeling: the Labeling of the inputs (their labels, and rows of a labels file).
-        index_archives: `index_archives(files, form)`: the `archive_members` of each archive, in
-            turn, indexed elsewhere; None: each read here.
+        index_archives: what gives each archive's members, `index_archives(files, form)`, as
+            `read_here` does (pipelines/inputs/archive_index.py: from indexes made by the
+            build's workers); None: `read_here`.
     """
-    if index_archives is None:
-        indexed = (archive_members(container, form) for container in files)
-    else:
-        indexed = index_archives(files, form)
     next_id, seen = 0, set()
-    for container, found in zip(files, indexed):
+    for container, found in (index_archives or read_here)(files, form):
         _say_where_cut(container, found)
         if form == WEBDATASET:
             entries = _samples(container, found, scan, labeling)
@@ -63,6 +60,12 @@ def archive_entries(files, form, scan, labeling, index_archives=None):
         yield from _numbered(entries, next_id)
         next_id += len(entries)
     yield from labeling.unused_rows(next_id)
+
+
+def read_here(files, form):
+    """(container, its members) of each archive in `files`, in turn, read by this process."""
+    for container in files:
+        yield container, archive_members(container, form)
 
 
 def archive_members(container, form) -> list:
