@@ -64,7 +64,7 @@ def run(argv=None, test_pipeline=None) -> dict | None:
     # Now that FileSystems has the options: no credentials missed or looked up in vain on gs://.
     storage.check_credentials([config.input, config.output])
     output_dir = _output_dir(config)
-    scan = listing_lib.scan_inputs(_listable(config.input), config.inputs)
+    scan = listing_lib.scan_inputs(_listable(config.input), config.inputs, launch.index_archives)
     _refuse_paths_of_containers(config, scan)
     if scan.form == 'tree' and output_dir.startswith(scan.base + '/'):
         raise ValueError(

@@ -11,10 +11,12 @@ the checkout's `setup.py` by default or from a built wheel or sdist given as `--
 (imageshards/distribution.py).
 """
 
+import copy
 import logging
 import os
 import shutil
 import tempfile
+import uuid
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import GoogleCloudOptions
@@ -30,6 +32,8 @@ from imageshards import storage
 from pipelines.core import blocks
 from pipelines.core import options
 from pipelines.core.settings import TransformBy
+from pipelines.inputs import archive_index
+from pipelines.inputs import archive_inputs
 from pipelines.inputs import listing as listing_lib
 from pipelines.local import direct
 from pipelines.local import early
@@ -101,6 +105,44 @@ class Launch:
         if self._config.analyze and (local or self.dry_run):
             return tempfile.mkdtemp(prefix='imageshards-transform-')
         return None
+
+    def index_archives(self, files, form):
+        """(container, its members) of each archive in `files`, in turn, for the listing: on an
+        object store, indexed by the workers of this build's runner in a pipeline run before the
+        build's, so that this process reads small indexes, not the archives
+        (pipelines/inputs/archive_index.py); local archives, and those of a dry run (which runs
+        nothing), read here."""
+        if self.dry_run or not any(storage.is_uri(path) for path in files):
+            return archive_inputs.read_here(files, form)
+        return archive_index.indexed(self.run_indexing, files, form, self._index_folder())
+
+    def run_indexing(self, transform):
+        """Runs `transform` (archive_index.IndexArchives: a pipeline's root) to its end, as a
+        pipeline of its own on this build's runner and options; on Dataflow, a job of the
+        build's name with `-index` added, where the build's is named."""
+        options = copy.deepcopy(self.pipeline.options)
+        cloud = options.view_as(GoogleCloudOptions)
+        if self.dataflow and cloud.job_name:
+            cloud.job_name = f'{cloud.job_name}-index'
+        pipeline = direct.removing_tempdir(
+            beam.Pipeline(runner=self.pipeline.runner, options=options)
+        )
+        _ = pipeline | transform
+        with worker_watch.running_watched():
+            pipeline.run().wait_until_finish()
+
+    def _index_folder(self):
+        """Where the workers write the archives' indexes: below --temp_location, or where there
+        is none on the local runner (whose workers share this machine), a local folder."""
+        temp_location = self.pipeline.options.view_as(GoogleCloudOptions).temp_location
+        if temp_location:
+            return storage.join(temp_location, f'imageshards-archives-{uuid.uuid4().hex[:12]}')
+        if self.in_memory:
+            return tempfile.mkdtemp(prefix='imageshards-archives-')
+        raise ValueError(
+            'the workers index archives on an object store into --temp_location, and none is '
+            'given: add --temp_location gs://BUCKET/tmp'
+        )
 
     def write_listing(self, scan, folder) -> tuple:
         """(listing file in `folder`, ListingSummary): the early listing's where it was made for

@@ -10,6 +10,7 @@ import tarfile
 import tempfile
 
 import pytest
+from apache_beam.options.pipeline_options import GoogleCloudOptions
 from apache_beam.options.pipeline_options import SetupOptions
 from apache_beam.options.pipeline_options import StandardOptions
 from apache_beam.options.pipeline_options import WorkerOptions
@@ -22,8 +23,11 @@ from imageshards import output_lock
 from pipelines import launcher
 from pipelines import runner
 from pipelines.core import options
+from pipelines.core.settings import CLASS_ARCHIVES
 from pipelines.core.settings import TransformBy
+from pipelines.inputs import archive_index
 
+import containers_for_tests as made
 import images_for_tests as imgs
 from build_commands import module_command
 
@@ -194,3 +198,22 @@ def test_a_dry_run_into_an_output_a_build_is_writing_is_refused(gcs, images):
     with pytest.raises(output_lock.OutputBusy, match='pid 4321 on vm'):
         _dry_run(gcs, '--input', images, '--output', gcs.uri('busy'))
     assert gcs.names('busy') == [f'busy/{layout.LOCK_FILE}']
+
+
+@pytest.mark.usefixtures('scratch_tempdir')
+def test_archives_on_gs_are_indexed_by_a_job_of_their_own_which_a_dry_run_never_runs(gcs, tmp_path):
+    made.tar_of(tmp_path / 'cat.tar', {'1.jpg': imgs.jpeg(1), '2.jpg': imgs.jpeg(2)})
+    archive = gcs.upload('archives/cat.tar', (tmp_path / 'cat.tar').read_bytes())
+    argv = _dry_run_argv(gcs, '--input', archive, '--output', gcs.uri('indexed'))
+    launch = runner.decide(*options.parse_build_args([*argv, '--job_name', 'shards']))
+    index = archive_index.IndexArchives([archive], CLASS_ARCHIVES, gcs.uri('tmp', 'index'))
+    launch.run_indexing(index)
+    job = launch.pipeline.runner.job  # built, not submitted
+    steps = {t.unique_name for t in job.proto_pipeline.components.transforms.values()}
+    assert 'IndexArchives/IndexEachArchive' in steps and not steps & MAIN_STEPS
+    assert job.proto.name == 'shards-index'
+    assert launch.pipeline.options.view_as(GoogleCloudOptions).job_name == 'shards'
+    # The dry run's own listing reads the archives here: nothing runs, nothing is written.
+    listed = launch.index_archives([archive], CLASS_ARCHIVES)
+    assert [(container, len(members)) for container, members in listed] == [(archive, 2)]
+    assert gcs.names('tmp') == []

@@ -60,3 +60,24 @@ def test_a_gs_folder_of_class_tars_and_of_idx_files(uploaded, files, tmp_path):
     remote = _run('--input', uploaded.uri('mnist'), '--output', str(tmp_path / 'mnist-remote'))
     assert remote['counts'] == local['counts'] and remote['counts']['written'] == 17
     assert shard_records(tmp_path / 'mnist-remote') == shard_records(tmp_path / 'mnist-local')
+
+
+def test_gs_webdataset_shards_build_as_the_same_shards_on_disk(gcs, tmp_path):
+    """Their labels are members whose bytes the workers' index holds for the listing."""
+    shards = tmp_path / 'shards'
+    shards.mkdir()
+    for shard in range(2):
+        made.webdataset_shard(
+            shards / f'shard-{shard:02d}.tar',
+            {
+                f'{shard}{i:03d}': {'jpg': imgs.jpeg(shard * 9 + i, i % 2), 'cls': str(i % 2)}
+                for i in range(5)
+            },
+        )
+    local = _run('--input', str(shards), '--output', str(tmp_path / 'local'))
+    remote = _run(
+        '--input', gcs.upload_tree(shards, 'shards'), '--output', str(tmp_path / 'remote')
+    )
+    assert remote['counts'] == local['counts'] and remote['counts']['written'] == 10
+    assert remote['labels'] == local['labels'] == ['0', '1']
+    assert shard_records(tmp_path / 'remote') == shard_records(tmp_path / 'local')

@@ -2,7 +2,8 @@
 archives, WebDataset shards, arrays or TFRecord files, into a listing file of InputEntry lines,
 read back in work items. Imports the foundation and the base (pipelines/core/) only.
 
-    entries.py          what listing produces (InputEntry, ListingCounts) and the rules of paths
+    entries.py          what listing produces (InputEntry, ListingCounts, an archive's members)
+                        and the rules of paths
     listing.py          the listing of any form, its file and its work items; trees and globs
     tree_walk.py        a local tree walked in sorted order, one folder at a time
     forms.py            what --input is, detected or named (--input-form), and its inputs
@@ -12,7 +13,9 @@ read back in work items. Imports the foundation and the base (pipelines/core/) o
     vertex.py           Vertex AI's image classification import files, read as they are
     confinement.py      where a manifest row's path may lead (its folder, --allow-root)
     tar_and_zip.py      the members of a tar, .tar.gz or zip, indexed without extracting it
+    zip_members.py      a zip's members: its central directory, or its local headers where cut
     archive_inputs.py   archives of a tree, per-class archives and WebDataset shards as inputs
+    archive_index.py    archives on an object store indexed by the build's workers (IndexArchives)
     arrays.py           MNIST IDX files and .npz/.npy arrays as inputs, a row each
     tfrecord_inputs.py  TFRecord files of tf.train.Examples as inputs, a record each
     label_files.py      a tree's or archive's labels from a file keyed by file name

@@ -19,6 +19,7 @@ image extension, its label its `.cls` (a name, or an integer named by --class-na
 """
 
 import json
+import logging
 import re
 
 from imageshards.file_names import display
@@ -31,29 +32,68 @@ from pipelines.inputs.entries import InputEntry
 from pipelines.inputs.entries import extension
 from pipelines.inputs.entries import tree_labels
 
+_LOG = logging.getLogger(__name__)
 LABEL_EXTENSIONS = ('cls', 'json')
 # WebDataset's own split of a member's name into its sample's key and the rest (`base_plus_ext`)
 _SAMPLE = re.compile(r'^((?:.*/|)[^.]+)[.]([^/]*)$')
 _IMAGE_SUFFIXES = frozenset(suffix[1:] for suffix in IMAGE_EXTENSIONS)
 
 
-def archive_entries(files, form, scan, labeling):
+def archive_entries(files, form, scan, labeling, index_archives=None):
     """InputEntry of every member of the archives `files`, archive after archive, ids from 0.
 
     Args:
         form: ARCHIVE, CLASS_ARCHIVES or WEBDATASET.
         scan: the InputScan (what is not an input is counted in its `skipped`).
         labeling: the Labeling of the inputs (their labels, and rows of a labels file).
+        index_archives: what gives each archive's members, `index_archives(files, form)`, as
+            `read_here` does (pipelines/inputs/archive_index.py: from indexes made by the
+            build's workers); None: `read_here`.
     """
     next_id, seen = 0, set()
-    for container in files:
+    for container, found in (index_archives or read_here)(files, form):
+        _say_where_cut(container, found)
         if form == WEBDATASET:
-            found = _samples(container, scan, labeling)
+            entries = _samples(container, found, scan, labeling)
         else:
-            found = _tree_members(container, form, scan, labeling, seen)
-        yield from _numbered(found, next_id)
-        next_id += len(found)
+            entries = _tree_members(container, found, form, scan, labeling, seen)
+        yield from _numbered(entries, next_id)
+        next_id += len(entries)
     yield from labeling.unused_rows(next_id)
+
+
+def read_here(files, form):
+    """(container, its members) of each archive in `files`, in turn, read by this process."""
+    for container in files:
+        yield container, archive_members(container, form)
+
+
+def archive_members(container, form) -> list:
+    """The members of an archive as listing takes them (tar_and_zip.members; of a WebDataset
+    shard, with the bytes of its label members); raises ValueError where it is no archive."""
+    wanted = _is_label_member if form == WEBDATASET else None
+    return list(tar_and_zip.members(container, want_data=wanted))
+
+
+def _is_label_member(name):
+    return sample_part(name)[1] in LABEL_EXTENSIONS
+
+
+def _say_where_cut(container, found):
+    """Says in the log that an archive ends early, or cannot be read on, and where (the members
+    before are built; the rejection is counted as any other)."""
+    for member in found:
+        if member.reject in ('truncated_archive', 'corrupt_archive'):
+            word = 'incomplete' if member.reject == 'truncated_archive' else 'damaged'
+            _LOG.warning(
+                'the archive %s is %s: %s (%s rejected as %s)',
+                display(container),
+                word,
+                member.detail,
+                display(f'{container}!{member.name}'),
+                member.reject,
+            )
+            return
 
 
 def _numbered(entries, first_id):
@@ -65,9 +105,8 @@ def _numbered(entries, first_id):
     return [entry._replace(id=ids[i]) for i, entry in enumerate(entries)]
 
 
-def _tree_members(container, form, scan, labeling, seen):
-    """The archive's members as entries (ids to come), in its order."""
-    found = list(tar_and_zip.members(container))
+def _tree_members(container, found, form, scan, labeling, seen):
+    """The archive's members (`found`) as entries (ids to come), in its order."""
     prefix = tar_and_zip.stem(container) + '/' if form == CLASS_ARCHIVES else ''
     root = '' if prefix else _root_folder(found)
     entries = []
@@ -107,12 +146,12 @@ def _root_folder(found):
     return ''
 
 
-def _samples(container, scan, labeling):
-    """A WebDataset shard's samples as entries (ids to come), in its order."""
+def _samples(container, found, scan, labeling):
+    """A WebDataset shard's members (`found`) as entries of its samples (ids to come), in its
+    order."""
     shard = container.rstrip('/').rsplit('/', 1)[-1]
     entries, group, group_key = [], [], None
-    wanted = lambda name: sample_part(name)[1] in LABEL_EXTENSIONS  # noqa: E731
-    for member in tar_and_zip.members(container, want_data=wanted):
+    for member in found:
         key, part = sample_part(member.name)
         if group and key != group_key:
             entries += _sample_entries(group, shard, container, scan, labeling)

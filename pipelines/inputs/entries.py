@@ -1,4 +1,5 @@
-"""What listing produces: the inputs of a build, and the rules of their paths.
+"""What listing produces: the inputs of a build (and on the way, the members of an archive), and
+the rules of their paths.
 
 Paths are local (absolute) or URIs that Beam's FileSystems read. A URL carrying credentials is
 never used, and `redact` removes them from anything shown.
@@ -255,6 +256,47 @@ class ListingCounts:
             if split:
                 placed[split] += images
         return dict(sorted(placed.items()))
+
+
+MAX_SIDE_BYTES = 1 << 20  # the most read of an archive's label member (.cls, .json) in listing
+
+
+class ArchiveMember(typing.NamedTuple):
+    """One member of an archive (pipelines/inputs/tar_and_zip.py), in the archive's order."""
+
+    name: str  # its path as if extracted (`./a/b.jpg` is `a/b.jpg`); the raw name if unusable
+    size: int  # of its bytes, as extracted
+    source: sources.Source = None
+    reject: str = ''  # why it cannot be an input
+    detail: str = ''
+    data: bytes = None  # its bytes, where asked for (a small label member)
+
+    def cut_at(self, end, container) -> 'ArchiveMember':
+        """The member, `truncated_archive` where its bytes run past `end`, where the archive's
+        (decompressed) bytes end."""
+        source = self.source
+        if source is None or source.offset + source.length <= end:
+            return self
+        return ArchiveMember(
+            self.name,
+            self.size,
+            None,
+            'truncated_archive',
+            f'{container} ends at byte {end:,}, inside this member (its {self.size:,} bytes from '
+            f'byte {source.offset:,}): cut short; members after it, if any, are lost with it',
+        )
+
+
+def safe_name(raw) -> tuple:
+    """(an archive member's name as if extracted, problem detail or ''): `./a//b.jpg` is
+    `a/b.jpg`; an absolute name, a drive letter or a `..` component is a problem."""
+    name = raw.replace('\\', '/')
+    if name.startswith('/') or (len(name) > 1 and name[1] == ':'):
+        return raw, f'{raw!r} is an absolute name; such members are never extracted or read'
+    parts = [part for part in name.split('/') if part not in ('', '.')]
+    if '..' in parts:
+        return raw, f'{raw!r} climbs out of the archive with ..; never extracted or read'
+    return '/'.join(parts), ''
 
 
 GLOB_CHARS = re.compile(r'[*?\[]')

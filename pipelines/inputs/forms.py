@@ -230,9 +230,10 @@ def tree_labeling(inputs):
     return archive_inputs.Labeling(tuple(inputs.label_levels), labels, class_names, None)
 
 
-def container_entries(detected, scan, inputs):
+def container_entries(detected, scan, inputs, index_archives=None):
     """The InputEntry of a container form's inputs (sets what `scan` learns of them); `inputs`:
-    the InputSettings."""
+    the InputSettings; `index_archives`: what gives archives' members, where not this process
+    (archive_inputs.archive_entries)."""
     levels = tuple(inputs.label_levels)
     if inputs.labels_file and detected.form not in (ARCHIVE, CLASS_ARCHIVES):
         raise ValueError(
@@ -259,4 +260,6 @@ def container_entries(detected, scan, inputs):
     if inputs.labels_file:
         labels = LabelsFile(inputs.labels_file, inputs, inputs.label_separator, class_names)
     labeling = archive_inputs.Labeling(levels, labels, class_names, scan)
-    return archive_inputs.archive_entries(detected.files, detected.form, scan, labeling)
+    return archive_inputs.archive_entries(
+        detected.files, detected.form, scan, labeling, index_archives
+    )

@@ -3,11 +3,13 @@ forms (archives, arrays, TFRecord files) through pipelines/inputs/forms.py.
 
 Listing runs once, in the launching process (a local tree possibly in a process of its own,
 started before the launcher imports Beam: pipelines/local/early_listing.py), through Beam's
-`FileSystems` for object stores and the OS for local paths; this module imports no Beam. It
-fixes every input's `image/id` (its position in listing order: a tree or glob sorted by
-relative path, a manifest in row order) and its stable key (the path relative to the input
-root), which seeds the shuffle. Problems found here (an empty label, a duplicate row) are
-carried to the pipeline as rejections, so every input is accounted for in one place.
+`FileSystems` for object stores and the OS for local paths; this module imports no Beam
+(archives on an object store are indexed by the build's workers first, and listed from their
+indexes: pipelines/inputs/archive_index.py). It fixes every input's `image/id` (its position in
+listing order: a tree or glob sorted by relative path, a manifest in row order) and its stable
+key (the path relative to the input root), which seeds the shuffle. Problems found here (an
+empty label, a duplicate row) are carried to the pipeline as rejections, so every input is
+accounted for in one place.
 
 Inputs are untrusted (docs/reliability.md):
 * Manifests (pipelines/inputs/manifests.py) may only name files below their own folder or below a
@@ -52,7 +54,7 @@ from pipelines.inputs.tree_walk import NOT_FILES
 _LOG = logging.getLogger(__name__)
 
 
-def scan_inputs(spec, inputs=None):
+def scan_inputs(spec, inputs=None, index_archives=None):
     """Starts listing a tree, glob, .csv or .jsonl manifest, or inputs of another form
     (pipelines/inputs/forms.py); returns an InputScan.
 
@@ -63,6 +65,9 @@ def scan_inputs(spec, inputs=None):
         spec: the --input value.
         inputs: the InputSettings (pipelines/core/settings.py): how --input is read, its form,
             label levels and columns, where its rows may lead.
+        index_archives: where archives are the inputs, what gives each one's members
+            (pipelines/inputs/archive_inputs.py, `archive_entries`); None: this process reads
+            them.
     """
     if USERINFO.match(spec):
         raise ValueError(f'--input {redact(spec)} carries credentials in its URL; remove them')
@@ -73,7 +78,7 @@ def scan_inputs(spec, inputs=None):
         return manifests.scan_manifest(spec, inputs)
     if detected.form != forms.TREE:
         scan = InputScan(detected.base, iter(()), levels=list(levels), form=detected.form)
-        scan.entries = forms.container_entries(detected, scan, inputs)
+        scan.entries = forms.container_entries(detected, scan, inputs, index_archives)
         return scan
     labeling = forms.tree_labeling(inputs)
     follow = inputs.follow_symlinks

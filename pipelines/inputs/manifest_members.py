@@ -6,6 +6,8 @@ where it is.
 
 from pipelines.core import sources
 from pipelines.inputs import tar_and_zip
+from pipelines.inputs.entries import ArchiveMember
+from pipelines.inputs.entries import safe_name
 
 
 def split_member(raw) -> tuple | None:
@@ -27,7 +29,7 @@ class MemberIndex:
     def __init__(self):
         self._archives = {}  # archive -> {name: Member}, or the ValueError it raised
 
-    def find(self, archive, name) -> tar_and_zip.Member:
+    def find(self, archive, name) -> ArchiveMember:
         """The member `name` of `archive` (a Member rejected as `missing_file` where it has
         none; raises ValueError, in one line, where it is no archive)."""
         if archive not in self._archives:
@@ -40,9 +42,9 @@ class MemberIndex:
         found = self._archives[archive]
         if isinstance(found, ValueError):
             raise found
-        member = found.get(tar_and_zip.safe_name(name)[0])
+        member = found.get(safe_name(name)[0])
         if member is None:
-            return tar_and_zip.Member(
+            return ArchiveMember(
                 name, -1, None, 'missing_file', f'{archive} has no member {name!r}'
             )
         return member

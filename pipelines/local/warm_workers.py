@@ -58,6 +58,7 @@ _PR_SET_NAME = 15
 # (pipelines/steps.py composes them; a test checks that this names every stage module it
 # imports), and the local runner's block store, pickled into them.
 WORKER_MODULES = (
+    'pipelines.inputs.archive_index',  # its own pipeline's, run before the build's
     'pipelines.inputs.listing',
     'pipelines.validation.validate',
     'pipelines.validation.dedup',
