@@ -63,7 +63,8 @@ def _manifest(tree, classes, per_class, path):
     return path
 
 
-def _build(source, out, splits):
+def build(source, out, splits):
+    """Builds `source` into `out` (4 shards, seed 0) unless a build is there already."""
     from pipelines import launcher  # pylint: disable=import-outside-toplevel
 
     if not os.path.exists(os.path.join(out, '_SUCCESS')):
@@ -83,7 +84,7 @@ def builds(args):
         tree = os.path.join(work, 'digits-32')
         if not os.path.exists(os.path.join(tree, 'nine')):
             sample_data.write_digits(tree)
-        return {'digits': _build(tree, os.path.join(work, 'transfer-digits'), SPLITS['digits'])}
+        return {'digits': build(tree, os.path.join(work, 'transfer-digits'), SPLITS['digits'])}
     tree = os.path.join(work, f'regions-{32 * args.source_per_class}-500x375')
     datasets.region_tree(tree, 32 * args.source_per_class)
     found = {}
@@ -95,7 +96,7 @@ def builds(args):
         if name in (args.what, 'source' if args.what == 'few' else None):
             manifest = _manifest(tree, classes, per_class, os.path.join(work, f'{name}.csv'))
             out = os.path.join(work, f'transfer-{name}-{per_class}')
-            found[name] = _build(manifest, out, SPLITS[name])
+            found[name] = build(manifest, out, SPLITS[name])
     return found
 
 
