@@ -3,6 +3,7 @@ layers train, AdamW's exclusions, the smoothed and weighted loss, and the best e
 
 import dataclasses
 import json
+import math
 
 import numpy as np
 import pytest
@@ -67,6 +68,26 @@ def test_each_phase_warms_up_from_zero_then_falls_along_a_cosine_to_zero():
     # The schedule survives Keras' serialization (an optimizer's config holds it).
     again = recipe.PhasedSchedule.from_config(rate.get_config())
     assert float(again(12)) == pytest.approx(at(12))
+
+
+def test_a_floor_on_the_schedule_length_ends_a_short_phase_partway_down_its_cosine():
+    started = _recipe(init_from='job', frozen_epochs=1, learning_rate=1.0)
+    phases = recipe.phases(started, 3)  # 8 steps frozen, then 16
+    rate = recipe.schedule(started, phases, steps_per_epoch=8, min_schedule_steps=36)
+    at = lambda step: float(rate(step))
+    # The warm-up as before (4 steps, half the phase); the cosine then over 36 - 4 steps.
+    assert [at(step) for step in range(5)] == pytest.approx([0, 0.25, 0.5, 0.75, 1.0])
+    assert at(7) == pytest.approx(0.5 * (1 + math.cos(math.pi * 3 / 32)))
+    assert at(8 + 8) == pytest.approx(started.fine_tune_learning_rate)  # after its warm-up
+    assert at(8 + 15) == pytest.approx(
+        started.fine_tune_learning_rate * 0.5 * (1 + math.cos(math.pi * 7 / 28))
+    )
+    # A floor below the phases' lengths changes nothing.
+    same = recipe.schedule(started, phases, steps_per_epoch=8, min_schedule_steps=8)
+    plain = recipe.schedule(started, phases, steps_per_epoch=8)
+    assert [float(same(s)) for s in range(24)] == pytest.approx(
+        [float(plain(s)) for s in range(24)]
+    )
 
 
 def _trainable_layers(model):

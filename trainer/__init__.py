@@ -5,6 +5,8 @@ config.py           flags and the typed TrainConfig, with its Recipe and InputOp
 train.py            a run: set up, resume or start from weights, fit phase by phase,
                     keep the best epoch, test, export
   recipe.py         phases (frozen, then all), the learning-rate schedule, AdamW
+  small_splits.py   a small training split: every image each epoch, the fine-tuning rate
+                    kept up
   warm_start.py     --init-from: trained weights copied into a new model by layer
   best_epoch.py     the best epoch's weights, kept in the checkpoints
   callbacks.py      resumable checkpoints (SIGTERM), the skipped images' count

@@ -77,13 +77,18 @@ def segments(done, steps_per_epoch, run_phases) -> list:
     return found
 
 
-def schedule(recipe, run_phases, steps_per_epoch) -> 'PhasedSchedule':
-    """The learning rate as a function of the optimizer's step (PhasedSchedule)."""
+def schedule(recipe, run_phases, steps_per_epoch, min_schedule_steps=0) -> 'PhasedSchedule':
+    """The learning rate as a function of the optimizer's step (PhasedSchedule).
+
+    With `min_schedule_steps`, each phase's warm-up and cosine are laid over that many steps
+    at least: a shorter phase ends partway down the cosine (trainer/small_splits.py).
+    """
     parts = []
     for phase in run_phases:
         steps = (phase.last - phase.first) * steps_per_epoch
         warmup = min(round(recipe.warmup_epochs * steps_per_epoch), steps // 2)
-        parts.append((phase.first * steps_per_epoch, steps, phase.peak, warmup))
+        length = max(steps, min_schedule_steps)
+        parts.append((phase.first * steps_per_epoch, length, phase.peak, warmup))
     return PhasedSchedule(parts, cosine=recipe.lr_schedule == 'cosine')
 
 
@@ -116,10 +121,10 @@ class PhasedSchedule(keras.optimizers.schedules.LearningRateSchedule):
         return {'parts': self.parts, 'cosine': self.cosine}
 
 
-def optimizer(recipe, run_phases, steps_per_epoch) -> keras.optimizers.Optimizer:
-    """AdamW on the recipe's schedule."""
+def optimizer(recipe, run_phases, steps_per_epoch, min_schedule_steps=0):
+    """AdamW on the recipe's schedule (`schedule`)."""
     adamw = keras.optimizers.AdamW(
-        learning_rate=schedule(recipe, run_phases, steps_per_epoch),
+        learning_rate=schedule(recipe, run_phases, steps_per_epoch, min_schedule_steps),
         weight_decay=recipe.weight_decay,
     )
     adamw.exclude_from_weight_decay(var_names=list(NOT_DECAYED))

@@ -38,6 +38,7 @@ from trainer import input_pipeline
 from trainer import job
 from trainer import recipe
 from trainer import record_decoding
+from trainer import small_splits
 from trainer import tft_output
 from trainer import warm_start
 from trainer.config import SMALL_CNN
@@ -72,7 +73,8 @@ def _train(config, checkpoint_dir, model_dir):
     info = dataset_info.load(config.data)
     check_classes(info, config.label_levels)
     config = _with_crop_area(config, info)
-    steps = _steps_per_epoch(config, info)
+    epoch = _epoch_steps(config, info)
+    steps = epoch.steps
     # The same initial weights (and dropout) for a seed. Never a global seed of 0 (mod 2**31-1):
     # tf.data would then compare the per-epoch shuffle seed tensors with 0 in Python and fail.
     keras.utils.set_random_seed(config.seed % (2**31 - 2) + 1)
@@ -80,7 +82,7 @@ def _train(config, checkpoint_dir, model_dir):
     heads = heads_lib.model_heads(info, config.label_levels, derived)
     transform_output = tft_output.load(info)
     validation = evaluate.dataset(config, info, strategy)
-    run = _set_up(config, info, strategy, heads, transform_output, steps, validation is not None)
+    run = _set_up(config, info, strategy, heads, transform_output, epoch, validation is not None)
     manager = tf.train.CheckpointManager(run.checkpoint, checkpoint_dir, max_to_keep=3)
     fingerprint = job.check_rerun(config, info, config.resolved_checkpoint_dir, derived, heads)
     done = _start(run, config, fingerprint, heads)
@@ -106,6 +108,7 @@ def _train(config, checkpoint_dir, model_dir):
         return {'preempted': True, 'steps': int(run.model.optimizer.iterations.numpy())}
     run.best.restore_best()  # what is evaluated, exported and measured from here on
     metrics = _final_metrics(run, config, time.monotonic() - started, done)
+    metrics.update(epoch.note())
     metrics['init_from'] = fingerprint.get('warm_start') or config.recipe.init_from or None
     metrics.update(evaluate.test_metrics(run.model, config, info, strategy))
     if skipped:
@@ -156,25 +159,34 @@ def _export(model, heads, transform_output, config, model_dir, thresholds):
     )
 
 
-def _steps_per_epoch(config, info):
-    """Steps per epoch (the same on every worker); warns where workers' shares are uneven."""
+def _epoch_steps(config, info):
+    """The steps of an epoch (trainer/small_splits.py; the same on every worker); warns where
+    workers' shares are uneven."""
     pipelines = distribute.cluster_spec()[2]  # one input pipeline per worker
-    steps = config.steps_per_epoch or input_pipeline.steps_per_epoch(
-        info, config.train_split, config.batch_size, pipelines, config.input.patches_per_image
-    )
-    if steps < 1:
+    epoch = small_splits.EpochSteps(config.steps_per_epoch)
+    if not config.steps_per_epoch:
+        epoch = small_splits.epoch_steps(
+            info,
+            config.train_split,
+            config.batch_size,
+            pipelines,
+            config.input.patches_per_image,
+            config.recipe.from_weights,
+        )
+    if epoch.steps < 1:
         raise ValueError(
             f'split {config.train_split!r} has {info.num_records(config.train_split)}'
-            f' records: fewer than one batch of {config.batch_size}'
+            f' records: nothing to train on'
         )
     if pipelines > 1:
         _warn_if_uneven(info, config.train_split, pipelines, config.batch_size // pipelines)
-    return steps
+    return epoch
 
 
-def _set_up(config, info, strategy, heads, transform_output, steps, validated):
+def _set_up(config, info, strategy, heads, transform_output, epoch, validated):
     """The compiled model, its optimizer built for every weight that will train, and the
-    checkpoint of all a resume restores (`validated`: whether a validation split is read)."""
+    checkpoint of all a resume restores (`epoch`: small_splits.EpochSteps; `validated`: whether
+    a validation split is read)."""
     phases = recipe.phases(config.recipe, config.epochs)
     weights = heads_lib.class_weights(info, config.train_split, heads, config.recipe.class_weights)
     with strategy.scope():  # the metrics' variables too: mirrored, reduced over workers
@@ -188,7 +200,9 @@ def _set_up(config, info, strategy, heads, transform_output, steps, validated):
         )
         recipe.set_trainable(model, False, config.recipe.from_weights)
         model.compile(
-            optimizer=recipe.optimizer(config.recipe, phases, steps),
+            optimizer=recipe.optimizer(
+                config.recipe, phases, epoch.steps, epoch.min_schedule_steps
+            ),
             jit_compile=config.xla,
             **compile_args,
         )
@@ -202,7 +216,7 @@ def _set_up(config, info, strategy, heads, transform_output, steps, validated):
     checkpoint = tf.train.Checkpoint(
         model=model, optimizer=model.optimizer, random_states=random_states, best=best.state
     )
-    return _Run(model, checkpoint, best, compile_args, phases, steps)
+    return _Run(model, checkpoint, best, compile_args, phases, epoch.steps)
 
 
 def _fit(run, config, info, strategy, progress, checkpoints, skipped):

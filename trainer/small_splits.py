@@ -1,0 +1,82 @@
+"""Small training splits: every image in every epoch, and a fine-tuning rate kept up.
+
+An epoch of n training images at batch b is floor(n / b) full batches; the input pipeline drops
+the rest, other images each epoch. Over many batches that is a sliver of the split; over few it
+is much of it: 15 images at batch 8 are one batch an epoch, and 7 images go unseen in each.
+So where a split holds fewer than SMALL_SPLIT_BATCHES batches, an epoch is ceil(n / b) steps
+and its last batch is filled up with the epoch's first images once more, in crops of their own
+(trainer/input_pipeline.py, `batches_per_epoch`): every image is in every epoch, a few twice.
+Filled, not run on into the next epoch's order: an epoch's batches stay a function of (seed,
+epoch), so a resume finds them where they were, and every epoch holds every image (a batch
+that ran on would leave out of the next epoch the images it took from it).
+
+Such a split trains few steps: 30 epochs of 15 images at batch 8 are 60. Started from trained
+weights (`--init-from`), each phase's warm-up and cosine (trainer/recipe.py) are then laid over
+SCHEDULE_STEPS steps at least, so that a shorter phase ends partway down the cosine, near its
+peak, instead of at 0. The whole model fine-tunes at the lower --fine-tune-learning-rate, and
+in a run this short its validation loss still falls at the last epoch: a cosine down to 0 only
+takes away steps it needs. From random weights at the full rate, a small split reaches its best
+validation loss within the run, and the cosine's low rates settle it: its schedule stays as it
+is. (bench/RESULTS.md, "Few images, every image": both, measured.) A phase of SCHEDULE_STEPS
+or more keeps its cosine down to 0.
+
+A split of SMALL_SPLIT_BATCHES batches or more trains as before: the same steps, the same
+batches, the same schedule.
+"""
+
+import dataclasses
+
+from trainer import input_pipeline
+
+# Below this many batches of the training split (per input pipeline), the remainder is not
+# dropped: from here on it is under a tenth of an epoch.
+SMALL_SPLIT_BATCHES = 10
+# The least length of the phases' schedules of a small split's run from trained weights, in
+# steps. For scale: BiT's HyperRule (Kolesnikov et al. 2020) fine-tunes its smallest datasets
+# for 500 steps.
+SCHEDULE_STEPS = 500
+
+
+@dataclasses.dataclass(frozen=True)
+class EpochSteps:
+    """The steps of an epoch of the training split, and what the small-split rule made of the
+    run."""
+
+    steps: int
+    small_split: int = 0  # records per input pipeline where the rule applied, else 0
+    repeated: int = 0  # images an epoch holds twice to fill its last batch
+    min_schedule_steps: int = 0  # the least length of each phase's schedule (recipe.schedule)
+
+    def note(self) -> dict:
+        """What metrics.json says of the rule, where it applied ({} where not)."""
+        if not self.small_split:
+            return {}
+        schedule = (
+            f"; each phase's warm-up and cosine laid over {self.min_schedule_steps} steps at least"
+            if self.min_schedule_steps
+            else ''
+        )
+        return {
+            'small_split': f'{self.small_split} training images, fewer than '
+            f'{SMALL_SPLIT_BATCHES} batches: {self.steps} steps an epoch with every image in '
+            f'it ({self.repeated} again to fill the last batch){schedule}'
+        }
+
+
+def epoch_steps(
+    info, split, batch_size, pipelines=1, patches_per_image=0, from_weights=False
+) -> EpochSteps:
+    """The steps of an epoch of `split` at the global `batch_size`, read by `pipelines` input
+    pipelines (each the same steps: those of the smallest share), for a run started from
+    trained weights or not."""
+    held = min(input_pipeline.records_per_worker(info, split, pipelines))
+    images = held * max(1, patches_per_image)
+    per_pipeline = batch_size // pipelines
+    if images >= SMALL_SPLIT_BATCHES * per_pipeline or not images:
+        steps = input_pipeline.steps_per_epoch(
+            info, split, batch_size, pipelines, patches_per_image
+        )
+        return EpochSteps(steps)
+    steps = -(-images // per_pipeline)
+    floor = SCHEDULE_STEPS if from_weights else 0
+    return EpochSteps(steps, held, steps * per_pipeline - images, floor)
