@@ -73,7 +73,14 @@ class ParquetFormat(ShardFormat):
             _utf8(name.encode('utf-8', 'surrogateescape'), 'a label')
         return ParquetFormat(dict(kind.schema), names)
 
+    def encoder(self, kind):
+        """A row's values as the writer made them: no `tensorflow.Example` made to be parsed
+        again (the records are rows, written from the values)."""
+        del kind
+        return _as_row
+
     def write(self, path, records, files, temp_dir) -> WrittenShard:
+        """Writes `records`, the values of each row (`encoder`), as a Parquet file."""
         import pyarrow.parquet as pq  # pylint: disable=import-outside-toplevel
 
         if self._schema is None:
@@ -91,9 +98,10 @@ class ParquetFormat(ShardFormat):
                     for name in _leaf_names(arrow_schema)
                 },
                 use_dictionary=[n for n in _leaf_names(arrow_schema) if n != _IMAGE_BYTES],
+                write_statistics=[n for n in _leaf_names(arrow_schema) if n != _IMAGE_BYTES],
                 write_page_checksum=True,
             ) as writer:
-                for rows in _groups(records, ROWS_PER_GROUP):
+                for rows in _groups(records, ROWS_PER_GROUP):  # each a {key: value} of a record
                     writer.write_table(_table(rows, self._schema, columns, arrow_schema))
                     count += len(rows)
         return WrittenShard(count, f.num_bytes, f.sha256.hexdigest(), False)
@@ -227,16 +235,20 @@ def _groups(records, size):
         yield rows
 
 
-def _table(records, schema, columns, arrow_schema):
-    """A table of `records` (serialized Examples) as rows of the schema's columns."""
+def _as_row(values):
+    return values
+
+
+def _table(rows, schema, columns, arrow_schema):
+    """A table of `rows` (each the {key: value} of a record) in the schema's columns."""
     import pyarrow as pa  # pylint: disable=import-outside-toplevel
 
-    message = example_bytes.example_class()
-    data = {column: [] for column in columns.values()}
-    for record in records:
-        feature_map = message.FromString(record).features.feature
-        for key, type_ in schema.items():
-            data[columns[key]].append(_value(feature_map[key], key, type_))
+    data = {}
+    for key, type_ in schema.items():
+        found = [row[key] for row in rows]
+        if type_.startswith('bytes') and key not in _BINARY and key != features.ENCODED:
+            found = _texts(found, key, type_.endswith(features.LIST))
+        data[columns[key]] = found
     arrays = []
     for field in arrow_schema:
         if field.name == IMAGE:
@@ -252,17 +264,15 @@ def _table(records, schema, columns, arrow_schema):
     return pa.Table.from_arrays(arrays, schema=arrow_schema)
 
 
-def _value(feature, key, type_):
-    """A feature's value(s) as its column holds them."""
-    which = feature.WhichOneof('kind')
-    values = list(getattr(feature, which).value) if which else []
-    if type_.startswith('bytes') and key not in _BINARY and key != features.ENCODED:
-        values = [_utf8(value, key) for value in values]
-    if type_.endswith(features.LIST):
-        return values
-    if len(values) != 1:
-        raise ValueError(f'{key}: {len(values)} values where the schema has one')
-    return values[0]
+def _texts(values, key, listed):
+    """A text column's values as str (a value may be given as bytes, UTF-8)."""
+    if listed:
+        return [[_str(value, key) for value in each] for each in values]
+    return [_str(value, key) for value in values]
+
+
+def _str(value, key):
+    return value if isinstance(value, str) else _utf8(value, key)
 
 
 def _utf8(value, key):
@@ -276,6 +286,9 @@ def _utf8(value, key):
 
 
 def _text(name):
+    """A file name (bytes, or a str) as text for people: bytes that are not UTF-8 as \\xNN."""
+    if isinstance(name, str):
+        name = name.encode('utf-8', 'surrogateescape')
     return name.decode('utf-8', 'backslashreplace')
 
 
@@ -327,11 +340,11 @@ class _HashingWriter:
         self.num_bytes = 0
 
     def write(self, data):
-        data = bytes(data)
-        self._f.write(data)
-        self.sha256.update(data)
-        self.num_bytes += len(data)
-        return len(data)
+        view = memoryview(data)  # pyarrow's buffer, not copied
+        self._f.write(view)
+        self.sha256.update(view)
+        self.num_bytes += view.nbytes
+        return view.nbytes
 
     def tell(self):
         return self.num_bytes
