@@ -28,6 +28,12 @@ REQUIRED = [
     'pyyaml>=6',
     'rich>=13',  # progress displays (imageshards/progress.py)
     'matplotlib>=3.8,<4',  # imageshards report and preview (figures, Agg backend)
+    # Detection and segmentation sets (pipelines/inputs/coco.py, voc.py, yolo.py): a COCO file
+    # streamed, never loaded whole; masks made by the COCO reference implementation; VOC XML
+    # read without entity expansion.
+    'ijson>=3.3',
+    'pycocotools>=2.0.8',
+    'defusedxml>=0.7',
 ]
 
 # What bench/ needs beside the package: the peers it measures imageshards against (TFDS's

@@ -32,6 +32,7 @@ DATASET_JSON = 'dataset.json'
 REJECTED_JSONL = 'rejected.jsonl'
 DUPLICATES_JSONL = 'duplicates.jsonl'
 NEAR_DUPLICATES_JSONL = 'near_duplicates.jsonl'
+REJECTED_ANNOTATIONS_JSONL = 'rejected_annotations.jsonl'  # a build of objects: those not written
 SUCCESS = '_SUCCESS'
 TEMP_DIR = '.imageshards-tmp'
 # The running build's lock. Not a build's own file (pipelines/writing/overwrite.is_own_file):
@@ -48,6 +49,7 @@ TRANSFORM_SAVED_MODEL = f'{TRANSFORM_FN_DIR}/saved_model.pb'
 TRANSFORM_ASSETS = f'{TRANSFORM_FN_DIR}/assets'
 ANALYSIS_JSON = f'{TRANSFORM_FN_DIR}/assets.extra/analysis.json'
 OWN_FILES = (SUCCESS, DATASET_JSON, REJECTED_JSONL, DUPLICATES_JSONL, NEAR_DUPLICATES_JSONL)
+OWN_FILES += (REJECTED_ANNOTATIONS_JSONL,)
 # TensorFlow Datasets' metadata, beside dataset.json; TFDS names the labels files itself.
 DATASET_INFO_JSON = 'dataset_info.json'
 FEATURES_JSON = 'features.json'

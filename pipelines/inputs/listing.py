@@ -20,6 +20,7 @@ Inputs are untrusted (docs/reliability.md):
 """
 
 import array
+import importlib
 import json
 import logging
 import os
@@ -33,6 +34,7 @@ from imageshards.file_names import display
 from imageshards.storage import absolute
 from imageshards.storage import is_uri
 from pipelines.core import sources
+from pipelines.core.settings import OBJECT_FORMS
 from pipelines.core.settings import InputSettings
 from pipelines.inputs import forms
 from pipelines.inputs import manifests
@@ -76,6 +78,8 @@ def scan_inputs(spec, inputs=None, index_archives=None):
     detected = forms.detect(spec, inputs.form, inputs.labels_file)
     if detected.form == forms.MANIFEST:
         return manifests.scan_manifest(spec, inputs)
+    if detected.form in OBJECT_FORMS:  # pipelines/inputs/coco.py, voc.py, yolo.py
+        return importlib.import_module(f'pipelines.inputs.{detected.form}').scan(spec, inputs)
     if detected.form != forms.TREE:
         scan = InputScan(detected.base, iter(()), levels=list(levels), form=detected.form)
         scan.entries = forms.container_entries(detected, scan, inputs, index_archives)
