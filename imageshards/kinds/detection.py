@@ -116,6 +116,10 @@ class Detection(RecordKind):
         schema.update({TFDS_BBOX: float_list, TFDS_LABEL: int_list})
         return schema
 
+    @property
+    def binary_keys(self) -> tuple:
+        return (*super().binary_keys, MASK, CLASS_MAP)
+
     def annotation(self, entry, height, width, label_ids, files=None) -> Annotated:
         packed = objects.check(entry.annotation, height, width, label_ids, files)
         return Annotated(packed.data, packed.dropped, packed.clipped, packed.labels)

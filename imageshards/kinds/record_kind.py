@@ -138,6 +138,12 @@ class RecordKind:
         """{key: type} of the features this kind adds to every record's."""
         return {}
 
+    @property
+    def binary_keys(self) -> tuple:
+        """The bytes features that hold data, not text (file names, which may not be UTF-8;
+        a kind's masks): what a format of typed columns stores as binary."""
+        return (features.FILENAME, features.PATH)
+
     def feature_spec(self, keys=None) -> dict:
         """The `tf.io.parse_example` spec of the records (of `keys` of them, if given): a list
         type is a `VarLenFeature` (a SparseTensor per batch); imports TensorFlow."""

@@ -43,11 +43,11 @@ def scan(spec, inputs):
     root = storage.absolute(spec).rstrip('/')
     if not storage.exists(storage.join(root, 'Annotations')):
         raise ValueError(f'--input {spec}: a Pascal VOC folder holds Annotations/')
-    found = object_inputs.new_scan(root, VOC)
+    images = storage.join(root, 'JPEGImages')
+    found = object_inputs.new_scan(images, VOC)  # keys are below JPEGImages/
     classes = labelmap(root)
     found.classes = list(classes)
     found.kind_options = {'flags': True}
-    images = storage.join(root, 'JPEGImages')
     places = (object_inputs.confinement(images, inputs), set(classes))
     found.entries = _entries(root, places, found, classes)
     return found
