@@ -65,7 +65,9 @@ TFT_TEMP_DIR = 'tft'
 
 # A split names a folder of the build and its shards (--splits, a manifest's split column).
 SPLIT_NAME = re.compile(r'^[A-Za-z0-9][A-Za-z0-9_.-]*$')
-_REPORT_FILE = re.compile(r'^(order\.csv|metrics\.json|report\.md|[a-z]+_[A-Za-z0-9_.-]+\.png)$')
+_REPORT_FILE = re.compile(
+    r'^(order\.csv|metrics\.json|report\.md|objects\.png|[a-z]+_[A-Za-z0-9_.-]+\.png)$'
+)
 
 
 def staged_shard(relative):
@@ -85,9 +87,15 @@ def is_lock_file(relative):
     return relative == LOCK_FILE
 
 
+ANNOTATIONS_DIR = 'annotations'  # `imageshards coco-annotations` writes SPLIT.json there
+
+
 def is_tool_output(relative):
-    """Whether a file of a build is what `imageshards preview` or `report` writes by default."""
+    """Whether a file of a build is what `imageshards preview`, `report` or `coco-annotations`
+    writes by default."""
     top, _, rest = relative.partition('/')
+    if top == ANNOTATIONS_DIR:
+        return rest.endswith('.json') and '/' not in rest
     return relative == PREVIEW_PNG or (top == REPORT_DIR and bool(_REPORT_FILE.match(rest)))
 
 

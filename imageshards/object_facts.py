@@ -62,6 +62,14 @@ def counts(read, splits, shards, dropped, rejections, duplicates) -> dict:
     }
 
 
+def listed(annotations) -> int:
+    """The lines rejected_annotations.jsonl holds: the annotations rejected, but those lost
+    with their image (listed in rejected.jsonl and duplicates.jsonl)."""
+    by_reason = annotations['rejected_by_reason']
+    lost = by_reason.get(IMAGE_REJECTED, 0) + by_reason.get(DUPLICATE_IMAGE, 0)
+    return annotations['rejected'] - lost
+
+
 def gap(annotations) -> str:
     """Why counts.annotations break `read == written + rejected`, or '' if they hold."""
     if not annotations:

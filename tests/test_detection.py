@@ -234,3 +234,59 @@ def test_a_detection_build_in_every_shard_format_holds_the_same_objects(coco_bui
         assert verify.main([str(out)]) == 0
     schema = json.loads((tmp_path / 'parquet' / 'dataset.json').read_text())['features']
     assert schema['image/object/mask'] == 'bytes_list'
+
+
+def test_coco_annotations_of_a_split_are_the_sources_and_evaluate_perfectly(coco_build, capsys):
+    from pycocotools.coco import COCO  # pylint: disable=import-outside-toplevel
+    from pycocotools.cocoeval import COCOeval  # pylint: disable=import-outside-toplevel
+
+    from imageshards_cli import coco_annotations  # pylint: disable=import-outside-toplevel
+
+    folder, coco, out, dataset = coco_build
+    assert coco_annotations.main([str(out), '--split', 'train']) == 0
+    written = json.loads((out / 'annotations' / 'train.json').read_text())
+    assert [c['id'] for c in written['categories']] == list(object_sets.COCO_IDS)
+    source = {image['id']: image for image in coco['images']}
+    by_source = {}
+    for a in coco['annotations']:
+        by_source.setdefault(a['image_id'], []).append(a)
+    ours = {image['id']: int(image['source_id']) for image in written['images']}
+    for a in written['annotations']:
+        wanted = by_source[ours[a['image_id']]]
+        assert any(
+            np.allclose(a['bbox'], w['bbox'], atol=1e-3) and a['category_id'] == w['category_id']
+            for w in wanted
+        )
+    assert len(written['images']) == dataset['splits']['train']['num_records']
+    assert set(ours.values()) <= set(source)
+    truth = COCO(str(out / 'annotations' / 'train.json'))
+    for kind in ('bbox', 'segm'):
+        results = truth.loadRes([{**a, 'score': 1.0} for a in written['annotations']])
+        evaluation = COCOeval(truth, results, kind)
+        evaluation.evaluate()
+        evaluation.accumulate()
+        evaluation.summarize()
+        assert evaluation.stats[0] == pytest.approx(1.0)
+    capsys.readouterr()
+    assert verify.main([str(out)]) == 0  # annotations/ is a tool's output, not a stray file
+
+
+def test_report_and_preview_draw_and_count_the_objects(coco_build, tmp_path):
+    from imageshards_cli import preview  # pylint: disable=import-outside-toplevel
+    from imageshards_cli import report  # pylint: disable=import-outside-toplevel
+
+    _, coco, out, dataset = coco_build
+    _, metrics = report.report(
+        str(out), 'train', str(tmp_path / 'report'), epochs=1, batch_size=2, seed=0,
+        baseline_buffer=None,
+    )  # fmt: skip
+    objects = metrics['objects']
+    assert sum(split['objects'] for split in objects.values()) == len(coco['annotations'])
+    for split, info in objects.items():
+        assert info['object_counts'] == dataset['splits'][split]['object_counts']
+        assert sum(info['box_sizes'].values()) == info['objects']
+        assert info['images'] == dataset['splits'][split]['num_records']
+    assert Image.open(tmp_path / 'report' / 'objects.png').size[0] > 200
+    assert '## Objects' in (tmp_path / 'report' / 'report.md').read_text()
+    assert preview.main([str(out), '--split', 'val', '--out', str(tmp_path / 'p.png')]) == 0
+    assert Image.open(tmp_path / 'p.png').format == 'PNG'

@@ -260,3 +260,43 @@ def build_records_of(folder, name, *flags):
     out = folder / name
     build(folder / 'annotations' / 'instances.json', out, '--no-analyze', *flags)
     return {os.path.basename(k): v for k, v in build_records(out).items()}
+
+
+def test_verify_finds_a_missing_annotation_line_and_bad_objects(bad_coco, capsys):
+    from imageshards_cli.verify import _Problems  # pylint: disable=import-outside-toplevel
+    from imageshards_cli.verify_objects import ObjectChecker  # pylint: disable=import-outside-toplevel
+
+    folder, _, _ = bad_coco
+    out = folder / 'out'
+    dataset = build(folder / 'annotations' / 'instances.json', out, '--no-analyze')
+    listed = (out / 'rejected_annotations.jsonl').read_text().splitlines()
+    (out / 'rejected_annotations.jsonl').write_text('\n'.join(listed[1:]) + '\n')
+    assert verify.main([str(out)]) == 1
+    assert (
+        f'has {len(listed) - 1} lines, but counts.annotations.rejected is {len(listed)}'
+        in capsys.readouterr().out
+    )
+
+    problems = _Problems(20)
+    checker = ObjectChecker(dataset, problems)
+    mask = io.BytesIO()
+    Image.new('L', (5, 5)).save(mask, 'PNG')
+    values = {
+        'image/width': 10,
+        'image/height': 8,
+        'image/object/class/label': (0, 5),
+        'image/object/class/text': (b'square', b'circle'),
+        'image/object/bbox/xmin': (0.1, 0.5),
+        'image/object/bbox/ymin': (0.1, 0.2),
+        'image/object/bbox/xmax': (0.4, 1.2),
+        'image/object/bbox/ymax': (0.3, 0.1),
+        'image/object/mask': (mask.getvalue(), mask.getvalue()),
+        'objects/bbox': (0.0,) * 8,
+    }
+    count, names = checker.check('shard', 'byte 0', values)
+    assert count == 2 and names == {'circle': 1}
+    found = capsys.readouterr().out
+    assert 'object 1: class 5 is not an index of labels' in found
+    assert "object 0: class 0 is not its text b'square'" in found
+    assert 'object 1: box [0.5, 0.2, 1.2, 0.1] is not inside [0, 1]' in found
+    assert 'mask 0 is a PNG L (5, 5), not PNG L (10, 8)' in found

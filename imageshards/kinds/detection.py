@@ -28,6 +28,7 @@ cannot be used are dropped and listed in rejected_annotations.jsonl, boxes a few
 edge are clipped and counted. An image with no object is kept.
 """
 
+import collections
 import dataclasses
 import typing
 
@@ -214,8 +215,13 @@ class Detection(RecordKind):
         }
 
     def headline(self, scalar) -> list:
-        count = scalar('objects')
-        return ([f'{count} objects'] if count is not None else []) + super().headline(scalar)
+        classes = scalar(OBJECT_TEXT, listed=True)
+        if classes is None:
+            return super().headline(scalar)
+        counted = collections.Counter(classes)
+        found = ', '.join(f'{n} {name}' for name, n in sorted(counted.items()))
+        words = f'{len(classes)} object{"" if len(classes) == 1 else "s"}'
+        return [words + (f' ({found})' if found else '')] + super().headline(scalar)
 
 
 def _options(given) -> dict:

@@ -284,7 +284,8 @@ class RecordKind:
 
     def headline(self, scalar) -> list:
         """What `imageshards inspect` says of a record first ('cat', '32x24 jpeg', 'id 17'):
-        `scalar(key)` is a record's single value of `key` (text for bytes), or None."""
+        `scalar(key)` is a record's single value of `key` (text for bytes), or None;
+        `scalar(key, listed=True)` its list of values (None where it has no such key)."""
         parts = []
         height, width = scalar(features.HEIGHT), scalar(features.WIDTH)
         if height is not None and width is not None:
