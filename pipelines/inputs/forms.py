@@ -22,6 +22,7 @@ import itertools
 import logging
 import os
 import posixpath
+import re
 import typing
 
 from imageshards import folder_top
@@ -127,14 +128,18 @@ def detect(spec, form=AUTO, labels_file=None) -> Detected:
 
 def _objects_form(path):
     """COCO for a .json file, YOLO for a .yaml data file, VOC for a folder with Annotations/
-    and JPEGImages/; None for anything else."""
+    and JPEGImages/ (on an object store, one named like VOC2012: other builds ask no more of
+    it; --input-form voc for any); None for anything else."""
     lower = path.lower()
     if lower.endswith('.json'):
         return COCO
     if lower.endswith(('.yaml', '.yml')):
         return YOLO
-    if is_glob(path) or storage.is_uri(path):
-        return VOC if storage.is_uri(path) and _voc_folder(path) else None
+    if is_glob(path):
+        return None
+    if storage.is_uri(path):
+        named = re.match(r'^VOC\d{4}$', posixpath.basename(path.rstrip('/')))
+        return VOC if named and _voc_folder(path) else None
     return VOC if os.path.isdir(path) and _voc_folder(path) else None
 
 
