@@ -153,7 +153,7 @@ def test_model_gardens_parse_spec_reads_the_records(coco_build, tf):
 def test_voc_build_keeps_flags_masks_class_maps_and_its_splits(tmp_path):
     made = object_sets.write_voc(str(tmp_path / 'VOC2012'))
     out = tmp_path / 'out'
-    dataset = build(tmp_path / 'VOC2012', out, '--no-analyze')
+    dataset = build(tmp_path / 'VOC2012', out, '--no-analyze', splits=None)
     assert dataset['objects'] == {
         'masks': True,
         'class_maps': True,
@@ -199,7 +199,12 @@ def test_voc_build_keeps_flags_masks_class_maps_and_its_splits(tmp_path):
 def test_yolo_build_turns_normalized_boxes_and_polygons_into_records(tmp_path):
     made = object_sets.write_yolo(str(tmp_path / 'shapes'))
     out = tmp_path / 'out'
-    dataset = build(tmp_path / 'shapes' / 'data.yaml', out, '--no-analyze')
+    dataset = build(tmp_path / 'shapes' / 'data.yaml', out, '--no-analyze', splits=None)
+    resplit = build(tmp_path / 'shapes' / 'data.yaml', tmp_path / 'resplit', '--no-analyze')
+    assert sorted(resplit['splits']) == ['test', 'train', 'val']  # --splits: every image split
+    assert (
+        resplit['counts']['annotations']['written'] == dataset['counts']['annotations']['written']
+    )
     assert {split: info['num_records'] for split, info in dataset['splits'].items()} == {
         'train': 5,
         'val': 5,

@@ -98,6 +98,8 @@ class InputSettings:
             manifest's own.
         follow_symlinks: accept symlinks wherever they lead, and descend symlinked folders.
         image_root: where a COCO annotation file's images are; None: found beside it.
+        source_splits: a set's own splits (VOC's ImageSets, YOLO's folders) place its images;
+            False where --splits is given, which then splits every image.
     """
 
     form: str = AUTO
@@ -112,6 +114,7 @@ class InputSettings:
     allow_roots: tuple = ()
     follow_symlinks: bool = False
     image_root: str = None
+    source_splits: bool = True
 
     @classmethod
     def take_flags(cls, values) -> 'InputSettings':

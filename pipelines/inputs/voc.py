@@ -8,7 +8,7 @@
     SegmentationObject/<id>.png (where present) the object of each pixel: i for the i-th
                                 object of the XML, 0 none, 255 void
     ImageSets/Main/<split>.txt  (where present) the ids of each split: they place the images,
-                                as a manifest's split column does
+                                as a manifest's split column does, unless --splits is given
     labelmap.txt                (where present, as CVAT exports it: `name:r,g,b::` lines) the
                                 classes in index order, `background` first; else VOC's 20
 
@@ -49,7 +49,7 @@ def scan(spec, inputs):
     found.classes = list(classes)
     found.kind_options = {'flags': True}
     places = (object_inputs.confinement(images, inputs), set(classes))
-    found.entries = _entries(root, places, found, classes)
+    found.entries = _entries(root, places, found, classes, inputs.source_splits)
     return found
 
 
@@ -80,12 +80,12 @@ def _split_of(root):
     return placed
 
 
-def _entries(root, places, found, classes):
+def _entries(root, places, found, classes, source_splits):
     annotations = storage.join(root, 'Annotations')
     names = sorted(
         name for name in storage.relative_files(annotations) if name.lower().endswith('.xml')
     )
-    splits = _split_of(root)
+    splits = _split_of(root) if source_splits else {}
     masks = {
         folder: set(storage.relative_files(storage.join(root, folder)))
         if storage.exists(storage.join(root, folder))

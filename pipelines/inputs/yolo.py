@@ -9,7 +9,8 @@
 An image's labels are the text file at its path with the last `images` folder replaced by
 `labels` and the extension by `.txt` (Ultralytics' own rule): one object per line, detection
 `cls xc yc w h` or segmentation `cls x1 y1 ... xn yn`, all normalized to [0, 1]; an image with
-no file or an empty one has no objects. The folders give the splits. The yaml is read with
+no file or an empty one has no objects. The folders give the splits, unless --splits is given
+(then every image is split, stratified by its classes). The yaml is read with
 PyYAML's safe loader (a `!!python/object` tag is refused, never run); a line that cannot be used
 is listed in rejected_annotations.jsonl with its image.
 """
@@ -43,7 +44,7 @@ def scan(spec, inputs):
     if not splits:
         raise ValueError(f'{path} names no split (train, val, test) of images')
     places = (object_inputs.confinement(root, inputs), set(names))
-    found.entries = _entries(root, splits, places, names, found)
+    found.entries = _entries(root, splits, places, names, found, inputs.source_splits)
     return found
 
 
@@ -97,14 +98,15 @@ def label_path(image):
     return posixpath.splitext(path[1:])[0] + '.txt'
 
 
-def _entries(root, splits, places, names, found):
+def _entries(root, splits, places, names, found, source_splits):
     entry_id = 0
     for split, given in splits.items():
         for image in _images_of(root, given):
             annotation = read_labels(storage.join(root, label_path(image)), names)
             if any('polygons' in obj for obj in annotation['objects']):
                 found.kind_options['masks'] = True
-            yield object_inputs.image_entry(entry_id, image, places, annotation, split)
+            placed = split if source_splits else ''
+            yield object_inputs.image_entry(entry_id, image, places, annotation, placed)
             entry_id += 1
 
 
