@@ -300,3 +300,50 @@ def test_verify_finds_a_missing_annotation_line_and_bad_objects(bad_coco, capsys
     assert "object 0: class 0 is not its text b'square'" in found
     assert 'object 1: box [0.5, 0.2, 1.2, 0.1] is not inside [0, 1]' in found
     assert 'mask 0 is a PNG L (5, 5), not PNG L (10, 8)' in found
+
+
+def test_a_vertex_ai_object_detection_import_file_builds_its_boxes_and_splits(tmp_path):
+    from test_detection import build_records  # pylint: disable=import-outside-toplevel
+
+    coco = object_sets.write_coco(str(tmp_path), images=6)
+    uses = ['training', 'validation', 'test', 'training', 'training', 'unassigned']
+    rows = []
+    for image, use in zip(coco['images'], uses):
+        width, height = image['width'], image['height']
+        boxes = [
+            {
+                'displayName': object_sets.CLASSES[object_sets.COCO_IDS.index(a['category_id'])],
+                'xMin': str(a['bbox'][0] / width),  # Vertex AI exports numbers as strings
+                'yMin': a['bbox'][1] / height,
+                'xMax': (a['bbox'][0] + a['bbox'][2]) / width,
+                'yMax': (a['bbox'][1] + a['bbox'][3]) / height,
+            }
+            for a in coco['annotations']
+            if a['image_id'] == image['id']
+        ]
+        rows.append(
+            {
+                'imageGcsUri': f'images/{image["file_name"]}',
+                'boundingBoxAnnotations': boxes,
+                'dataItemResourceLabels': {'aiplatform.googleapis.com/ml_use': use},
+            }
+        )
+    rows.append(rows[0])  # an image named twice
+    (tmp_path / 'import.jsonl').write_text(''.join(json.dumps(row) + '\n' for row in rows))
+    out = tmp_path / 'out'
+    dataset = build(tmp_path / 'import.jsonl', out, '--no-analyze')
+    assert dataset['kind'] == 'detection'
+    assert [r['reason'] for r in jsonl(out / 'rejected.jsonl')] == ['duplicate_row']
+    assert {s: i['num_records'] for s, i in dataset['splits'].items()} == {
+        'train': 4, 'val': 1, 'test': 1,
+    }  # fmt: skip
+    counts = dataset['counts']['annotations']
+    assert counts['written'] == len(coco['annotations'])
+    assert counts['read'] == counts['written'] + counts['rejected']
+    found = {os.path.basename(k): v for k, v in build_records(out).items()}
+    for image in coco['images']:
+        values = found[os.path.basename(image['file_name'])]
+        wanted = [a for a in coco['annotations'] if a['image_id'] == image['id']]
+        xmins = sorted(a['bbox'][0] / image['width'] for a in wanted)
+        np.testing.assert_allclose(sorted(values['image/object/bbox/xmin']), xmins, atol=1e-6)
+    assert verify.main([str(out)]) == 0

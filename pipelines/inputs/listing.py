@@ -39,6 +39,7 @@ from pipelines.core.settings import InputSettings
 from pipelines.inputs import forms
 from pipelines.inputs import manifests
 from pipelines.inputs import tree_walk
+from pipelines.inputs import vertex_objects
 from pipelines.inputs.entries import GLOB_CHARS
 from pipelines.inputs.entries import IMAGE_EXTENSIONS
 from pipelines.inputs.entries import USERINFO
@@ -77,6 +78,8 @@ def scan_inputs(spec, inputs=None, index_archives=None):
     levels = tuple(inputs.label_levels)
     detected = forms.detect(spec, inputs.form, inputs.labels_file)
     if detected.form == forms.MANIFEST:
+        if vertex_objects.is_detection_file(absolute(spec)):
+            return vertex_objects.scan(spec, inputs)
         return manifests.scan_manifest(spec, inputs)
     if detected.form in OBJECT_FORMS:  # pipelines/inputs/coco.py, voc.py, yolo.py
         return importlib.import_module(f'pipelines.inputs.{detected.form}').scan(spec, inputs)
