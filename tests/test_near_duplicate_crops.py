@@ -26,7 +26,7 @@ def _cut(image, left, top, right, bottom):
 
 @pytest.mark.xfail(
     strict=True,
-    reason='issue 41: a border crop of 5-8% moves the 64-bit DCT hash 10-18 bits (measured in '
+    reason='issue 41: a border crop of 5-8% moves the 64-bit DCT hash 10 bits or more (measured in '
     'bench/RESULTS.md, "Cropped near-duplicates"); the hash does not find crops yet',
 )
 def test_border_crops_of_3_to_8_percent_pair_with_their_original():
