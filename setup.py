@@ -44,9 +44,13 @@ BENCH = [
     # Grain reads ArrayRecord builds (bench/epoch_shuffle.py measures it against the trainer's
     # per-epoch shuffle; tests/test_random_access.py reads a build with it). Not the trainer's.
     'grain>=0.2',
+    # bench/near_duplicate_crops.py: imagehash's phash as a peer, and scikit-image's shipped
+    # photographs as held-out images (bench/crop_data.py)
+    'ImageHash>=4.3',
     'importlib_resources>=6',
     'iterative-stratification>=0.1.9',  # bench/multilabel_split.py's in-memory peer
     'psutil>=5.9',
+    'scikit-image>=0.22',
     'scikit-learn>=1.4',
 ]
 EXTRAS = {
