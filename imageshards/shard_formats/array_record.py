@@ -19,6 +19,8 @@ ArrayRecord files hold their own index (in their footer), so no index file goes 
 """
 
 import contextlib
+import ctypes
+import functools
 import hashlib
 import os
 import tempfile
@@ -34,12 +36,27 @@ WRITER_OPTIONS = 'group_size:1,uncompressed'
 RANDOM_ACCESS_OPTIONS = 'readahead_buffer_size:0,max_parallelism:0'
 _READ_BATCH = 256  # records read at once when a shard is read through in order
 _COPY_BUFFER = 1 << 22
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters (malloc.h)
+_TRIM_THRESHOLD = 64 << 20
 
 
 def _module():
     from array_record.python import array_record_module  # pylint: disable=import-outside-toplevel
 
     return array_record_module
+
+
+@functools.cache
+def _keep_freed_memory():
+    """Lets glibc keep the memory the library frees after each chunk, instead of giving it back
+    to the system and faulting it in again for the next: that doubled a shard's system time
+    (bench/RESULTS.md). The threshold is what MALLOC_TRIM_THRESHOLD_ sets; glibc only."""
+    try:
+        libc = ctypes.CDLL(None)
+        libc.mallopt(_M_MMAP_THRESHOLD, _TRIM_THRESHOLD)  # a chunk's buffers from the heap
+        libc.mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD)
+    except (OSError, AttributeError):  # not glibc: its allocator, as it is
+        pass
 
 
 class ArrayRecordFormat(ShardFormat):
@@ -56,6 +73,7 @@ class ArrayRecordFormat(ShardFormat):
         folder = temp_dir if local_output else tempfile.gettempdir()
         files.make_parent(folder + '/')
         local = os.path.join(folder, f'{uuid.uuid4().hex}-{path.rsplit("/", 1)[-1]}')
+        _keep_freed_memory()
         try:
             writer = _module().ArrayRecordWriter(local, WRITER_OPTIONS)
             count = 0

@@ -63,23 +63,30 @@ class ParquetFormat(ShardFormat):
     suffix = '.parquet'
     position_word = 'row'
 
-    def __init__(self, schema=None, names=None):
-        self._schema, self._names = schema, names
+    def __init__(self, schema=None, names=None, binary=_BINARY):
+        self._schema, self._names, self._binary = schema, names, tuple(binary)
 
     def for_records(self, kind, names) -> 'ParquetFormat':
         """The format writing `kind`'s records; ValueError naming a label that cannot be a
         Parquet string (a folder's name that is not UTF-8), before anything is written."""
         for name in [*names.labels, *(n for _, level in names.levels for n in level)]:
             _utf8(name.encode('utf-8', 'surrogateescape'), 'a label')
-        return ParquetFormat(dict(kind.schema), names)
+        return ParquetFormat(dict(kind.schema), names, kind.binary_keys)
+
+    def encoder(self, kind):
+        """A row's values as the writer made them: no `tensorflow.Example` made to be parsed
+        again (the records are rows, written from the values)."""
+        del kind
+        return _as_row
 
     def write(self, path, records, files, temp_dir) -> WrittenShard:
+        """Writes `records`, the values of each row (`encoder`), as a Parquet file."""
         import pyarrow.parquet as pq  # pylint: disable=import-outside-toplevel
 
         if self._schema is None:
             raise ValueError('ParquetFormat writes records of a kind: use for_records(kind, names)')
         columns = _columns(self._schema)
-        arrow_schema = _arrow_schema(self._schema, columns, self._names)
+        arrow_schema = _arrow_schema(self._schema, columns, self._names, self._binary)
         count = 0
         with files.created_whole(path, temp_dir) as raw:
             f = _HashingWriter(raw)
@@ -91,10 +98,12 @@ class ParquetFormat(ShardFormat):
                     for name in _leaf_names(arrow_schema)
                 },
                 use_dictionary=[n for n in _leaf_names(arrow_schema) if n != _IMAGE_BYTES],
+                write_statistics=[n for n in _leaf_names(arrow_schema) if n != _IMAGE_BYTES],
                 write_page_checksum=True,
             ) as writer:
-                for rows in _groups(records, ROWS_PER_GROUP):
-                    writer.write_table(_table(rows, self._schema, columns, arrow_schema))
+                for rows in _groups(records, ROWS_PER_GROUP):  # each a {key: value} of a record
+                    table = _table(rows, self._schema, columns, arrow_schema, self._binary)
+                    writer.write_table(table)
                     count += len(rows)
         return WrittenShard(count, f.num_bytes, f.sha256.hexdigest(), False)
 
@@ -153,7 +162,7 @@ def _columns(schema):
     return found
 
 
-def _arrow_type(key, type_):
+def _arrow_type(key, type_, binary):
     import pyarrow as pa  # pylint: disable=import-outside-toplevel
 
     base = type_.removesuffix(features.LIST)
@@ -162,11 +171,11 @@ def _arrow_type(key, type_):
     elif base == 'float':
         one = pa.float32()
     else:
-        one = pa.binary() if key in _BINARY else pa.string()
+        one = pa.binary() if key in binary else pa.string()
     return pa.list_(one) if type_.endswith(features.LIST) else one
 
 
-def _arrow_schema(schema, columns, names):
+def _arrow_schema(schema, columns, names, binary):
     import pyarrow as pa  # pylint: disable=import-outside-toplevel
 
     fields = []
@@ -174,16 +183,18 @@ def _arrow_schema(schema, columns, names):
         fields.append(pa.field(IMAGE, pa.struct([('bytes', pa.binary()), ('path', pa.string())])))
     for key, type_ in schema.items():
         if key != features.ENCODED:
-            fields.append(pa.field(columns[key], _arrow_type(key, type_)))
+            fields.append(pa.field(columns[key], _arrow_type(key, type_, binary)))
     stored = {'features': schema, 'columns': columns}
     metadata = {
         _METADATA: json.dumps(stored, sort_keys=True).encode('utf-8'),
-        b'huggingface': json.dumps({'info': {'features': _hf_features(schema, columns, names)}}),
+        b'huggingface': json.dumps(
+            {'info': {'features': _hf_features(schema, columns, names, binary)}}
+        ),
     }
     return pa.schema(fields, metadata=metadata)
 
 
-def _hf_features(schema, columns, names):
+def _hf_features(schema, columns, names, binary):
     """The `datasets` features of the columns, as `Features.to_dict()` writes them."""
     levels = dict(names.levels) if names else {}
     found = {IMAGE: {'_type': 'Image'}} if features.ENCODED in schema else {}
@@ -198,7 +209,7 @@ def _hf_features(schema, columns, names):
             one = {'names': list(levels[level]), '_type': 'ClassLabel'}
         else:
             dtype = {'int64': 'int64', 'float': 'float32'}.get(base)
-            dtype = dtype or ('binary' if key in _BINARY else 'string')
+            dtype = dtype or ('binary' if key in binary else 'string')
             one = {'dtype': dtype, '_type': 'Value'}
         found[columns[key]] = (
             {'feature': one, '_type': 'List'} if type_.endswith(features.LIST) else one
@@ -227,16 +238,20 @@ def _groups(records, size):
         yield rows
 
 
-def _table(records, schema, columns, arrow_schema):
-    """A table of `records` (serialized Examples) as rows of the schema's columns."""
+def _as_row(values):
+    return values
+
+
+def _table(rows, schema, columns, arrow_schema, binary):
+    """A table of `rows` (each the {key: value} of a record) in the schema's columns."""
     import pyarrow as pa  # pylint: disable=import-outside-toplevel
 
-    message = example_bytes.example_class()
-    data = {column: [] for column in columns.values()}
-    for record in records:
-        feature_map = message.FromString(record).features.feature
-        for key, type_ in schema.items():
-            data[columns[key]].append(_value(feature_map[key], key, type_))
+    data = {}
+    for key, type_ in schema.items():
+        found = [row[key] for row in rows]
+        if type_.startswith('bytes') and key not in binary and key != features.ENCODED:
+            found = _texts(found, key, type_.endswith(features.LIST))
+        data[columns[key]] = found
     arrays = []
     for field in arrow_schema:
         if field.name == IMAGE:
@@ -252,17 +267,15 @@ def _table(records, schema, columns, arrow_schema):
     return pa.Table.from_arrays(arrays, schema=arrow_schema)
 
 
-def _value(feature, key, type_):
-    """A feature's value(s) as its column holds them."""
-    which = feature.WhichOneof('kind')
-    values = list(getattr(feature, which).value) if which else []
-    if type_.startswith('bytes') and key not in _BINARY and key != features.ENCODED:
-        values = [_utf8(value, key) for value in values]
-    if type_.endswith(features.LIST):
-        return values
-    if len(values) != 1:
-        raise ValueError(f'{key}: {len(values)} values where the schema has one')
-    return values[0]
+def _texts(values, key, listed):
+    """A text column's values as str (a value may be given as bytes, UTF-8)."""
+    if listed:
+        return [[_str(value, key) for value in each] for each in values]
+    return [_str(value, key) for value in values]
+
+
+def _str(value, key):
+    return value if isinstance(value, str) else _utf8(value, key)
 
 
 def _utf8(value, key):
@@ -276,6 +289,9 @@ def _utf8(value, key):
 
 
 def _text(name):
+    """A file name (bytes, or a str) as text for people: bytes that are not UTF-8 as \\xNN."""
+    if isinstance(name, str):
+        name = name.encode('utf-8', 'surrogateescape')
     return name.decode('utf-8', 'backslashreplace')
 
 
@@ -327,11 +343,11 @@ class _HashingWriter:
         self.num_bytes = 0
 
     def write(self, data):
-        data = bytes(data)
-        self._f.write(data)
-        self.sha256.update(data)
-        self.num_bytes += len(data)
-        return len(data)
+        view = memoryview(data)  # pyarrow's buffer, not copied
+        self._f.write(view)
+        self.sha256.update(view)
+        self.num_bytes += view.nbytes
+        return view.nbytes
 
     def tell(self):
         return self.num_bytes

@@ -15,6 +15,8 @@ import re
 import shutil
 import tempfile
 
+from imageshards.kinds import example_bytes
+
 
 class CorruptRecordError(ValueError):
     """A shard file whose records cannot all be read back as written (framing, checksums)."""
@@ -92,11 +94,17 @@ class ShardFormat:
         """The shards' names in TFDS's template language (tfds.core.ShardedFileTemplate)."""
         return '{SPLIT}/{SPLIT}-{SHARD_X_OF_Y}' + self.suffix
 
+    def encoder(self, kind):
+        """What the writer makes of each record's values ({key: value} of `kind`'s schema) for
+        `write`: a function of the values. The serialized `tensorflow.Example`
+        (imageshards/kinds/example_bytes.py), unless the format stores values otherwise."""
+        return example_bytes.plan(kind).encode
+
     def write(self, path, records, files, temp_dir) -> WrittenShard:
-        """Writes `records` (serialized records, an iterable of bytes, read once) as the shard
-        file `path`, and its index file beside it if the format keeps one, through `files` (the
-        file layer: imageshards/storage.py); each appears only once complete
-        (`files.created_whole`, temporary files in `temp_dir`)."""
+        """Writes `records` (what `encoder` made of each record, an iterable read once: the
+        serialized records) as the shard file `path`, and its index file beside it if the
+        format keeps one, through `files` (the file layer: imageshards/storage.py); each appears
+        only once complete (`files.created_whole`, temporary files in `temp_dir`)."""
         raise NotImplementedError
 
     def read(self, f, name):

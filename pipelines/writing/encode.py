@@ -9,7 +9,6 @@ import google_crc32c
 from imageshards import file_names
 from imageshards import layout
 from imageshards import storage
-from imageshards.kinds import example_bytes
 from imageshards.kinds import features
 from pipelines.core import reading
 from pipelines.core import sources
@@ -22,8 +21,9 @@ class InputChangedError(RuntimeError):
 
 
 class RecordEncoder:
-    """ImageMeta (and the stored bytes) -> the serialized tf.train.Example of a record, as the
-    build's kind makes it (imageshards/kinds/).
+    """ImageMeta (and the stored bytes) -> the record its shard format writes: the serialized
+    tf.train.Example of the build's kind (imageshards/kinds/), or what the format takes instead
+    (`ShardFormat.encoder`: a Parquet row's values).
 
     Configuration only, so that it pickles into the DoFns that write records.
 
@@ -37,6 +37,7 @@ class RecordEncoder:
         self._input_base = settings.input_base
         self._output_dir = settings.output_dir
         self._examples = settings.kind.format == features.EXAMPLES
+        self._format = settings.shard_format
 
     def encode(self, meta, stored=None, source=None):
         """The record of `meta`; `stored` is the image bytes of an `examples` build, `source`
@@ -51,12 +52,13 @@ class RecordEncoder:
         else:
             payload = filename
         values = self._kind.values(meta, self._names, filename, payload)
-        return self._plan.encode(values)
+        return self._encode(values)
 
     @functools.cached_property
-    def _plan(self):
-        """The kind's example_bytes.Plan, made on first use (where records are written)."""
-        return example_bytes.plan(self._kind)
+    def _encode(self):
+        """values -> record, made on first use (where records are written): the kind's
+        example_bytes.Plan's `encode` for a format of serialized Examples."""
+        return self._format.encoder(self._kind)
 
 
 def read_checked(source, meta, max_bytes, reader=None):
