@@ -90,6 +90,38 @@ def test_a_resume_inside_a_small_epoch_finds_the_batches_of_a_run_never_stopped(
         assert resumed == whole[2 * epoch + skip :], (epoch, skip)
 
 
+def test_two_workers_of_a_random_access_build_read_every_image_each_small_epoch(builds):
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
+    data = builds['array_record']
+    info = dataset_info.load(str(data))
+    # 15 records on 2 workers are 8 and 7, at 4 each a step: 2 steps, the second worker's
+    # last batch filled with one of its records again.
+    epoch = small_splits.epoch_steps(info, 'train', 8, pipelines=2)
+    assert epoch.steps == 2 and epoch.repeated == 1
+    parts = []
+    for worker in range(2):
+        context = tf.distribute.InputContext(
+            num_input_pipelines=2, input_pipeline_id=worker, num_replicas_in_sync=2
+        )
+        ids = _batch_ids(
+            data, 'train', 8, epochs=2, batches_per_epoch=epoch.steps, input_context=context
+        )
+        assert [len(batch) for batch in ids] == [4] * 4
+        parts.append([ids[0] + ids[1], ids[2] + ids[3]])
+    for first, second in zip(*parts):  # each epoch: the workers' parts, disjoint, all 15
+        assert not set(first) & set(second)
+        assert len(set(first) | set(second)) == 15
+
+
+def test_a_share_a_record_over_full_batches_is_still_read_whole(builds):
+    info = dataset_info.load(str(builds['array_record']))
+    # 21 records on 2 workers are 11 and 10, at 2 each a step: 6 steps (not 5, which would
+    # leave one of the first worker's records out of every epoch).
+    epoch = small_splits.epoch_steps(info, 'larger', 4, pipelines=2)
+    assert epoch.steps == 6 and epoch.repeated == 3
+
+
 def test_a_split_of_ten_batches_or_more_trains_as_before(build):
     info = dataset_info.load(str(build))
     assert info.num_records('larger') == 21

@@ -43,8 +43,8 @@ class EpochSteps:
     run."""
 
     steps: int
-    small_split: int = 0  # records per input pipeline where the rule applied, else 0
-    repeated: int = 0  # images an epoch holds twice to fill its last batch
+    small_split: int = 0  # records of the split where the rule applied, else 0
+    repeated: int = 0  # images an epoch holds twice to fill the pipelines' last batches
     min_schedule_steps: int = 0  # the least length of each phase's schedule (recipe.schedule)
 
     def note(self) -> dict:
@@ -67,16 +67,22 @@ def epoch_steps(
     info, split, batch_size, pipelines=1, patches_per_image=0, from_weights=False
 ) -> EpochSteps:
     """The steps of an epoch of `split` at the global `batch_size`, read by `pipelines` input
-    pipelines (each the same steps: those of the smallest share), for a run started from
-    trained weights or not."""
-    held = min(input_pipeline.records_per_worker(info, split, pipelines))
-    images = held * max(1, patches_per_image)
+    pipelines (each the same steps), for a run started from trained weights or not.
+
+    A large split's epoch is the full batches of the smallest share. A small split's is the
+    steps that the largest share fills: every pipeline fills its last batches with its own
+    records again, so that each reads all of its share, also where shares differ by a record
+    (a random-access build on 2 workers: 17 records are 9 and 8).
+    """
+    shares = input_pipeline.records_per_worker(info, split, pipelines)
+    per_image = max(1, patches_per_image)
     per_pipeline = batch_size // pipelines
-    if images >= SMALL_SPLIT_BATCHES * per_pipeline or not images:
+    if min(shares) * per_image >= SMALL_SPLIT_BATCHES * per_pipeline or not min(shares):
         steps = input_pipeline.steps_per_epoch(
             info, split, batch_size, pipelines, patches_per_image
         )
         return EpochSteps(steps)
-    steps = -(-images // per_pipeline)
+    steps = -(-max(shares) * per_image // per_pipeline)
     floor = SCHEDULE_STEPS if from_weights else 0
-    return EpochSteps(steps, held, steps * per_pipeline - images, floor)
+    repeated = steps * per_pipeline * pipelines - sum(shares) * per_image
+    return EpochSteps(steps, sum(shares), repeated, floor)
