@@ -5,6 +5,7 @@ Training, per epoch:
     -> interleave TFRecordDatasets over several shards at once; with few shards, each shard
        starts at a record fixed by (seed, epoch, shard) and wraps around (see `rotate_shards`)
     -> record shuffle buffer, seeded by (seed, epoch)
+    -> [a small split (trainer/small_splits.py): the epoch's records again, to fill its last batch]
     -> batch (drop_remainder) -> vectorized tf.io.parse_example (trainer/record_parser.py)
     -> batches decoded in parallel, each in one call: a random-resized crop of each image,
        cut while decoding the JPEG (general path for PNG), resized, augmented

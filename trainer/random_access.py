@@ -14,7 +14,9 @@ needs no shard interleave and no shuffle buffer. A training epoch reads:
     -> (serialized record, its position in the epoch)
 
 What follows is trainer/input_pipeline.py's as for any build: the same batches, parsing, decoding
-and augmentation. Evaluation reads the shards in order, as for any build.
+and augmentation; a small split's epoch (trainer/small_splits.py) reads its part of the
+permutation once more after its end, to fill its last batch. Evaluation reads the shards in
+order, as for any build.
 
 The permutation is in the spirit of Grain's IndexSampler (a fresh one per epoch from a seed), made
 without Grain: an argsort of PCG64's raw stream seeded with (seed, epoch). NumPy keeps a bit
