@@ -5,6 +5,7 @@ import dataclasses
 import json
 import math
 
+import keras
 import numpy as np
 import pytest
 
@@ -109,6 +110,28 @@ def test_frozen_phases_train_the_heads_alone_and_batchnorm_stays_in_inference_mo
     recipe.set_trainable(mobile, frozen=True, from_weights=True)
     assert _trainable_layers(mobile) == {'logits'}
     assert [w.path for w in mobile.trainable_weights] == ['logits/kernel', 'logits/bias']
+
+
+def test_batchnorm_of_a_model_from_weights_adapts_only_where_asked_and_where_it_settles():
+    model = build_model('small_cnn', 3, (16, 16))  # BatchNorm momentum 0.9
+    convs = {f'block{i}_conv' for i in (1, 2, 3)}
+    batch_norms = {f'block{i}_bn' for i in (1, 2, 3)}
+    recipe.set_trainable(model, frozen=False, from_weights=True, adapt_steps=29)
+    assert _trainable_layers(model) == convs | batch_norms | {'logits'}
+    recipe.set_trainable(model, frozen=True, from_weights=True, adapt_steps=29)
+    assert _trainable_layers(model) == {'logits'}  # never in the frozen phase
+    recipe.set_trainable(model, frozen=False, from_weights=True, adapt_steps=28)
+    assert _trainable_layers(model) == convs | {'logits'}  # 0.9 ** 28 > e ** -3: unsettled
+    # A keras.applications model's BatchNorm (momentum 0.99 or more) needs 299 steps at least.
+    mobile = build_model('mobilenet_v3_small', 3, (32, 32))
+    recipe.set_trainable(mobile, frozen=False, from_weights=True, adapt_steps=60)
+    assert not any(
+        layer.trainable
+        for layer in recipe.layers_with_weights(mobile)
+        if isinstance(layer, keras.layers.BatchNormalization)
+    )
+    phases = recipe.phases(_recipe(init_from='job', frozen_epochs=1), 30)
+    assert recipe.whole_phase_steps(phases, steps_per_epoch=2) == 58
 
 
 def test_adamw_decays_kernels_not_biases_nor_batchnorm_scales(tf):

@@ -135,10 +135,15 @@ def test_a_split_of_ten_batches_or_more_trains_as_before(build):
 
 
 def _train(data, job_dir, monkeypatch, *flags):
-    """(metrics.json of a 2-epoch run at batch 8, [the schedule floor each optimizer got])."""
+    """(metrics.json of a 2-epoch run at batch 8, [the schedule floor each optimizer got] and
+    then [the adapt_steps of each set_trainable call])."""
     floors = []
     original = recipe.schedule
     monkeypatch.setattr(recipe, 'schedule', lambda *args: floors.append(args[3]) or original(*args))
+    marks = recipe.set_trainable
+    monkeypatch.setattr(
+        recipe, 'set_trainable', lambda *args: floors.append(args[3]) or marks(*args)
+    )
     config = config_lib.parse_train_args(
         ['--data', str(data), '--job-dir', str(job_dir), '--image-size', '16']
         + ['--batch-size', '8', '--epochs', '2', '--checkpoint-every', '0', *flags]
@@ -154,7 +159,8 @@ def test_a_small_split_trains_every_image_and_fine_tunes_on_a_longer_schedule(
     builds, tmp_path, monkeypatch
 ):
     scratch, floors = _train(builds['tfrecord'], tmp_path / 'scratch', monkeypatch)
-    assert floors == [0]  # from random weights: the cosine of the run's own length
+    # From random weights: the cosine of the run's own length (and BatchNorm trains anyway).
+    assert floors == [0, 0, 0]
     assert scratch['steps_per_epoch'] == 2 and scratch['steps'] == 4
     assert scratch['small_split'] == (
         '15 training images, fewer than 10 batches: 2 steps an epoch with every image in it '
@@ -162,10 +168,13 @@ def test_a_small_split_trains_every_image_and_fine_tunes_on_a_longer_schedule(
     )
     started = ['--init-from', str(tmp_path / 'scratch'), '--frozen-epochs', '1']
     tuned, floors = _train(builds['tfrecord'], tmp_path / 'tuned', monkeypatch, *started)
-    assert floors == [small_splits.SCHEDULE_STEPS]
+    # Set up, then the frozen phase and the whole phase: its 2 steps, too few for BatchNorm to
+    # settle (recipe's test), are what each call is told.
+    assert floors == [2, small_splits.SCHEDULE_STEPS, 2, 2]
     assert tuned['steps'] == 4
     assert tuned['small_split'].endswith(
-        "; each phase's warm-up and cosine laid over 500 steps at least"
+        "; each phase's warm-up and cosine laid over 500 steps at least, BatchNorm layers "
+        'adapting where they settle'
     )
 
 
@@ -175,3 +184,6 @@ def test_the_schedule_floor_is_for_a_small_split_started_from_weights_alone(buil
     assert floor('train', 8, 1, 0, True) == 500
     assert floor('train', 8, 1, 0, False) == 0
     assert floor('larger', 2, 1, 0, True) == 0
+    adapts = lambda *args: small_splits.epoch_steps(info, *args).adapts_batch_norm
+    assert adapts('train', 8, 1, 0, True)
+    assert not adapts('train', 8, 1, 0, False) and not adapts('larger', 2, 1, 0, True)

@@ -6,7 +6,7 @@ train.py            a run: set up, resume or start from weights, fit phase by ph
                     keep the best epoch, test, export
   recipe.py         phases (frozen, then all), the learning-rate schedule, AdamW
   small_splits.py   a small training split: every image each epoch, the fine-tuning rate
-                    kept up
+                    kept up, BatchNorm adapted
   warm_start.py     --init-from: trained weights copied into a new model by layer
   best_epoch.py     the best epoch's weights, kept in the checkpoints
   callbacks.py      resumable checkpoints (SIGTERM), the skipped images' count

@@ -8,8 +8,11 @@ transfer-learning guide:
             copied weights are moved, not replaced)
 and its BatchNorm layers stay in inference mode all along (`trainable=False`: Keras then
 normalizes with their moving statistics and keeps them): a few small batches of a new dataset
-would otherwise replace statistics learnt over many (keras-team/keras#9214, #9965). From random
-weights, a run has one phase: everything trains at --learning-rate.
+would otherwise replace statistics learnt over many (keras-team/keras#9214, #9965). The
+exception is a small training split (trainer/small_splits.py): there its images are all the new
+data there is, and a BatchNorm layer trains in the whole phase where its moving statistics
+settle within it (`set_trainable`'s `adapt_steps`). From random weights, a run has one phase:
+everything trains at --learning-rate.
 
 In each phase the rate rises linearly from 0 over the first --warmup-epochs (at most half the
 phase), then falls along a cosine to 0 at the phase's end (Model Garden's warm-up and cosine
@@ -20,6 +23,7 @@ resumed from a checkpoint goes on exactly where it stopped, also across the phas
 """
 
 import dataclasses
+import math
 
 import keras
 
@@ -27,6 +31,9 @@ from trainer.model import is_head
 
 # AdamW decays weights, not offsets and scales (Model Garden's exclusions, by variable name).
 NOT_DECAYED = ('bias', 'gamma', 'beta')
+# A BatchNorm layer of a model from weights may adapt (set_trainable) where its moving
+# statistics keep under e ** -SETTLED (5%) of the source's by the end of the whole phase.
+SETTLED = 3.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,10 +149,20 @@ def layers_with_weights(model) -> list:
     return found
 
 
-def set_trainable(model, frozen, from_weights) -> None:
-    """Marks which layers train: the heads alone where `frozen`, and never a BatchNorm layer
-    of a model started from weights. `Model.compile` must follow for it to take effect."""
+def whole_phase_steps(run_phases, steps_per_epoch) -> int:
+    """The steps of the phases in which every layer trains."""
+    return sum((p.last - p.first) * steps_per_epoch for p in run_phases if not p.frozen)
+
+
+def set_trainable(model, frozen, from_weights, adapt_steps=0) -> None:
+    """Marks which layers train: the heads alone where `frozen`. A BatchNorm layer of a model
+    started from weights trains only outside the frozen phase and where `adapt_steps` (the
+    whole phase's steps, where trainer/small_splits.py asks for them) let its moving statistics
+    settle: the source's share of them, momentum ** steps, falls under e ** -SETTLED (small_cnn's
+    momentum of 0.9 in 29 steps; a keras.applications model's 0.99 in 299). `Model.compile` must
+    follow for it to take effect."""
     for layer in layers_with_weights(model):
-        batch_norm = isinstance(layer, keras.layers.BatchNormalization)
         trains = is_head(layer.name) or not frozen
-        layer.trainable = trains and not (from_weights and batch_norm)
+        if from_weights and isinstance(layer, keras.layers.BatchNormalization):
+            trains = trains and layer.momentum**adapt_steps <= math.exp(-SETTLED)
+        layer.trainable = trains

@@ -1,4 +1,5 @@
-"""Small training splits: every image in every epoch, and a fine-tuning rate kept up.
+"""Small training splits: every image in every epoch; from weights, a fine-tuning rate kept up
+and BatchNorm adapted.
 
 An epoch of n training images at batch b is floor(n / b) full batches; the input pipeline drops
 the rest, other images each epoch. Over many batches that is a sliver of the split; over few it
@@ -11,14 +12,17 @@ epoch), so a resume finds them where they were, and every epoch holds every imag
 that ran on would leave out of the next epoch the images it took from it).
 
 Such a split trains few steps: 30 epochs of 15 images at batch 8 are 60. Started from trained
-weights (`--init-from`), each phase's warm-up and cosine (trainer/recipe.py) are then laid over
-SCHEDULE_STEPS steps at least, so that a shorter phase ends partway down the cosine, near its
-peak, instead of at 0. The whole model fine-tunes at the lower --fine-tune-learning-rate, and
-in a run this short its validation loss still falls at the last epoch: a cosine down to 0 only
-takes away steps it needs. From random weights at the full rate, a small split reaches its best
-validation loss within the run, and the cosine's low rates settle it: its schedule stays as it
-is. (bench/RESULTS.md, "Few images, every image": both, measured.) A phase of SCHEDULE_STEPS
-or more keeps its cosine down to 0.
+weights (`--init-from`), the run then changes in two ways (trainer/recipe.py):
+- each phase's warm-up and cosine are laid over SCHEDULE_STEPS steps at least, so that a
+  shorter phase ends partway down the cosine, near its peak, instead of at 0: the whole model
+  fine-tunes at the lower --fine-tune-learning-rate, its validation loss still falls at the
+  last epoch, and a cosine down to 0 only takes away steps it needs;
+- its BatchNorm layers train in the whole-model phase where their moving statistics settle
+  within it (`recipe.set_trainable`'s `adapt_steps`): the split is all the new data there is,
+  and the source's statistics, kept, normalize it less well than its own.
+A run from random weights keeps its schedule as it is. bench/RESULTS.md, "Few images, every
+image", has the figures (the few-shot digits: each change measured with and without).
+A phase of SCHEDULE_STEPS or more keeps its cosine down to 0.
 
 A split of SMALL_SPLIT_BATCHES batches or more trains as before: the same steps, the same
 batches, the same schedule.
@@ -46,13 +50,15 @@ class EpochSteps:
     small_split: int = 0  # records of the split where the rule applied, else 0
     repeated: int = 0  # images an epoch holds twice to fill the pipelines' last batches
     min_schedule_steps: int = 0  # the least length of each phase's schedule (recipe.schedule)
+    adapts_batch_norm: bool = False  # BatchNorm trains in the whole phase (recipe.set_trainable)
 
     def note(self) -> dict:
         """What metrics.json says of the rule, where it applied ({} where not)."""
         if not self.small_split:
             return {}
         schedule = (
-            f"; each phase's warm-up and cosine laid over {self.min_schedule_steps} steps at least"
+            f"; each phase's warm-up and cosine laid over {self.min_schedule_steps} steps at "
+            'least, BatchNorm layers adapting where they settle'
             if self.min_schedule_steps
             else ''
         )
@@ -85,4 +91,4 @@ def epoch_steps(
     steps = -(-max(shares) * per_image // per_pipeline)
     floor = SCHEDULE_STEPS if from_weights else 0
     repeated = steps * per_pipeline * pipelines - sum(shares) * per_image
-    return EpochSteps(steps, sum(shares), repeated, floor)
+    return EpochSteps(steps, sum(shares), repeated, floor, from_weights)

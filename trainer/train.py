@@ -64,6 +64,7 @@ class _Run:
     compile_args: dict  # loss and metrics (trainer/heads.py)
     phases: list  # trainer/recipe.py Phases
     steps: int  # per epoch
+    adapt_steps: int  # recipe.set_trainable's: BatchNorm of a small split from weights
 
 
 def _train(config, checkpoint_dir, model_dir):
@@ -188,6 +189,7 @@ def _set_up(config, info, strategy, heads, transform_output, epoch, validated):
     checkpoint of all a resume restores (`epoch`: small_splits.EpochSteps; `validated`: whether
     a validation split is read)."""
     phases = recipe.phases(config.recipe, config.epochs)
+    adapt_steps = recipe.whole_phase_steps(phases, epoch.steps) if epoch.adapts_batch_norm else 0
     weights = heads_lib.class_weights(info, config.train_split, heads, config.recipe.class_weights)
     with strategy.scope():  # the metrics' variables too: mirrored, reduced over workers
         compile_args = heads_lib.compile_args(heads, config.recipe.label_smoothing, weights)
@@ -198,7 +200,7 @@ def _set_up(config, info, strategy, heads, transform_output, epoch, validated):
             heads=heads,
             transform_output=transform_output if config.model == SMALL_CNN else None,
         )
-        recipe.set_trainable(model, False, config.recipe.from_weights)
+        recipe.set_trainable(model, False, config.recipe.from_weights, adapt_steps)
         model.compile(
             optimizer=recipe.optimizer(
                 config.recipe, phases, epoch.steps, epoch.min_schedule_steps
@@ -216,7 +218,7 @@ def _set_up(config, info, strategy, heads, transform_output, epoch, validated):
     checkpoint = tf.train.Checkpoint(
         model=model, optimizer=model.optimizer, random_states=random_states, best=best.state
     )
-    return _Run(model, checkpoint, best, compile_args, phases, epoch.steps)
+    return _Run(model, checkpoint, best, compile_args, phases, epoch.steps, adapt_steps)
 
 
 def _fit(run, config, info, strategy, progress, checkpoints, skipped):
@@ -232,7 +234,9 @@ def _fit(run, config, info, strategy, progress, checkpoints, skipped):
     for segment in recipe.segments(done, run.steps, run.phases):
         if checkpoints.preempted:
             break
-        recipe.set_trainable(run.model, segment.phase.frozen, config.recipe.from_weights)
+        recipe.set_trainable(
+            run.model, segment.phase.frozen, config.recipe.from_weights, run.adapt_steps
+        )
         with strategy.scope():  # the trainable weights change only with a new train function
             run.model.compile(
                 optimizer=run.model.optimizer, jit_compile=config.xla, **run.compile_args
