@@ -17,7 +17,7 @@ Contenders on the few set, each for `--epochs` epochs at `--batch-size`, per see
              trainer's evaluation images (make_dataset, central crop, the same size), for
              training and test alike: no augmentation
 Prints each run's test accuracy (and for the trainer its steps per epoch and the epoch kept),
-then the means over seeds.
+then the means over seeds. Figures: bench/RESULTS.md, "Few images, every image".
 
     python -m bench.few_shot --seeds 0 1 2 3 4
     python -m bench.few_shot --seeds 0 1 2 --set warmup_epochs=3 --only init-from scratch
