@@ -28,6 +28,12 @@ REQUIRED = [
     'pyyaml>=6',
     'rich>=13',  # progress displays (imageshards/progress.py)
     'matplotlib>=3.8,<4',  # imageshards report and preview (figures, Agg backend)
+    # Detection and segmentation sets (pipelines/inputs/coco.py, voc.py, yolo.py): a COCO file
+    # streamed, never loaded whole; masks made by the COCO reference implementation; VOC XML
+    # read without entity expansion.
+    'ijson>=3.3',
+    'pycocotools>=2.0.8',
+    'defusedxml>=0.7',
 ]
 
 # What bench/ needs beside the package: the peers it measures imageshards against (TFDS's
@@ -38,9 +44,13 @@ BENCH = [
     # Grain reads ArrayRecord builds (bench/epoch_shuffle.py measures it against the trainer's
     # per-epoch shuffle; tests/test_random_access.py reads a build with it). Not the trainer's.
     'grain>=0.2',
+    # bench/near_duplicate_crops.py: imagehash's phash as a peer, and scikit-image's shipped
+    # photographs as held-out images (bench/crop_data.py)
+    'ImageHash>=4.3',
     'importlib_resources>=6',
     'iterative-stratification>=0.1.9',  # bench/multilabel_split.py's in-memory peer
     'psutil>=5.9',
+    'scikit-image>=0.22',
     'scikit-learn>=1.4',
 ]
 EXTRAS = {

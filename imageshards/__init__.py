@@ -13,6 +13,7 @@ commands in imageshards_cli/. Two folders below the rest, which import nothing o
     layout.py            every file and folder of an output: its name, and which are ours
     dataset_json.py      dataset.json read, and a build as readers see it (`Build`)
     dataset_facts.py     dataset.json made from a build's facts, and checked
+    object_facts.py      a detection build's accounting of its annotations, in dataset.json
     records.py           the records of a build, or of any TFRecord file, read
     tfds_metadata.py     a build as a TensorFlow Datasets dataset
     tft_preprocessing.py  the tf.Transform preprocessing_fn of a build (TensorFlow)

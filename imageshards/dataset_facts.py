@@ -8,6 +8,7 @@ import dataclasses
 import datetime
 
 import imageshards
+from imageshards import object_facts
 from imageshards import stratification
 from imageshards.dataset_json import FORMATS_KEY
 from imageshards.dataset_json import INDEX_KEY
@@ -41,9 +42,11 @@ class BuildFacts:
     manifest_splits: dict = dataclasses.field(default_factory=dict)  # split -> images placed
     resize: dict = None  # --resize-shorter-side's setting (settings.ResizeSpec.describe)
     shard_format: str = shard_formats.DEFAULT  # the shards' file format
+    # A kind of objects: {'read': annotations found, 'rejected': [those of no input's lines]}
+    annotations: dict = dataclasses.field(default_factory=dict)
 
 
-def make(facts, shards, rejections, duplicates, split_names):
+def make(facts, shards, rejections, duplicates, split_names, dropped=()):
     """The content of dataset.json.
 
     Args:
@@ -52,6 +55,7 @@ def make(facts, shards, rejections, duplicates, split_names):
             number `index` and `reencoded` (and LEVEL_KEYS with levels).
         rejections, duplicates: the lines of rejected.jsonl and duplicates.jsonl.
         split_names: the splits that received records, in order.
+        dropped: a build of objects: the lines of rejected_annotations.jsonl.
     Raises:
         AccountingError: unless every input is written, rejected or a duplicate.
     """
@@ -61,6 +65,8 @@ def make(facts, shards, rejections, duplicates, split_names):
     levels = facts.label_levels or {}
     indexed = shard_formats.named(facts.shard_format).index_suffix is not None
     shard_keys = _shard_keys(levels, facts.kind.multi_label, indexed)
+    if facts.annotations:
+        shard_keys += object_facts.SHARD_KEYS
     splits = {}
     for split in split_names:
         entries = sorted(by_split[split], key=lambda shard: shard['index'])
@@ -79,8 +85,14 @@ def make(facts, shards, rejections, duplicates, split_names):
         }
         if facts.kind.multi_label:
             splits[split].update(_split_spread(splits[split]))
+        if facts.annotations:
+            splits[split].update(object_facts.split_entry(entries, facts.labels))
     counts = _counts(facts, splits, shards, rejections, duplicates)
-    gap = accounting_gap(counts)
+    if facts.annotations:
+        counts['annotations'] = object_facts.counts(
+            facts.annotations['read'], splits, shards, dropped, rejections, duplicates
+        )
+    gap = accounting_gap(counts) or object_facts.gap(counts.get('annotations'))
     if gap:
         raise AccountingError(f'{gap}; refusing to mark the build complete')
     return {
@@ -99,7 +111,7 @@ def _summary(facts, splits, counts):
     # Only a build of another kind or shard format says so: a classification build in TFRecord
     # shards writes the dataset.json it did before either existed.
     if facts.kind.name != kinds.DEFAULT:
-        summary['kind'] = facts.kind.name
+        summary.update(facts.kind.facts())
     if facts.shard_format != shard_formats.DEFAULT:
         summary['shard_format'] = facts.shard_format
     summary.update(
@@ -270,7 +282,7 @@ def count_problems(dataset):
     if dataset.get('multi_label'):
         unlabeled = sum(info['unlabeled'] for info in dataset['splits'].values())
         found += _differences('counts', counts, {'unlabeled': unlabeled})
-    return found
+    return found + object_facts.count_problems(dataset)
 
 
 def _differences(where, stated, recomputed):

@@ -32,6 +32,7 @@ DATASET_JSON = 'dataset.json'
 REJECTED_JSONL = 'rejected.jsonl'
 DUPLICATES_JSONL = 'duplicates.jsonl'
 NEAR_DUPLICATES_JSONL = 'near_duplicates.jsonl'
+REJECTED_ANNOTATIONS_JSONL = 'rejected_annotations.jsonl'  # a build of objects: those not written
 SUCCESS = '_SUCCESS'
 TEMP_DIR = '.imageshards-tmp'
 # The running build's lock. Not a build's own file (pipelines/writing/overwrite.is_own_file):
@@ -48,6 +49,7 @@ TRANSFORM_SAVED_MODEL = f'{TRANSFORM_FN_DIR}/saved_model.pb'
 TRANSFORM_ASSETS = f'{TRANSFORM_FN_DIR}/assets'
 ANALYSIS_JSON = f'{TRANSFORM_FN_DIR}/assets.extra/analysis.json'
 OWN_FILES = (SUCCESS, DATASET_JSON, REJECTED_JSONL, DUPLICATES_JSONL, NEAR_DUPLICATES_JSONL)
+OWN_FILES += (REJECTED_ANNOTATIONS_JSONL,)
 # TensorFlow Datasets' metadata, beside dataset.json; TFDS names the labels files itself.
 DATASET_INFO_JSON = 'dataset_info.json'
 FEATURES_JSON = 'features.json'
@@ -63,7 +65,9 @@ TFT_TEMP_DIR = 'tft'
 
 # A split names a folder of the build and its shards (--splits, a manifest's split column).
 SPLIT_NAME = re.compile(r'^[A-Za-z0-9][A-Za-z0-9_.-]*$')
-_REPORT_FILE = re.compile(r'^(order\.csv|metrics\.json|report\.md|[a-z]+_[A-Za-z0-9_.-]+\.png)$')
+_REPORT_FILE = re.compile(
+    r'^(order\.csv|metrics\.json|report\.md|objects\.png|[a-z]+_[A-Za-z0-9_.-]+\.png)$'
+)
 
 
 def staged_shard(relative):
@@ -83,9 +87,15 @@ def is_lock_file(relative):
     return relative == LOCK_FILE
 
 
+ANNOTATIONS_DIR = 'annotations'  # `imageshards coco-annotations` writes SPLIT.json there
+
+
 def is_tool_output(relative):
-    """Whether a file of a build is what `imageshards preview` or `report` writes by default."""
+    """Whether a file of a build is what `imageshards preview`, `report` or `coco-annotations`
+    writes by default."""
     top, _, rest = relative.partition('/')
+    if top == ANNOTATIONS_DIR:
+        return rest.endswith('.json') and '/' not in rest
     return relative == PREVIEW_PNG or (top == REPORT_DIR and bool(_REPORT_FILE.match(rest)))
 
 

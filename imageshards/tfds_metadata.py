@@ -63,14 +63,7 @@ def features_dict(dataset):
     import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
 
     kind, names = kinds.of_build(dataset), LabelNames.of_dataset(dataset)
-    docs = kind.feature_docs(names)
-    connectors = {}
-    for key, type_ in kind.schema.items():
-        listed = type_.endswith(features.LIST)  # the doc goes to the Sequence
-        connector = kind.tfds_feature(key, None if listed else docs[key], names)
-        if listed:
-            connector = tfds.features.Sequence(connector, doc=docs[key])
-        connectors[key] = connector
+    connectors = kind.tfds_features(names)
     return tfds.features.FeaturesDict(connectors)
 
 

@@ -108,11 +108,13 @@ def _headline(values, kind):
     """'cat, 32x24 jpeg, id 17' for a record of a build (what its `kind` says of it first); ''
     for records without those keys."""
 
-    def scalar(key):
+    def scalar(key, listed=False):
         type_, items = values.get(key, (None, []))
-        if len(items) != 1:
-            return None
-        return items[0].decode('utf-8', 'replace') if type_ == 'bytes' else items[0]
+        if type_ == 'bytes':
+            items = [item.decode('utf-8', 'replace') for item in items]
+        if listed:
+            return items if key in values else None
+        return items[0] if len(items) == 1 else None
 
     return ', '.join(str(part) for part in kind.headline(scalar))
 

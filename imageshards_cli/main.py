@@ -26,6 +26,10 @@ COMMANDS = {
         'imageshards_cli.preview',
         'draw a 5x5 grid of augmented training images (or patches) with their labels',
     ),
+    'coco-annotations': (
+        'imageshards_cli.coco_annotations',
+        "write a detection build's split as a COCO annotation file (pycocotools' COCOeval)",
+    ),
     'sample-data': (
         'imageshards_cli.sample_data',
         "write a small labeled image tree made from scikit-learn's digits",

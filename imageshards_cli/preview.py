@@ -3,7 +3,9 @@
 The write-up's sanity check: the first 25 images that `make_dataset(training=True)` delivers
 (random-resized crops and augmentation, or with --patches-per-image the random patches, mixed
 across images as in training), each captioned with its label text and record id, so that wrong
-labels, crops that miss the object or too strong augmentation show at a glance. Patches are
+labels, crops that miss the object or too strong augmentation show at a glance. A detection or
+segmentation build's grid shows its first records as stored, their boxes, classes and masks
+drawn (imageshards_cli/report_objects.py). Patches are
 scaled up with nearest-neighbour sampling so that their pixels stay visible.
 
 Its defaults are the trainer's (no augmentation, 224 px, `--crop-area auto` for the split's
@@ -23,7 +25,9 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from imageshards import console
+from imageshards import dataset_json
 from imageshards import flags
+from imageshards_cli import report_objects
 from trainer import config as config_lib
 
 # TensorFlow (and the trainer's input pipeline) are imported where used, so that `--help` and
@@ -135,6 +139,9 @@ def main(argv=None):
     console.configure_logging(args.verbose)
     out = args.out or posixpath.join(args.build.rstrip('/'), 'preview.png')
     try:
+        build = dataset_json.Build.load(args.build)
+        if build.kind.has_objects:  # its images as stored, objects drawn (report_objects.py)
+            return _write(out, report_objects.grid_png(build, args.split, GRID))
         grid = training_images(
             args.build,
             args.split,
@@ -147,9 +154,13 @@ def main(argv=None):
         )
     except (ValueError, FileNotFoundError) as e:
         return console.refuse('imageshards preview', e)
+    return _write(out, render(grid))
+
+
+def _write(out, png):
     import tensorflow as tf
 
     with tf.io.gfile.GFile(out, 'wb') as f:
-        f.write(render(grid))
+        f.write(png)
     print(out)
     return 0

@@ -42,6 +42,7 @@ from imageshards.lock_holder import being_written_message
 from imageshards_cli import report_figures
 from imageshards_cli import report_multilabel
 from imageshards_cli import report_near_duplicates
+from imageshards_cli import report_objects
 from imageshards_cli import report_text
 from imageshards_cli import shuffle_metrics
 from trainer import config as config_lib
@@ -305,6 +306,7 @@ def multilabel_report(info, split, out_dir, batch_size, seed, baseline_buffer, *
         )
     tf.io.gfile.makedirs(out_dir)
     near = report_near_duplicates.add(info, out_dir, metrics, _write)
+    near += report_objects.add(info.data_dir, out_dir, metrics, _write)  # a detection build's
     _write(posixpath.join(out_dir, 'metrics.json'), json.dumps(metrics, indent=2) + '\n')
     path = posixpath.join(out_dir, 'report.md')
     _write(path, '\n'.join([report_multilabel.markdown(metrics), *near]))
@@ -360,6 +362,7 @@ def main(argv=None):
         print(report_near_duplicates.headline(metrics['near_duplicates']))
     if 'label_cardinality' in metrics:  # a multi-label build
         print('\n'.join(report_multilabel.headline(metrics)))
+        print('\n'.join(report_objects.headline(metrics.get('objects', {}))))
         print(f'tables: {path}')
         return 0
     print('\n'.join(report_text.headline(metrics)))

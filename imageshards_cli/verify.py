@@ -34,6 +34,7 @@ from imageshards import dataset_facts
 from imageshards import dataset_json
 from imageshards import file_names
 from imageshards import layout
+from imageshards import object_facts
 from imageshards import output_lock
 from imageshards import progress
 from imageshards import records
@@ -84,6 +85,8 @@ class _ShardTally:
         self.formats = collections.Counter()  # image/format -> records
         self.lengths = []  # of each record, for the index file
         self.intact = True
+        self.objects = 0  # a build of objects: its objects, and by class name
+        self.object_counts = collections.Counter()
 
     def count(self, label, levels, stored_format):
         """Counts a record's label and level names (tuples of names in a multi-label build; ''
@@ -166,6 +169,9 @@ class _ShardReader:
                 tally.lengths.append(len(record))
                 checked = self._checker.check(path, offset, record)
                 tally.count(checked.label, checked.levels, checked.format)
+                if checked.objects:
+                    tally.objects += checked.objects[0]
+                    tally.object_counts.update(checked.objects[1])
                 if self._grouping.active:
                     self._grouping.note(split, checked)
                 if checked.job is None:
@@ -199,6 +205,8 @@ class _ShardReader:
                 found['unlabeled'] = tally.unlabeled
             if dataset_json.FORMATS_KEY in entry:
                 found[dataset_json.FORMATS_KEY] = dataset_json.format_counts(tally.formats)
+            if 'objects' in entry:
+                found.update(objects=tally.objects, object_counts=dict(tally.object_counts))
         for key, value in found.items():
             if entry[key] != value:
                 self._problems.add(path, f'{key} is {value}, but dataset.json says {entry[key]}')
@@ -215,18 +223,36 @@ def accounting_problems(output_dir, dataset):
     where = storage.join(output_dir, layout.DATASET_JSON)
     counts = dataset['counts']
     found = [(where, message) for message in dataset_facts.count_problems(dataset)]
-    for name, key in ((layout.REJECTED_JSONL, 'rejected'), (layout.DUPLICATES_JSONL, 'duplicates')):
+    for name, key in _COUNTED_FILES + ((_ANNOTATIONS,) if 'annotations' in counts else ()):
         path = storage.join(output_dir, name)
         lines, unreadable = _jsonl_lines(path)
         found += [(path, problem) for problem in unreadable]
         # duplicates.jsonl exists only in --dedup builds.
-        if lines is None and (key == 'rejected' or counts[key]):
-            found.append((path, f'missing, but counts.{key} is {counts[key]}'))
-        elif lines is not None and lines != counts[key]:
-            found.append((path, f'has {lines} lines, but counts.{key} is {counts[key]}'))
+        expected = _listed(counts, key)
+        if lines is None and (key != 'duplicates' or expected):
+            found.append((path, f'missing, but counts.{key} is {expected}'))
+        elif lines is not None and lines != expected:
+            found.append((path, f'has {lines} lines, but counts.{key} is {expected}'))
     if not dataset_json.is_complete(output_dir):
         found.append((output_dir, f'{layout.SUCCESS} is missing: the build did not finish'))
     return found
+
+
+_COUNTED_FILES = ((layout.REJECTED_JSONL, 'rejected'), (layout.DUPLICATES_JSONL, 'duplicates'))
+_ANNOTATIONS = (layout.REJECTED_ANNOTATIONS_JSONL, 'annotations.rejected')
+
+
+def _listed(counts, key):
+    """How many lines the file of counts' `key` holds: of annotations, those rejected but not
+    with their image (which rejected.jsonl and duplicates.jsonl list)."""
+    if key != _ANNOTATIONS[1]:
+        return counts[key]
+    annotations = counts['annotations']
+    by_reason = annotations['rejected_by_reason']
+    lost = by_reason.get(object_facts.IMAGE_REJECTED, 0) + by_reason.get(
+        object_facts.DUPLICATE_IMAGE, 0
+    )
+    return annotations['rejected'] - lost
 
 
 def unknown_files(output_dir, dataset):

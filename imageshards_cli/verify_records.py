@@ -11,6 +11,7 @@ from imageshards import records
 from imageshards import storage
 from imageshards.kinds import features
 from imageshards.kinds import registry as kinds
+from imageshards_cli.verify_objects import ObjectChecker
 from pipelines.validation.resize import target_size
 
 
@@ -33,6 +34,7 @@ class Checked(typing.NamedTuple):
     format: object  # its image/format (str), None where missing
     record_id: object = None  # its image/id (int), None where missing
     group: object = None  # its image/group (str), None where missing or not in the schema
+    objects: object = None  # a build of objects: (objects, Counter of their class names)
 
 
 class RecordChecker:
@@ -50,6 +52,7 @@ class RecordChecker:
         # One bit per input: ids are positions in the listing, below counts.inputs.
         self._num_ids = max(dataset['counts']['inputs'], 0)
         self._seen = bytearray((self._num_ids + 7) // 8)
+        self._objects = ObjectChecker(dataset, problems) if kind.has_objects else None
 
     def check(self, where, offset, record):
         """The Checked of one record."""
@@ -85,7 +88,8 @@ class RecordChecker:
         group = values.get(features.GROUP)
         group = group.decode('utf-8', 'surrogateescape') if group is not None else None
         label = self._label_name(where, offset, values)
-        return Checked(label, job, levels, stored, values.get(features.ID), group)
+        objects = self._objects.check(where, offset, values) if self._objects else None
+        return Checked(label, job, levels, stored, values.get(features.ID), group, objects)
 
     def _level_name(self, where, offset, values, level, names):
         """The record's name in `level` ('' where missing), or None if it cannot be told."""

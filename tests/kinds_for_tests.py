@@ -14,6 +14,7 @@ import typing
 
 from imageshards.kinds import registry as kinds
 from imageshards.kinds.classification import Classification
+from imageshards.kinds.record_kind import Annotated
 
 WEIGHT = 'image/weight'
 _PACKED = struct.Struct('<f')
@@ -33,13 +34,13 @@ class Weighted(Classification):
         super().add_values(values, meta, names)
         values[WEIGHT] = _PACKED.unpack(meta.annotation)[0] if meta.annotation else 1.0
 
-    def annotation(self, entry) -> bytes:
+    def annotation(self, entry, height, width, label_ids, files=None) -> Annotated:
         weight = entry.annotation.get('weight') if isinstance(entry.annotation, dict) else None
         if isinstance(weight, bool) or not isinstance(weight, (int, float)):
             raise ValueError(f'the annotation {entry.annotation!r} gives no number "weight"')
         if not math.isfinite(weight) or weight < 0:
             raise ValueError(f'weight {weight!r} is not a finite number of at least 0')
-        return _PACKED.pack(weight)
+        return Annotated(_PACKED.pack(weight))
 
     def feature_docs(self, names) -> dict:
         return {**super().feature_docs(names), WEIGHT: 'how much the image counts in the loss'}

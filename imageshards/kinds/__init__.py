@@ -6,6 +6,8 @@ plugs into.
                        their types and parse spec, values, whether an image's label is a set,
                        its annotation, TFDS features, inspect's headline); `LabelNames`
     classification.py  `Classification`: a label or a set of labels per image, label levels
+    detection.py       `Detection`: objects (boxes, classes, masks) and class maps per image
+    objects.py         an image's objects checked against it, packed, made into features
     example_bytes.py   a kind's records serialized as TensorFlow does, without it; the
                        `tensorflow.Example` message class
     registry.py        the kinds by name (`named`, `register`), a build's (`of_build`), as JSON

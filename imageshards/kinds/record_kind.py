@@ -87,6 +87,8 @@ class RecordKind:
     """
 
     name: typing.ClassVar[str] = None
+    # Whether records hold objects, which dataset.json accounts for one by one (`object_counts`)
+    has_objects: typing.ClassVar[bool] = False
     format: str = features.EXAMPLES
     _: dataclasses.KW_ONLY  # the rest by name: a kind's options are many, all booleans or lists
     original: bool = False
@@ -136,6 +138,12 @@ class RecordKind:
         """{key: type} of the features this kind adds to every record's."""
         return {}
 
+    @property
+    def binary_keys(self) -> tuple:
+        """The bytes features that hold data, not text (file names, which may not be UTF-8;
+        a kind's masks): what a format of typed columns stores as binary."""
+        return (features.FILENAME, features.PATH)
+
     def feature_spec(self, keys=None) -> dict:
         """The `tf.io.parse_example` spec of the records (of `keys` of them, if given): a list
         type is a `VarLenFeature` (a SparseTensor per batch); imports TensorFlow."""
@@ -182,23 +190,52 @@ class RecordKind:
         objects) says so."""
         return False
 
-    def annotation(self, entry) -> bytes:
+    def annotation(self, entry, height, width, label_ids, files=None) -> 'Annotated':
         """What an input's annotation (InputEntry.annotation, as its reader found it) gives
-        its record, packed (ImageMeta.annotation): nothing, for a kind without one.
+        its record, packed (ImageMeta.annotation), checked against the image's size as shown
+        (`height`, `width`); `label_ids` maps the build's label names to ids, `files` holds the
+        bytes of `annotation_files(entry)`. Nothing, for a kind without annotations.
 
         Raises:
             ValueError: an annotation this kind cannot use (the input is then rejected as
                 `bad_annotation`, with the message).
         """
+        del height, width, label_ids, files
         if entry.annotation:
             raise ValueError(f'a {self.name} build takes no annotation')
-        return b''
+        return Annotated(b'')
+
+    def annotation_files(self, entry) -> dict:
+        """{name: path} of files an input's annotation names (a mask), which validation reads
+        and hands to `annotation`."""
+        del entry
+        return {}
+
+    def object_counts(self, meta):
+        """(objects, of them clipped, their class ids) a record's annotation holds, for a kind
+        of objects (counted into dataset.json's `annotations`); None for a kind without them."""
+        del meta
 
     def feature_docs(self, names) -> dict:
         """{key: what it holds} of every feature, for TFDS metadata (of a list feature: of the
         list); `names` the build's LabelNames."""
         del names
         return dict(_DOCS)
+
+    def tfds_features(self, names) -> dict:
+        """{name: tfds.features feature} of the records' TFDS FeaturesDict: each key its
+        `tfds_feature`, a list of values a `Sequence` of it; imports TFDS."""
+        import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel
+
+        docs = self.feature_docs(names)
+        connectors = {}
+        for key, type_ in self.schema.items():
+            listed = type_.endswith(features.LIST)  # the doc goes to the Sequence
+            connector = self.tfds_feature(key, None if listed else docs[key], names)
+            if listed:
+                connector = tfds.features.Sequence(connector, doc=docs[key])
+            connectors[key] = connector
+        return connectors
 
     def tfds_feature(self, key, doc, names):
         """The `tfds.features` feature of `key` (its documentation `doc`; `names` the build's
@@ -247,7 +284,8 @@ class RecordKind:
 
     def headline(self, scalar) -> list:
         """What `imageshards inspect` says of a record first ('cat', '32x24 jpeg', 'id 17'):
-        `scalar(key)` is a record's single value of `key` (text for bytes), or None."""
+        `scalar(key)` is a record's single value of `key` (text for bytes), or None;
+        `scalar(key, listed=True)` its list of values (None where it has no such key)."""
         parts = []
         height, width = scalar(features.HEIGHT), scalar(features.WIDTH)
         if height is not None and width is not None:
@@ -264,6 +302,15 @@ def common_options(dataset) -> dict:
         'original': bool(dataset.get('resize')),
         'grouped': 'groups' in (dataset.get('grouping') or {}),
     }
+
+
+class Annotated(typing.NamedTuple):
+    """What a kind makes of an input's annotation (`RecordKind.annotation`)."""
+
+    data: bytes  # packed into ImageMeta.annotation
+    dropped: tuple = ()  # objects.DroppedObject of the parts not written, with their reasons
+    clipped: int = 0  # parts written after clipping to the image
+    labels: tuple = None  # the image's label ids, where the annotation decides them
 
 
 class LabelNames(typing.NamedTuple):

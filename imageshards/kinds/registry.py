@@ -4,10 +4,11 @@ build, dataset.json's `kind`, is looked up here)."""
 import dataclasses
 
 from imageshards.kinds.classification import Classification
+from imageshards.kinds.detection import Detection
 from imageshards.kinds.record_kind import RecordKind
 
 DEFAULT = Classification.name
-_KINDS = {Classification.name: Classification}
+_KINDS = {Classification.name: Classification, Detection.name: Detection}
 
 
 def register(kind_class) -> type:

@@ -63,15 +63,15 @@ class ParquetFormat(ShardFormat):
     suffix = '.parquet'
     position_word = 'row'
 
-    def __init__(self, schema=None, names=None):
-        self._schema, self._names = schema, names
+    def __init__(self, schema=None, names=None, binary=_BINARY):
+        self._schema, self._names, self._binary = schema, names, tuple(binary)
 
     def for_records(self, kind, names) -> 'ParquetFormat':
         """The format writing `kind`'s records; ValueError naming a label that cannot be a
         Parquet string (a folder's name that is not UTF-8), before anything is written."""
         for name in [*names.labels, *(n for _, level in names.levels for n in level)]:
             _utf8(name.encode('utf-8', 'surrogateescape'), 'a label')
-        return ParquetFormat(dict(kind.schema), names)
+        return ParquetFormat(dict(kind.schema), names, kind.binary_keys)
 
     def encoder(self, kind):
         """A row's values as the writer made them: no `tensorflow.Example` made to be parsed
@@ -86,7 +86,7 @@ class ParquetFormat(ShardFormat):
         if self._schema is None:
             raise ValueError('ParquetFormat writes records of a kind: use for_records(kind, names)')
         columns = _columns(self._schema)
-        arrow_schema = _arrow_schema(self._schema, columns, self._names)
+        arrow_schema = _arrow_schema(self._schema, columns, self._names, self._binary)
         count = 0
         with files.created_whole(path, temp_dir) as raw:
             f = _HashingWriter(raw)
@@ -102,7 +102,8 @@ class ParquetFormat(ShardFormat):
                 write_page_checksum=True,
             ) as writer:
                 for rows in _groups(records, ROWS_PER_GROUP):  # each a {key: value} of a record
-                    writer.write_table(_table(rows, self._schema, columns, arrow_schema))
+                    table = _table(rows, self._schema, columns, arrow_schema, self._binary)
+                    writer.write_table(table)
                     count += len(rows)
         return WrittenShard(count, f.num_bytes, f.sha256.hexdigest(), False)
 
@@ -161,7 +162,7 @@ def _columns(schema):
     return found
 
 
-def _arrow_type(key, type_):
+def _arrow_type(key, type_, binary):
     import pyarrow as pa  # pylint: disable=import-outside-toplevel
 
     base = type_.removesuffix(features.LIST)
@@ -170,11 +171,11 @@ def _arrow_type(key, type_):
     elif base == 'float':
         one = pa.float32()
     else:
-        one = pa.binary() if key in _BINARY else pa.string()
+        one = pa.binary() if key in binary else pa.string()
     return pa.list_(one) if type_.endswith(features.LIST) else one
 
 
-def _arrow_schema(schema, columns, names):
+def _arrow_schema(schema, columns, names, binary):
     import pyarrow as pa  # pylint: disable=import-outside-toplevel
 
     fields = []
@@ -182,16 +183,18 @@ def _arrow_schema(schema, columns, names):
         fields.append(pa.field(IMAGE, pa.struct([('bytes', pa.binary()), ('path', pa.string())])))
     for key, type_ in schema.items():
         if key != features.ENCODED:
-            fields.append(pa.field(columns[key], _arrow_type(key, type_)))
+            fields.append(pa.field(columns[key], _arrow_type(key, type_, binary)))
     stored = {'features': schema, 'columns': columns}
     metadata = {
         _METADATA: json.dumps(stored, sort_keys=True).encode('utf-8'),
-        b'huggingface': json.dumps({'info': {'features': _hf_features(schema, columns, names)}}),
+        b'huggingface': json.dumps(
+            {'info': {'features': _hf_features(schema, columns, names, binary)}}
+        ),
     }
     return pa.schema(fields, metadata=metadata)
 
 
-def _hf_features(schema, columns, names):
+def _hf_features(schema, columns, names, binary):
     """The `datasets` features of the columns, as `Features.to_dict()` writes them."""
     levels = dict(names.levels) if names else {}
     found = {IMAGE: {'_type': 'Image'}} if features.ENCODED in schema else {}
@@ -206,7 +209,7 @@ def _hf_features(schema, columns, names):
             one = {'names': list(levels[level]), '_type': 'ClassLabel'}
         else:
             dtype = {'int64': 'int64', 'float': 'float32'}.get(base)
-            dtype = dtype or ('binary' if key in _BINARY else 'string')
+            dtype = dtype or ('binary' if key in binary else 'string')
             one = {'dtype': dtype, '_type': 'Value'}
         found[columns[key]] = (
             {'feature': one, '_type': 'List'} if type_.endswith(features.LIST) else one
@@ -239,14 +242,14 @@ def _as_row(values):
     return values
 
 
-def _table(rows, schema, columns, arrow_schema):
+def _table(rows, schema, columns, arrow_schema, binary):
     """A table of `rows` (each the {key: value} of a record) in the schema's columns."""
     import pyarrow as pa  # pylint: disable=import-outside-toplevel
 
     data = {}
     for key, type_ in schema.items():
         found = [row[key] for row in rows]
-        if type_.startswith('bytes') and key not in _BINARY and key != features.ENCODED:
+        if type_.startswith('bytes') and key not in binary and key != features.ENCODED:
             found = _texts(found, key, type_.endswith(features.LIST))
         data[columns[key]] = found
     arrays = []

@@ -52,6 +52,10 @@ class ListingSummary(typing.NamedTuple):
     small_input_bytes: int = 0  # of those of at most SMALL_INPUT_BYTES
     grouped: bool = False  # some input has a group of its own (a manifest's group column)
     kind: str = kinds.DEFAULT  # what the records hold (imageshards/kinds/), as the inputs say
+    kind_options: dict = {}  # the kind's options the inputs decide (a detection's masks)
+    # A kind of objects: {'read': annotations its reader found, 'rejected': [lines of
+    # rejected_annotations.jsonl of those of no input (a COCO annotation of an unknown image)]}
+    annotations: dict = {}
 
     @property
     def num_skipped(self) -> int:
@@ -317,4 +321,5 @@ class BuildContext:
             manifest_splits=self.listing.manifest_splits,
             resize=self.config.resize.describe() if self.config.resize else None,
             shard_format=self.config.shard_format,
+            annotations=self.listing.annotations,
         )

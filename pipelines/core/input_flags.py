@@ -67,3 +67,10 @@ def add_input_flags(parser) -> None:
         help='names of integer labels (of arrays, TFRecords, WebDataset .cls files, a label '
         'column), one per line, line i naming label i; default: the integer is the name',
     )
+    parser.add_argument(
+        '--image-root',
+        default=InputSettings.image_root,
+        metavar='FOLDER',
+        help="where a COCO annotation file's images are (their file_name below it; default: "
+        "the file's folder, and its ../images/ or ../train2017/-like sibling named after it)",
+    )

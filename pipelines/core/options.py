@@ -318,6 +318,8 @@ def _parse(argv):
     values['allow_roots'] = tuple(values['allow_roots'] or ())
     _check_resize(parser, values)
     split_flags.check_split_flags(parser, values)
+    # A set's own splits (VOC's ImageSets, YOLO's folders) hold unless --splits is given.
+    values['source_splits'] = values['splits'] == BuildConfig.splits
     inputs = InputSettings.take_flags(values)
     # Config-file pipeline options first, so the same flag on the command line overrides them.
     return parser, BuildConfig(**values, inputs=inputs), config_beam_args + beam_args

@@ -73,6 +73,9 @@ AUTO, TREE, MANIFEST, ARCHIVE, CLASS_ARCHIVES, WEBDATASET, IDX, ARRAYS, TFRECORD
     'arrays',
     'tfrecord',
 )
+# Detection and segmentation sets (pipelines/inputs/coco.py, voc.py, yolo.py).
+COCO, VOC, YOLO = OBJECT_FORMS = ('coco', 'voc', 'yolo')
+INPUT_FORMS += OBJECT_FORMS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,6 +97,9 @@ class InputSettings:
         allow_roots: folders (local or URIs) that manifest rows may name besides the
             manifest's own.
         follow_symlinks: accept symlinks wherever they lead, and descend symlinked folders.
+        image_root: where a COCO annotation file's images are; None: found beside it.
+        source_splits: a set's own splits (VOC's ImageSets, YOLO's folders) place its images;
+            False where --splits is given, which then splits every image.
     """
 
     form: str = AUTO
@@ -107,6 +113,8 @@ class InputSettings:
     label_separator: str = None
     allow_roots: tuple = ()
     follow_symlinks: bool = False
+    image_root: str = None
+    source_splits: bool = True
 
     @classmethod
     def take_flags(cls, values) -> 'InputSettings':

@@ -20,4 +20,9 @@ read back in work items. Imports the foundation and the base (pipelines/core/) o
     tfrecord_inputs.py  TFRecord files of tf.train.Examples as inputs, a record each
     label_files.py      a tree's or archive's labels from a file keyed by file name
     class_names.py      names for integer labels (--class-names)
+    object_inputs.py    what the readers of detection sets share (entries, confinement)
+    coco.py             a COCO annotation file, streamed; annotations joined to their images
+    voc.py              a Pascal VOC folder: XML boxes, segmentation PNGs, ImageSets splits
+    yolo.py             a YOLO data.yaml: its image folders and label text files
+    vertex_objects.py   Vertex AI's object detection import files (JSONL), read as they are
 """

@@ -136,6 +136,10 @@ class InputScan:
     multi_label: bool = False  # several labels per image (a manifest's `labels`)
     form: str = 'tree'  # what --input is (pipelines/inputs/forms.py)
     kind: str = kinds.DEFAULT  # what its records hold (imageshards/kinds/)
+    kind_options: dict = dataclasses.field(default_factory=dict)  # complete with `entries`
+    classes: list = None  # the labels in the input's own order (a COCO file's categories)
+    # Lines of rejected_annotations.jsonl of annotations of no input (complete with `entries`)
+    annotation_rejections: list = dataclasses.field(default_factory=list)
 
     def skip(self, reason, path) -> None:
         self.skipped[reason] += 1
@@ -161,9 +165,13 @@ class ListingCounts:
         self._level_values = collections.defaultdict(set)  # level -> values seen
         self._multi_levels = set()  # levels where some image has several values
         self.grouped = False  # some input has a group of its own (a manifest's group column)
+        self.annotations = 0  # the annotations of the inputs (a detection's objects)
 
     def add(self, entry) -> InputEntry:
         self.num_inputs += 1
+        if entry.annotation.__class__ is dict:
+            self.annotations += len(entry.annotation.get('objects') or ())
+            self.annotations += len(entry.annotation.get('rejected') or ())
         if entry.reject:
             self.rejected[entry.reject] += 1
         else:
@@ -207,6 +215,7 @@ class ListingCounts:
             'level_values': {level: sorted(v) for level, v in self._level_values.items()},
             'multi_levels': sorted(self._multi_levels),
             'grouped': self.grouped,
+            'annotations': self.annotations,
         }
 
     @classmethod
@@ -224,6 +233,7 @@ class ListingCounts:
             counts._level_values[level].update(values)  # pylint: disable=protected-access
         counts._multi_levels.update(data['multi_levels'])  # pylint: disable=protected-access
         counts.grouped = data['grouped']
+        counts.annotations = data.get('annotations', 0)
         return counts
 
     def label_levels(self, levels) -> dict:
@@ -232,7 +242,7 @@ class ListingCounts:
 
     def summary(self, scan) -> ListingSummary:
         return ListingSummary(
-            self.labels,
+            list(scan.classes) if scan.classes is not None else self.labels,
             self.num_inputs,
             dict(scan.skipped),
             scan.base,
@@ -246,7 +256,15 @@ class ListingCounts:
             self.small_input_bytes,
             self.grouped,
             scan.kind,
+            dict(scan.kind_options),
+            self._annotations(scan),
         )
+
+    def _annotations(self, scan):
+        if not kinds.named(scan.kind).has_objects:
+            return {}
+        orphans = list(scan.annotation_rejections)
+        return {'read': self.annotations + len(orphans), 'rejected': orphans}
 
     @property
     def manifest_splits(self) -> dict:

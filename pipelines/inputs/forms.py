@@ -22,6 +22,7 @@ import itertools
 import logging
 import os
 import posixpath
+import re
 import typing
 
 from imageshards import folder_top
@@ -30,11 +31,15 @@ from pipelines.core.settings import ARCHIVE
 from pipelines.core.settings import ARRAYS
 from pipelines.core.settings import AUTO
 from pipelines.core.settings import CLASS_ARCHIVES
+from pipelines.core.settings import COCO
 from pipelines.core.settings import IDX
 from pipelines.core.settings import MANIFEST
+from pipelines.core.settings import OBJECT_FORMS
 from pipelines.core.settings import TFRECORD
 from pipelines.core.settings import TREE
+from pipelines.core.settings import VOC
 from pipelines.core.settings import WEBDATASET
+from pipelines.core.settings import YOLO
 from pipelines.inputs import archive_inputs
 from pipelines.inputs import tar_and_zip
 from pipelines.inputs.class_names import ClassNames
@@ -58,6 +63,9 @@ _WORDS = {
     IDX: 'MNIST IDX files',
     ARRAYS: 'NumPy arrays',
     TFRECORD: 'TFRecord files of tf.train.Examples',
+    COCO: 'a COCO annotation file',
+    VOC: 'a Pascal VOC folder',
+    YOLO: 'a YOLO data.yaml',
 }
 _PEEK_MEMBERS = 2000  # an archive's first members, which tell its form
 
@@ -82,6 +90,11 @@ def detect(spec, form=AUTO, labels_file=None) -> Detected:
     if form == TREE:
         return Detected(TREE)
     path = storage.absolute(spec)
+    objects = form if form in OBJECT_FORMS else _objects_form(path) if form == AUTO else None
+    if objects:
+        if form == AUTO:
+            _LOG.info('--input %s: %s (--input-form overrides)', spec, _WORDS[objects])
+        return Detected(objects, (path,), posixpath.dirname(path.rstrip('/')))
     folder = path.endswith('/**') and storage.is_uri(path)  # an object store's folder, as listed
     if folder:
         path, spec = path[: -len('/**')], spec[: -len('/**')]
@@ -111,6 +124,27 @@ def detect(spec, form=AUTO, labels_file=None) -> Detected:
             len(files),
         )
     return found._replace(files=files, base=base)
+
+
+def _objects_form(path):
+    """COCO for a .json file, YOLO for a .yaml data file, VOC for a folder with Annotations/
+    and JPEGImages/ (on an object store, one named like VOC2012: other builds ask no more of
+    it; --input-form voc for any); None for anything else."""
+    lower = path.lower()
+    if lower.endswith('.json'):
+        return COCO
+    if lower.endswith(('.yaml', '.yml')):
+        return YOLO
+    if is_glob(path):
+        return None
+    if storage.is_uri(path):
+        named = re.match(r'^VOC\d{4}$', posixpath.basename(path.rstrip('/')))
+        return VOC if named and _voc_folder(path) else None
+    return VOC if os.path.isdir(path) and _voc_folder(path) else None
+
+
+def _voc_folder(path):
+    return all(storage.exists(storage.join(path, name)) for name in ('Annotations', 'JPEGImages'))
 
 
 def _tree_glob(spec):

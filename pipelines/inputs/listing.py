@@ -20,6 +20,7 @@ Inputs are untrusted (docs/reliability.md):
 """
 
 import array
+import importlib
 import json
 import logging
 import os
@@ -33,10 +34,12 @@ from imageshards.file_names import display
 from imageshards.storage import absolute
 from imageshards.storage import is_uri
 from pipelines.core import sources
+from pipelines.core.settings import OBJECT_FORMS
 from pipelines.core.settings import InputSettings
 from pipelines.inputs import forms
 from pipelines.inputs import manifests
 from pipelines.inputs import tree_walk
+from pipelines.inputs import vertex_objects
 from pipelines.inputs.entries import GLOB_CHARS
 from pipelines.inputs.entries import IMAGE_EXTENSIONS
 from pipelines.inputs.entries import USERINFO
@@ -75,7 +78,11 @@ def scan_inputs(spec, inputs=None, index_archives=None):
     levels = tuple(inputs.label_levels)
     detected = forms.detect(spec, inputs.form, inputs.labels_file)
     if detected.form == forms.MANIFEST:
+        if vertex_objects.is_detection_file(absolute(spec)):
+            return vertex_objects.scan(spec, inputs)
         return manifests.scan_manifest(spec, inputs)
+    if detected.form in OBJECT_FORMS:  # pipelines/inputs/coco.py, voc.py, yolo.py
+        return importlib.import_module(f'pipelines.inputs.{detected.form}').scan(spec, inputs)
     if detected.form != forms.TREE:
         scan = InputScan(detected.base, iter(()), levels=list(levels), form=detected.form)
         scan.entries = forms.container_entries(detected, scan, inputs, index_archives)

@@ -73,6 +73,9 @@ class EarlyListing:
             result['multi_label'],
             result['form'],
             result['kind'],
+            result['kind_options'],
+            result['classes'],
+            result['annotation_rejections'],
         )
         counts = entries.ListingCounts.from_json(result['counts'])
         return os.path.join(self.folder, LISTING), counts, scan
@@ -171,6 +174,9 @@ def main(argv=None):
         'multi_label': scan.multi_label,
         'form': scan.form,
         'kind': scan.kind,
+        'kind_options': scan.kind_options,
+        'classes': scan.classes,
+        'annotation_rejections': scan.annotation_rejections,
         'logged': kept.logged,
     }
     with open(os.path.join(folder, RESULT), 'w', encoding='utf-8') as f:

@@ -3,6 +3,7 @@ rest by a Pillow decode, failures as reasons; then, with --dedup, one of each se
 images. Imports the foundation, the base (pipelines/core/) and inputs/.
 
     validate.py         ValidateImages: every input read and checked once, metadata kept
+    labeling.py         an input's levels, group and annotation checked; rejected.jsonl lines
     images.py           one encoded image validated, and which bytes its record stores
     image_structure.py  JPEG validated by its structure, without decoding its pixels
     png_structure.py    PNG validated by its structure

@@ -10,6 +10,7 @@ import typing
 import apache_beam as beam
 
 from imageshards import file_names
+from imageshards.kinds import objects
 from pipelines.core import blocks
 from pipelines.core import counters
 from pipelines.core.sources import display_path
@@ -62,7 +63,7 @@ class _KeepFirst(beam.DoFn):
         yield from self._store.put('unique', [blocks.pack(kept)])
 
     def _duplicate(self, digest, meta, kept):
-        return {  # paths that are not UTF-8 with their bytes (imageshards/file_names.py)
+        row = {  # paths that are not UTF-8 with their bytes (imageshards/file_names.py)
             'id': meta.id,
             **file_names.to_json(display_path(self._input_base, meta.key, meta.source), 'path'),
             'sha256': digest.hex(),
@@ -71,6 +72,11 @@ class _KeepFirst(beam.DoFn):
                 display_path(self._input_base, kept.key, kept.source), 'duplicate_of_path'
             ),
         }
+        if meta.annotation:  # a build of objects: how many are dropped with the image
+            lost = objects.count_objects(meta.annotation)
+            if lost:
+                row['annotations'] = lost
+        return row
 
 
 class Deduplicated(typing.NamedTuple):

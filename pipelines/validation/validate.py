@@ -29,70 +29,25 @@ from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import WindowedValue
 from PIL import Image
 
-from imageshards import file_names
 from imageshards import gcs
 from imageshards import layout
 from imageshards import storage
-from imageshards.kinds import features
 from pipelines.core import blocks
 from pipelines.core import counters
 from pipelines.core import reading
 from pipelines.core import sources
-from pipelines.core.groups import MAX_GROUP_BYTES
-from pipelines.core.groups import group_of
 from pipelines.core.sources import SMALL_INPUT_BYTES
 from pipelines.inputs.listing import read_work_item_lines
 from pipelines.validation import images
+from pipelines.validation import labeling
 from pipelines.validation import perceptual
 from pipelines.validation import resize
 from pipelines.validation.image_errors import pillow_call
+from pipelines.validation.labeling import rejection
 
 REJECTED = 'rejected'
 ITEMS_IN_FLIGHT = 4  # work items a worker with a thread pool reads at once, at most
-MISSING_LEVEL_REASON = 'missing_label_level'
 TOO_LARGE_REASON = 'too_large'
-INVALID_GROUP_REASON = 'invalid_group'
-BAD_ANNOTATION_REASON = 'bad_annotation'  # an annotation the build's kind cannot use
-
-
-def rejection(entry, reason, detail) -> dict:
-    """One line of rejected.jsonl (a path that is not UTF-8 with its bytes: file_names.py)."""
-    return {'id': entry.id, **file_names.to_json(entry.path), 'reason': reason, 'detail': detail}
-
-
-def level_ids(entry, levels, allow_missing, multi_label=False) -> tuple:
-    """The label level ids of an entry, in level order; raises MissingLevel where one has no
-    value, unless `allow_missing` (then its id is -1). A `multi_label` build's entry has a
-    sorted tuple of ids per level, empty where it has no value (as an image may have no label).
-
-    Args:
-        levels: [(level, {name: id})] in the build's level order.
-    """
-    if multi_label:  # ids per level, none where it has none
-        return tuple(
-            tuple(ids[name] for name in entry.levels.get(level, ())) for level, ids in levels
-        )
-    names = [level for level, _ in levels]
-    missing = [level for level in names if not entry.levels.get(level)]
-    if missing and not allow_missing:
-        raise MissingLevel(
-            f'no value for label level {", ".join(missing)} (of {", ".join(names)}); '
-            f'pass --allow-missing-levels to keep such images with id -1'
-        )
-    return tuple(
-        ids.get(entry.levels.get(level, ''), features.MISSING_LEVEL) for level, ids in levels
-    )
-
-
-def label_id(label_ids, label, multi_label=False) -> int | tuple:
-    """An entry's label id; a `multi_label` build's entry's sorted tuple of ids."""
-    if multi_label:
-        return tuple(sorted(label_ids[name] for name in label))
-    return label_ids[label]
-
-
-class MissingLevel(ValueError):
-    """An input without a value for a label level."""
 
 
 class _ValidateWorkItem(beam.DoFn):
@@ -200,7 +155,9 @@ class _ValidateWorkItem(beam.DoFn):
                     counters.counter(f'rejected_{outcome["reason"]}').inc()
                     yield beam.pvalue.TaggedOutput(REJECTED, outcome)
                     continue
-                meta, stored = outcome
+                meta, stored, dropped = outcome
+                for row in dropped:  # an annotation's parts the kind could not use
+                    yield beam.pvalue.TaggedOutput(REJECTED, row)
                 # A resize is kept whatever its size: making it again would decode the input
                 # again; so is an input of a sequential source, which cannot be read alone.
                 kept = None
@@ -249,10 +206,10 @@ class _ValidateWorkItem(beam.DoFn):
         if entry.reject:
             return rejection(entry, entry.reject, entry.detail)
         settings = self._settings
-        facts = self._labeling(entry)  # before reading: a rejected row costs no read
+        facts = labeling.labeling(entry, settings)  # before reading: a rejected row costs no read
         if isinstance(facts, dict):
             return facts
-        levels, group, annotation = facts
+        levels, group = facts
         data = self._read(entry, reader or reading.thread_reader())
         if isinstance(data, dict):
             return data
@@ -266,14 +223,16 @@ class _ValidateWorkItem(beam.DoFn):
             phash = perceptual.perceptual_hash(data) if settings.near_duplicates else -1
         except images.Rejected as e:
             return rejection(entry, e.reason, e.detail)
+        annotated = labeling.annotated(entry, settings, original, reader or reading.thread_reader())
+        if isinstance(annotated, dict):
+            return annotated
         source_sha256 = self._source_digest(data, info, stored, resized)
-        # Every field in ImageMeta's order, without the keywords' cost per image (a namedtuple
-        # made by keyword costs seven times one made from its tuple).
+        # Every field in ImageMeta's order: a namedtuple made by keyword costs seven times this.
         meta = blocks.new_meta(
             (
                 entry.id,
                 entry.key,
-                label_id(settings.label_ids, entry.label, settings.kind.multi_label),  # label
+                labeling.label_of(entry, settings, annotated),  # label
                 entry.split,
                 info.format,
                 info.height,
@@ -290,7 +249,7 @@ class _ValidateWorkItem(beam.DoFn):
                 group,
                 phash,
                 entry.source,
-                annotation,
+                annotated.data,  # annotation
                 0,  # payload: where the writer finds its bytes, once kept (`_outputs`)
                 0,  # payload_offset
             )
@@ -299,7 +258,7 @@ class _ValidateWorkItem(beam.DoFn):
         # Only a small image's bytes, a resize or a sequential source's input are kept (spill.py):
         # a larger one's go now, not when the thread pool's results are taken in order.
         keep = len(stored) <= SMALL_INPUT_BYTES or resized or sources.is_sequential(entry.source)
-        return meta, stored if keep else None
+        return meta, stored if keep else None, labeling.dropped_rows(entry, annotated)
 
     def _source_digest(self, data, info, stored, resized):
         """The input's sha256 where the record stores other bytes (a resize, a re-encode, which
@@ -317,27 +276,6 @@ class _ValidateWorkItem(beam.DoFn):
                     stored,
                 )
         return source_sha256
-
-    def _labeling(self, entry):
-        """(label level ids, group, packed annotation) of an entry, or its rejection."""
-        settings = self._settings
-        if not (settings.levels or settings.group_pattern or entry.group or entry.annotation):
-            return (), '', b''  # most builds: no levels, no groups (a microsecond an image)
-        try:
-            levels = level_ids(
-                entry, settings.levels, settings.allow_missing_levels, settings.kind.multi_label
-            )
-        except MissingLevel as e:
-            return rejection(entry, MISSING_LEVEL_REASON, str(e))
-        group = group_of(entry.key, entry.group, settings.group_pattern)
-        if len(group.encode('utf-8', 'surrogateescape')) > MAX_GROUP_BYTES:
-            detail = f'its group name is longer than {MAX_GROUP_BYTES} bytes'
-            return rejection(entry, INVALID_GROUP_REASON, detail)
-        try:
-            annotation = settings.kind.annotation(entry) if entry.annotation else b''
-        except ValueError as e:
-            return rejection(entry, BAD_ANNOTATION_REASON, str(e))
-        return levels, group, annotation
 
     def _read(self, entry, reader):
         """The input's bytes, or its rejection: too large by its size as listed or as read,

@@ -14,6 +14,7 @@ from imageshards import dataset_facts
 from imageshards import dataset_json
 from imageshards import layout
 from imageshards import lifeline
+from imageshards import object_facts
 from imageshards import output_lock
 from imageshards import storage
 from imageshards import tfds_metadata
@@ -109,10 +110,20 @@ def _finalize(
     """Writes the build's files from its side inputs; yields dataset.json's `counts`."""
     del analyzed  # a side input only so that this step waits for the TFT output
     output_dir = settings.output_dir
-    rejections = sorted(rejections, key=lambda row: row['id'])
+    dropped = sorted(
+        (row for row in rejections if object_facts.is_annotation_row(row)),
+        key=lambda row: (row['id'], row['annotation']),
+    )
+    rejections = sorted(
+        (row for row in rejections if not object_facts.is_annotation_row(row)),
+        key=lambda row: row['id'],
+    )
     duplicates = sorted(duplicates, key=lambda row: row['id'])
+    facts = settings.facts
+    if facts.annotations:  # those of no input first (a COCO annotation of an unknown image)
+        dropped = facts.annotations['rejected'] + dropped
     summary = dataset_facts.make(
-        settings.facts, shards, rejections, duplicates, shard_layout.splits
+        facts, shards, rejections, duplicates, shard_layout.splits, dropped
     )
     if grouped:
         _write_grouped(settings, summary, **grouped)
@@ -124,6 +135,8 @@ def _finalize(
     files = {layout.REJECTED_JSONL: _jsonl(rejections)}
     if settings.dedup:
         files[layout.DUPLICATES_JSONL] = _jsonl(duplicates)
+    if facts.annotations:
+        files[layout.REJECTED_ANNOTATIONS_JSONL] = _jsonl(dropped)
     files[layout.DATASET_JSON] = dataset_json.encode(summary)
     files.update(tfds_metadata.files(summary))  # tfds.builder_from_directory
     # Each complete before it appears; on gs://, all written at once (_SUCCESS, last, below).

@@ -6,6 +6,8 @@
     unlabeled      (a build whose images have label sets) records of none
     level_counts, level_missing   (a build with label levels) {level: {name: records}}, and
                    {level: records without a value}
+    objects, clipped, object_counts   (a kind of objects: detection) the objects written,
+                   those clipped to their image, and {class name: objects}
 
 The writer frames and writes the records (the build's shard format,
 imageshards/shard_formats/), `ShardTally` counts them, and dataset.json's shard entry is made of
@@ -23,19 +25,26 @@ class ShardTally:
     """Counts the records of one shard (`add` each image's ImageMeta as it is written).
 
     Args:
-        multi_label: the images' label values are sets of ids (the build's RecordKind says).
+        kind: the build's RecordKind.
         names: the build's LabelNames (imageshards/kinds/record_kind.py).
     """
 
-    def __init__(self, multi_label, names):
-        self._multi_label = multi_label
+    def __init__(self, kind, names):
+        self._multi_label = kind.multi_label
+        self._kind = kind
         self._names = names
         self.classes = collections.Counter()  # label id -> records
         self._levels = collections.Counter()  # (level index, id) -> records
+        self._objects = None  # a kind of objects: [objects, clipped], and class id -> objects
+        self._object_classes = collections.Counter()
 
     def add(self, meta) -> None:
         """Counts a record's label(s) by id, and its level values by (level index, id), a level
-        without a value as features.MISSING_LEVEL; a multi-label record counts each of its ids."""
+        without a value as features.MISSING_LEVEL; a multi-label record counts each of its ids;
+        a record of objects, its objects."""
+        counted = self._kind.object_counts(meta)
+        if counted is not None:
+            self._count_objects(*counted)
         if not self._multi_label:
             self.classes[meta.label] += 1
             if meta.levels:  # Counter.update costs as much as the rest, even given nothing
@@ -59,7 +68,18 @@ class ShardTally:
             entry['unlabeled'] = sum(not meta.label for meta in metas)
         if self._names.levels:
             entry.update(self._level_entry())
+        if self._objects is not None:
+            classes = self._object_classes
+            entry['objects'], entry['clipped'] = self._objects
+            entry['object_counts'] = {labels[i]: classes[i] for i in sorted(classes)}
         return entry
+
+    def _count_objects(self, objects, clipped, classes):
+        if self._objects is None:
+            self._objects = [0, 0]
+        self._objects[0] += objects
+        self._objects[1] += clipped
+        self._object_classes.update(classes)
 
     def _level_entry(self):
         """The entry's `level_counts` ({level: {name: records}}) and `level_missing`."""

@@ -73,7 +73,7 @@ class _WriteShard(beam.DoFn):
         shard_format = settings.shard_format
         relative = shard_format.shard_path(split, index, layout.num_shards[split])
         staged = storage.join(settings.output_dir, layout_lib.staged_shard(relative))
-        tally = ShardTally(settings.kind.multi_label, settings.names)
+        tally = ShardTally(settings.kind, settings.names)
         pixel_sums = []  # of the first `measured` records' images (sample.py)
         measured = self._measured(split, index, layout)
         records = self._counted(metas, tally, pixel_sums, measured)

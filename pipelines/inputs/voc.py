@@ -1,0 +1,154 @@
+"""Pascal VOC folders as inputs: `--input VOCdevkit/VOC2012`.
+
+    Annotations/<id>.xml        an image's objects: `name`, `bndbox` (1-based, inclusive pixel
+                                corners), `difficult`, `truncated`; the image's `size`
+    JPEGImages/<filename>       the images
+    SegmentationClass/<id>.png  (where present) the class of each pixel: palette indices, 0
+                                background, i the i-th class, 255 void
+    SegmentationObject/<id>.png (where present) the object of each pixel: i for the i-th
+                                object of the XML, 0 none, 255 void
+    ImageSets/Main/<split>.txt  (where present) the ids of each split: they place the images,
+                                as a manifest's split column does, unless --splits is given
+    labelmap.txt                (where present, as CVAT exports it: `name:r,g,b::` lines) the
+                                classes in index order, `background` first; else VOC's 20
+
+XML is read with defusedxml, which refuses entity declarations (a billion laughs is one line,
+not gigabytes) and external entities. A file that is not well-formed stops the build in one
+line; an object that cannot be used (no name, a box that is not four numbers) is listed in
+rejected_annotations.jsonl with its image.
+"""
+
+import posixpath
+from xml.etree.ElementTree import ParseError  # the error defusedxml's parser raises
+
+import defusedxml
+import defusedxml.ElementTree as ElementTree
+
+from imageshards import storage
+from pipelines.core.settings import VOC
+from pipelines.inputs import object_inputs
+
+CLASSES = (
+    'aeroplane', 'bicycle', 'bird', 'boat', 'bottle', 'bus', 'car', 'cat', 'chair', 'cow',
+    'diningtable', 'dog', 'horse', 'motorbike', 'person', 'pottedplant', 'sheep', 'sofa',
+    'train', 'tvmonitor',
+)  # fmt: skip
+BACKGROUND = 'background'
+SPLITS = ('train', 'val', 'test')  # ImageSets/Main's lists that place images
+MAX_XML_BYTES = 1 << 20
+
+
+def scan(spec, inputs):
+    """The InputScan of a Pascal VOC folder (see the module's docstring)."""
+    root = storage.absolute(spec).rstrip('/')
+    if not storage.exists(storage.join(root, 'Annotations')):
+        raise ValueError(f'--input {spec}: a Pascal VOC folder holds Annotations/')
+    images = storage.join(root, 'JPEGImages')
+    found = object_inputs.new_scan(images, VOC)  # keys are below JPEGImages/
+    classes = labelmap(root)
+    found.classes = list(classes)
+    found.kind_options = {'flags': True}
+    places = (object_inputs.confinement(images, inputs), set(classes))
+    found.entries = _entries(root, places, found, classes, inputs.source_splits)
+    return found
+
+
+def labelmap(root) -> tuple:
+    """The classes of a VOC folder: its labelmap.txt's (CVAT's `name:r,g,b::` lines, without
+    `background`), else VOC's 20."""
+    path = storage.join(root, 'labelmap.txt')
+    if not storage.exists(path):
+        return CLASSES
+    names = []
+    for line in storage.read(path).decode('utf-8').splitlines():
+        name = line.split(':', 1)[0].strip()
+        if name and not line.lstrip().startswith('#') and name != BACKGROUND:
+            names.append(name)
+    if not names or len(set(names)) != len(names):
+        raise ValueError(f'{path}: names no classes, or a class twice')
+    return tuple(names)
+
+
+def _split_of(root):
+    """{image id: split} of ImageSets/Main/<split>.txt where present."""
+    placed = {}
+    for split in SPLITS:
+        path = storage.join(root, 'ImageSets', 'Main', f'{split}.txt')
+        if storage.exists(path):
+            for line in storage.read(path).decode('utf-8').split():
+                placed.setdefault(line.strip(), split)
+    return placed
+
+
+def _entries(root, places, found, classes, source_splits):
+    annotations = storage.join(root, 'Annotations')
+    names = sorted(
+        name for name in storage.relative_files(annotations) if name.lower().endswith('.xml')
+    )
+    splits = _split_of(root) if source_splits else {}
+    masks = {
+        folder: set(storage.relative_files(storage.join(root, folder)))
+        if storage.exists(storage.join(root, folder))
+        else set()
+        for folder in ('SegmentationClass', 'SegmentationObject')
+    }
+    if masks['SegmentationClass']:
+        found.kind_options['class_maps'] = True
+        found.kind_options['segmentation_classes'] = [BACKGROUND, *classes]
+    if masks['SegmentationObject']:
+        found.kind_options['masks'] = True
+    for entry_id, name in enumerate(names):
+        image_id = posixpath.splitext(name)[0]
+        path = storage.join(annotations, name)
+        annotation, filename = read_annotation(path, image_id)
+        files = {}
+        for folder, key in (('SegmentationClass', 'semantic'), ('SegmentationObject', 'instances')):
+            if f'{image_id}.png' in masks[folder]:
+                files[key] = storage.join(root, folder, f'{image_id}.png')
+        if files:
+            annotation['files'] = files
+        split = splits.get(image_id, '')
+        yield object_inputs.image_entry(entry_id, filename, places, annotation, split)
+
+
+def read_annotation(path, image_id):
+    """(the annotation in the readers' form, the image's file name) of a VOC XML file."""
+    data = storage.read(path)
+    if len(data) > MAX_XML_BYTES:
+        raise ValueError(f'{path}: {len(data):,} bytes; a VOC annotation is under 1 MB')
+    try:
+        tree = ElementTree.fromstring(data, forbid_dtd=True)
+    except (ParseError, defusedxml.DefusedXmlException) as e:
+        raise ValueError(f'{path} is not a usable VOC annotation: {e}') from None
+    filename = (tree.findtext('filename') or '').strip() or f'{image_id}.jpg'
+    annotation = {'objects': [], 'rejected': []}
+    size = tree.find('size')
+    if size is not None:
+        try:
+            annotation['size'] = [int(size.findtext('height')), int(size.findtext('width'))]
+        except (TypeError, ValueError):
+            pass  # no usable size: the image's own is taken
+    for index, obj in enumerate(tree.iter('object')):
+        annotation['objects'].append(_object(obj, index))
+    return annotation, filename
+
+
+def _object(obj, index):
+    """An object of a VOC XML in the readers' form: its box from 1-based inclusive corners to
+    pixel edges (xmin - 1 .. xmax)."""
+    ref = f'object {index}'
+    box = obj.find('bndbox')
+    corners = None
+    if box is not None:
+        try:
+            corners = [float(box.findtext(k)) for k in ('xmin', 'ymin', 'xmax', 'ymax')]
+        except (TypeError, ValueError):
+            corners = None
+    found = {
+        'ref': ref,
+        'label': (obj.findtext('name') or '').strip() or None,
+        'box': [corners[0] - 1, corners[1] - 1, corners[2], corners[3]] if corners else None,
+    }
+    for flag in ('difficult', 'truncated'):
+        found[flag] = int((obj.findtext(flag) or '0').strip() in ('1', 'true'))
+    return found
