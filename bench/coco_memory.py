@@ -106,10 +106,10 @@ def read_ijson(path):
 
 
 def read_ours(path):
-    """OUR READER'S HOOK: pipelines.inputs.coco.scan_annotations(path) where it exists (what it
-    yields consumed and counted), else the COCO input's scan (pipelines.inputs.coco.scan, as
-    `imageshards build --input PATH` calls it) with every entry it yields consumed; 'not
-    available' where neither is. Adjust here when the reader's entry point settles."""
+    """OUR READER'S HOOK: `scan_annotations(path)` of pipelines/inputs/coco.py where it exists
+    (what it yields consumed and counted), else that module's `scan` (as `imageshards build
+    --input PATH` calls it) with every entry it yields consumed; 'not available' where neither
+    is. Adjust here when the reader's entry point settles."""
     # pylint: disable=import-outside-toplevel
     try:
         from pipelines.inputs import coco
