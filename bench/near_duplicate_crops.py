@@ -6,7 +6,11 @@ pairs, for our hash and for the peers, side by side in one run.
 
 (DATA is made first where it is not there.) Contenders, each pairing images whose hashes are
 within 10 bits, every pair compared:
-    ours            pipelines/validation/perceptual.py, what --near-duplicates uses today
+    ours            the build's --near-duplicates: perceptual.py's signatures through
+                    neighbours.py's banded search (windows met, thumbnails verified): the
+                    pairs it joins (a spanning forest); CPU is the signature's, then the
+                    search's, per image
+    whole hash      the 64-bit hash of the whole image alone (--near-duplicates before windows)
     imagededup      imagededup's PHash at its defaults (max_distance_threshold=10)
     imagehash       imagehash.phash at its defaults (hash_size=8)
     windows T       a prototype, not in the build: three of our hashes per image (the whole,
@@ -81,6 +85,34 @@ def window_hashes(data):
     return found
 
 
+def banded_pairs(signatures, distance=DISTANCE):
+    """(the pairs the build joins: an N x N bool matrix, CPU seconds per image) of images whose
+    ids are their indices, by FindNearDuplicates' two steps run in this process."""
+    from pipelines.assignment import neighbours  # pylint: disable=import-outside-toplevel
+    from pipelines.core import blocks  # pylint: disable=import-outside-toplevel
+
+    started = time.process_time()
+    metas = [
+        blocks.ImageMeta(i, f'{i}', 0, '', 'jpeg', 1, 1, 1, b'', 0, b'', 0, False, phash=s)
+        for i, s in enumerate(signatures)
+    ]
+    layout = neighbours.band_layout(distance)
+    keyed = neighbours._KeyByBand(  # pylint: disable=protected-access
+        blocks.BlockStore(), layout, neighbours.key_bits_for(len(metas))
+    )
+    buckets = collections.defaultdict(list)
+    for block in range(0, len(metas), 1000):
+        for key, value in keyed.process(blocks.pack(metas[block : block + 1000])):
+            buckets[key].append(value)
+    pairs = neighbours._PairsInBuckets(layout, distance)  # pylint: disable=protected-access
+    paired = np.zeros((len(metas), len(metas)), bool)
+    for grouped in buckets.items():
+        for packed in pairs.process(grouped):
+            edges = neighbours.edges_of(packed)
+            paired[edges['a'], edges['b']] = paired[edges['b'], edges['a']] = True
+    return paired, (time.process_time() - started) / len(metas)
+
+
 def _apart(a, b):
     a, b = np.asarray(a, np.uint64), np.asarray(b, np.uint64)
     return np.bitwise_count(a[:, None] ^ b[None, :]).astype(np.int16)
@@ -128,7 +160,10 @@ def contenders(data, truth):
     paths = [os.path.join(data, image['path']) for image in truth['images']]
     contents = [open(path, 'rb').read() for path in paths]  # noqa: SIM115
     ours, seconds = _timed(perceptual.perceptual_hash, contents)
-    found = [('ours', _apart(ours, ours) <= DISTANCE, seconds)]
+    paired, search = banded_pairs(ours)
+    found = [(f'ours (signature {seconds * 1e3:.2f} ms + search)', paired, search)]
+    whole = [perceptual.whole_hash(signature) for signature in ours]
+    found.append(('whole hash', _apart(whole, whole) <= DISTANCE, seconds))
     phash = imagededup_phash()
     if phash is not None:
         method = phash(verbose=False)
