@@ -156,7 +156,7 @@ def test_validation_keeps_no_bytes_of_a_large_image_for_later(tmp_path):
         work_item._validate(InputEntry(i, str(path), path.name, 'x'))  # pylint: disable=protected-access
         for i, path in enumerate((small, large))
     ]
-    assert [stored for _, stored in outcomes] == [small.read_bytes(), None]
+    assert [stored for _, stored, _ in outcomes] == [small.read_bytes(), None]
 
 
 def _meta_of(data, resized=False):
