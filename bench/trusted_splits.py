@@ -144,7 +144,7 @@ def _joined(paths, planted, signatures):
 
     from bench import near_duplicate_crops  # pylint: disable=import-outside-toplevel
 
-    paired, seconds = near_duplicate_crops.banded_pairs(signatures)
+    paired, seconds, _ = near_duplicate_crops.banded_pairs(signatures)
     _, component = csgraph.connected_components(paired, directed=False)
     index = {path: i for i, path in enumerate(paths)}
     whole = sum(component[index[a]] == component[index[b]] for a, b in planted)

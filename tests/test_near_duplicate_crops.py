@@ -7,6 +7,7 @@ bench/near_duplicate_crops.py measures both on held-out photographs (bench/RESUL
 
 import collections
 
+import apache_beam as beam
 import numpy as np
 
 from pipelines.assignment import alignment
@@ -16,6 +17,7 @@ from pipelines.core.settings import NEAR_DUPLICATE_DISTANCE
 from pipelines.validation import perceptual
 
 import images_for_tests as imgs
+from beam_helpers import collect
 
 SIZE = (240, 320)
 
@@ -31,34 +33,42 @@ def _cut(image, left, top, right, bottom):
     return image.crop((*box, height - round(bottom * height)))
 
 
-def _joined(images):
-    """The pairs (i, j) of `images` that the build's near-duplicate search joins, as sets of
-    components: {frozenset of indices} of every component of two images or more."""
-    # pylint: disable=protected-access
-    metas = [
-        blocks.ImageMeta(i, f'{i}.jpg', 0, '', 'jpeg', 1, 1, 1, b'', 0, b'', 0, False)._replace(
-            phash=_signature(image)
-        )
-        for i, image in enumerate(images)
-    ]
-    layout = neighbours.band_layout(NEAR_DUPLICATE_DISTANCE)
-    keyed = neighbours._KeyByBand(blocks.BlockStore(), layout, 4)
-    buckets = collections.defaultdict(list)
-    for key, value in keyed.process(blocks.pack(metas)):
-        buckets[key].append(value)
-    parent = list(range(len(images)))
-    pairs = neighbours._PairsInBuckets(layout, NEAR_DUPLICATE_DISTANCE)
-    for grouped in buckets.items():
-        for packed in pairs.process(grouped):
-            for a, b, _ in neighbours.edges_of(packed).tolist():
-                parent[neighbours._root(parent, b)] = neighbours._root(parent, a)
+def _joined(tmp_path, *sets):
+    """What the build's near-duplicate search (FindNearDuplicates on a TestPipeline) joins of
+    each list of images in `sets`, searched together: per list, {frozenset of its indices} of
+    every component of two images or more."""
+    metas, owner = [], []
+    for number, images in enumerate(sets):
+        for index, image in enumerate(images):
+            meta = blocks.ImageMeta(
+                len(metas), f'{len(metas)}.jpg', 0, '', 'jpeg', 1, 1, 1, b'', 0, b'', 0, False
+            )
+            metas.append(meta._replace(phash=_signature(image)))
+            owner.append((number, index))
+    store = blocks.BlockStore()
+
+    def build(pipeline):
+        refs = pipeline | beam.Create([blocks.pack(metas[:7]), blocks.pack(metas[7:])])
+        found = refs | neighbours.FindNearDuplicates(store, NEAR_DUPLICATE_DISTANCE, len(metas))
+        return found | beam.FlatMap(lambda packed: neighbours.edges_of(packed).tolist())
+
+    parent = list(range(len(metas)))
+    for a, b, _ in collect(build, tmp_path):
+        parent[neighbours._root(parent, b)] = neighbours._root(parent, a)  # pylint: disable=protected-access
     components = collections.defaultdict(set)
-    for i in range(len(images)):
-        components[neighbours._root(parent, i)].add(i)
-    return {frozenset(c) for c in components.values() if len(c) > 1}
+    for image in range(len(metas)):
+        components[neighbours._root(parent, image)].add(image)  # pylint: disable=protected-access
+    found = [set() for _ in sets]
+    for members in components.values():
+        numbers = {owner[m][0] for m in members}
+        assert len(numbers) == 1, 'images of two lists joined'
+        if len(members) > 1:
+            found[numbers.pop()].add(frozenset(owner[m][1] for m in members))
+    return found
 
 
-def test_border_crops_of_3_to_8_percent_pair_with_their_original():
+def test_border_crops_of_3_to_8_percent_pair_with_their_original(tmp_path):
+    sets = []
     for index in range(6):
         image = imgs.photo_like(index, SIZE)
         cuts = [
@@ -66,30 +76,35 @@ def test_border_crops_of_3_to_8_percent_pair_with_their_original():
             for shares in ((0.03,) * 4, (0.05,) * 4, (0.08,) * 4, (0.08, 0.08, 0.03, 0.03))
         ]
         cuts[1] = cuts[1].resize(image.size)  # a crop stored at the original's size
-        assert _joined([image, *cuts]) == {frozenset(range(5))}, index
+        sets.append([image, *cuts])
+    assert _joined(tmp_path, *sets) == [{frozenset(range(5))}] * 6
 
 
-def test_frames_of_a_pan_pair_with_the_next():
+def test_frames_of_a_pan_pair_with_the_next(tmp_path):
+    sets = []
     for index in range(4):
         scene = imgs.photo_like(index, (300, 400))
         step, frames = 0.04 * 300, []  # 4% of the frame's width a frame, as a camera pans
         for frame in range(4):
             left = round(20 + frame * step)
             frames.append(scene.crop((left, 20, left + 240, 200)))
-        assert _joined(frames) == {frozenset(range(4))}, index
+        sets.append(frames)
+    assert _joined(tmp_path, *sets) == [{frozenset(range(4))}] * 4
 
 
-def test_unrelated_images_and_look_alike_cuts_do_not_pair():
+def test_unrelated_images_and_look_alike_cuts_do_not_pair(tmp_path):
     images = [imgs.photo_like(index, SIZE) for index in range(16)]
-    assert _joined(images) == set()
     # One picture cut differently by more than 30%: the same scene, not a near-duplicate.
-    for image in images[:6]:
-        cuts = [
+    cut = [
+        [
+            image,
             _cut(image, 0.0, 0.0, 0.35, 0.0),  # its left 65%
             _cut(image, 0.35, 0.0, 0.0, 0.0),  # its right 65%
             _cut(image, 0.2, 0.2, 0.2, 0.2),  # its centre 60%, zoomed in
         ]
-        assert _joined([image, *cuts]) == set()
+        for image in images[:6]
+    ]
+    assert _joined(tmp_path, images[6:], *cut) == [set()] * 7
 
 
 def test_thumbnails_tell_a_copy_from_a_picture_of_the_same_broad_shapes():
@@ -105,3 +120,19 @@ def test_thumbnails_tell_a_copy_from_a_picture_of_the_same_broad_shapes():
     blank = np.full((32, 32), 77.0)
     assert alignment.copies(blank, np.full((32, 32), 200.0), whole, whole)  # as blank images'
     assert not alignment.copies(blank, first, whole, whole)
+
+
+def test_a_bucket_of_many_alike_images_emits_two_forests_of_links_to_check():
+    # 60 images whose ten window hashes are each a bit or two from the others': every pair of
+    # images is within the distance, 1,770 pairs, yet the bucket emits two spanning forests.
+    rng = np.random.default_rng(0)
+    windows_of_one = rng.integers(0, 2**63, 10, dtype=np.int64).astype(np.uint64)
+    count = 60
+    flips = rng.integers(0, 64, (count, 10)).astype(np.uint64)
+    hashes = (windows_of_one[None, :] ^ (np.uint64(1) << flips)).ravel()
+    ids = np.repeat(np.arange(count, dtype=np.int64), 10)
+    windows = np.tile(np.arange(10, dtype=np.uint8), count)
+    links = neighbours.close_pairs(hashes, ids, NEAR_DUPLICATE_DISTANCE, windows)
+    pairs = {(a, b) for a, b, *_ in links}
+    assert len(pairs) == len(links) == 2 * (count - 1)
+    assert all(a < b and window_a == window_b for a, b, _, window_a, window_b in links)

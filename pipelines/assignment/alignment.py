@@ -13,10 +13,23 @@ the rim.
 
 THRESHOLD was calibrated on a third set, made apart from the held-out one that
 bench/near_duplicate_crops.py reports on (bench/RESULTS.md, "Cropped near-duplicates").
+
+CheckLinks runs the check on the links FindNearDuplicates' buckets found, after them: each
+image's thumbnail is read once from its block and joined by image id to its links, first at the
+link's lower id (which carries its thumbnail on to the other image), then at the higher one,
+where both thumbnails meet. An image pair met in several buckets is checked once, from its
+TRIES closest window pairs, each both ways (the first thumbnail mapped into the second, then the
+second into the first: `likeness` measures the overlap on its first), and is copies where any
+says so.
+
+    (refs, links) -> Thumbnails -> JoinFirst (a) -> CarryFirst -> JoinSecond (b) -> Check
 """
 
+import apache_beam as beam
 import numpy as np
 
+from pipelines.core import blocks
+from pipelines.validation import perceptual
 from pipelines.validation.perceptual import THUMBNAIL_SIDE
 
 THRESHOLD = 0.75  # the least with no false pair on the calibration set
@@ -24,6 +37,7 @@ _STEPS = 6
 _MAX_STEP = 0.03  # of a side, per step: a map starts within a few % of the right one
 _MIN_OVERLAP = 0.4  # of the first thumbnail, seen in the second
 _FLAT = 2.0  # grey levels: a thumbnail that varies less is blank (of one colour)
+TRIES = 1  # window pairs an image pair is checked from (each both ways), closest first
 
 
 def _blur_matrix(sigma, side=THUMBNAIL_SIDE):
@@ -126,3 +140,82 @@ def likeness(first, second, window_first, window_second) -> float:
 def copies(first, second, window_first, window_second) -> bool:
     """Whether two thumbnails are of copies of one picture (`likeness` at THRESHOLD or more)."""
     return likeness(first, second, window_first, window_second) >= THRESHOLD
+
+
+class CheckLinks(beam.PTransform):
+    """(block refs, links) -> [(a, b, distance)] per image b: the links whose thumbnails say
+    they are copies (`copies`); a link of an image with a bare hash (no thumbnail) is kept.
+
+    Links are (a, (b, distance, window of a, window of b)), a < b, windows indices into
+    perceptual.WINDOWS.
+    """
+
+    def __init__(self, store):
+        super().__init__()
+        self._store = store
+
+    def expand(self, inputs):
+        refs, links = inputs
+        thumbnails = refs | 'Thumbnails' >> beam.ParDo(_Thumbnails(self._store))
+        # (image id, 32x32 thumbnail bytes) of each image with a signature
+        carried = (
+            {'thumbnail': thumbnails, 'links': links}
+            | 'JoinFirst' >> beam.CoGroupByKey()
+            | 'CarryFirst' >> beam.FlatMap(carry_first)
+        )
+        # (b, (a, a's thumbnail or b'', ((distance, window of a, window of b), ...)))
+        return (
+            {'thumbnail': thumbnails, 'links': carried}
+            | 'JoinSecond' >> beam.CoGroupByKey()
+            | 'Check' >> beam.FlatMap(check)
+        )
+
+
+class _Thumbnails(beam.DoFn):
+    """Block ref -> (image id, thumbnail bytes) of each image in it with a signature."""
+
+    def __init__(self, store):
+        self._store = store
+
+    def process(self, ref):
+        for meta in blocks.unpack(self._store.get(ref)):
+            if meta.phash >> perceptual.HASH_BITS > 0:
+                yield meta.id, perceptual.parts(meta.phash)[1].tobytes()
+
+
+def carry_first(joined):
+    """(a, {'thumbnail': [a's], 'links': [(b, distance, window a, window b)]}) -> one element
+    per image b: (b, (a, a's thumbnail or b'', its TRIES closest window pairs))."""
+    a, found = joined
+    thumbnail = next(iter(found['thumbnail']), b'')
+    tries = {}
+    for b, apart, window_a, window_b in found['links']:
+        tries.setdefault(b, set()).add((apart, window_a, window_b))
+    for b, pairs in sorted(tries.items()):
+        yield b, (a, thumbnail, tuple(sorted(pairs)[:TRIES]))
+
+
+def check(joined):
+    """(b, {'thumbnail': [b's], 'links': [(a, a's thumbnail, window pairs)]}) -> [(a, b,
+    distance)] of the links that pass, where any does."""
+    b, found = joined
+    thumbnail_b = next(iter(found['thumbnail']), b'')
+    edges = []
+    for a, thumbnail_a, tries in found['links']:
+        if not (thumbnail_a and thumbnail_b):  # a bare hash: the hash decides
+            edges.append((a, b, tries[0][0]))
+            continue
+        first, second = _thumbnail(thumbnail_a), _thumbnail(thumbnail_b)
+        for apart, window_a, window_b in tries:
+            window_a, window_b = perceptual.WINDOWS[window_a], perceptual.WINDOWS[window_b]
+            if copies(first, second, window_a, window_b) or copies(
+                second, first, window_b, window_a
+            ):
+                edges.append((a, b, apart))
+                break
+    if edges:
+        yield edges
+
+
+def _thumbnail(data):
+    return np.frombuffer(data, np.uint8).reshape(THUMBNAIL_SIDE, THUMBNAIL_SIDE)

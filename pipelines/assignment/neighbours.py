@@ -3,10 +3,12 @@ bits (pipelines/validation/perceptual.py), found without comparing every image w
 
 An image with a signature (every image of a build today) is indexed by the hashes of its ten
 windows (the whole image and nine 90% windows), so that a crop or a panned frame meets its
-original where one window of each agrees; such a pair is joined only where the images'
-thumbnails, aligned from the windows that met, say they are copies (pipelines/assignment/
-alignment.py), before it can take the place of another pair in the forest below. An image with
-a bare 64-bit hash is indexed by it alone and joined on the hash alone.
+original where one window of each agrees. Such a pair is a link to check: it joins only where
+the images' thumbnails, aligned from the windows that met, say they are copies (pipelines/
+assignment/alignment.py). The check happens after the buckets, in CheckLinks, where each
+image's thumbnail is joined by its id once, so that the buckets carry 17 bytes per window hash
+and never a thumbnail. An image with a bare 64-bit hash is indexed by it alone and joined on the
+hash alone.
 
 The 64 bits are cut into `distance + 1` bands. Two hashes that differ in at most `distance` bits
 differ in at most that many bands, so at least one band is equal in both (the pigeonhole
@@ -15,17 +17,20 @@ are compared, with numpy, a block of rows against the rest at a time. No pair wi
 distance is missed, and every pair found is checked on all 64 bits.
 
 What moves is blocks, as everywhere between validation and writing: each block of metadata
-becomes, per band, a few packed arrays of (hash, image id), keyed by the band and the top
-`key_bits` of its value, so that the shuffle carries a few elements per block instead of one
-per image and band. A bucket's images with the same hash (byte copies, blank images) are joined
+becomes, per band, a few packed arrays of (hash, image id, window), keyed by the band and the
+top `key_bits` of its value, so that the shuffle carries a few elements per block instead of one
+per image and band. A bucket's images with the same hash (byte copies, blank images) are linked
 to the first of them and compared once; of the pairs within the distance a bucket finds, only
-those that join images not yet joined in it leave it (a spanning forest of its pairs), so that
-a bucket of many mutually close images (a hot bucket) costs time, never memory or output.
+those that join images not yet joined in it leave it (a spanning forest of its pairs, closest
+first), so that a bucket of many mutually close images (a hot bucket) costs time, never memory
+or output. Where the links are still to be checked, a bucket emits two edge-disjoint forests
+(a link joins the first forest where its images are apart): where a link fails its check,
+another path through the bucket usually remains, and a bucket of n images still emits fewer
+than 2n links.
 docs/scaling.md works out the buckets, hot buckets and memory at 100 million images.
 """
 
 import math
-import typing
 
 import apache_beam as beam
 import numpy as np
@@ -38,6 +43,13 @@ from pipelines.validation.perceptual import HASH_BITS
 # Pairs of a bucket compared at once: a block of rows against the rest, at most this many cells.
 _CELLS = 1 << 22
 _EDGE = np.dtype([('a', '<i8'), ('b', '<i8'), ('distance', '<i8')])
+# A link a bucket found, still to be checked: two images, their window hashes' distance and the
+# windows (indices into perceptual.WINDOWS; BARE for a bare hash). 19 bytes.
+LINK = np.dtype(
+    [('a', '<i8'), ('b', '<i8'), ('distance', 'u1'), ('window_a', 'u1'), ('window_b', 'u1')]
+)
+BARE = 255
+_LAYERS = 2  # edge-disjoint forests of links a bucket of window hashes emits
 
 
 def band_layout(distance) -> tuple:
@@ -64,49 +76,37 @@ def band_values(hashes, shift, width):
 
 
 class _KeyByBand(beam.DoFn):
-    """Block ref -> ((band, key), (hashes, ids, windows, signed ids, signatures) as packed
-    bytes) per band and key in the block: an entry per window hash, and once per image of the
-    key its signature (the thumbnail that verifies its pairs)."""
+    """Block ref -> ((band, key), (hashes, ids, windows) as packed bytes) per band and key in the
+    block: an entry per window hash (17 bytes), never a thumbnail."""
 
     def __init__(self, store, layout, key_bits):
         self._store, self._layout, self._key_bits = store, layout, key_bits
 
     def process(self, ref):
-        hashes, ids, windows, signatures = _entries(blocks.unpack(self._store.get(ref)))
+        hashes, ids, windows = _entries(blocks.unpack(self._store.get(ref)))
         for band, (shift, width) in enumerate(self._layout):
             keys = band_values(hashes, shift, width) >> np.uint64(max(0, width - self._key_bits))
             order = np.argsort(keys, kind='stable')
             for picked in np.split(order, np.flatnonzero(np.diff(keys[order])) + 1):
-                signed = np.array([i for i in np.unique(ids[picked]) if i in signatures], np.int64)
-                value = (
-                    hashes[picked].tobytes(),
-                    ids[picked].tobytes(),
-                    windows[picked].tobytes(),
-                    signed.tobytes(),
-                    b''.join(signatures[i] for i in signed.tolist()),
-                )
+                value = (hashes[picked].tobytes(), ids[picked].tobytes(), windows[picked].tobytes())
                 yield (band, int(keys[picked[0]])), value
 
 
 def _entries(metas):
-    """(hashes, ids, windows) of every window hash of `metas`, and {id: signature bytes} of
-    those with a signature."""
-    hashes, ids, windows, signatures = [], [], [], {}
+    """(hashes, ids, windows) of every window hash of `metas`; a bare hash's window is BARE."""
+    hashes, ids, windows = [], [], []
     for meta in metas:
         found, _ = perceptual.parts(meta.phash)
         hashes.append(found)
         ids.append(np.full(len(found), meta.id, np.int64))
-        windows.append(np.arange(len(found), dtype=np.uint8))
-        if len(found) > 1:
-            signatures[meta.id] = meta.phash.to_bytes(perceptual.SIGNATURE_BYTES, 'big')
+        windows.append(np.arange(len(found), dtype=np.uint8) if len(found) > 1 else [BARE])
     if not metas:
-        return np.zeros(0, np.uint64), np.zeros(0, np.int64), np.zeros(0, np.uint8), {}
-    return np.concatenate(hashes), np.concatenate(ids), np.concatenate(windows), signatures
+        return np.zeros(0, np.uint64), np.zeros(0, np.int64), np.zeros(0, np.uint8)
+    return np.concatenate(hashes), np.concatenate(ids), np.concatenate(windows).astype(np.uint8)
 
 
-class _PairsInBuckets(beam.DoFn):
-    """((band, key), [(hashes, ids, windows, signed ids, signatures)]) -> the packed edges
-    (a, b, distance) its buckets join."""
+class _LinksInBuckets(beam.DoFn):
+    """((band, key), [(hashes, ids, windows)]) -> the packed links (LINK) its buckets find."""
 
     def __init__(self, layout, distance):
         self._layout, self._distance = layout, distance
@@ -116,111 +116,108 @@ class _PairsInBuckets(beam.DoFn):
         hashes = np.concatenate([np.frombuffer(part[0], np.uint64) for part in parts])
         ids = np.concatenate([np.frombuffer(part[1], np.int64) for part in parts])
         windows = np.concatenate([np.frombuffer(part[2], np.uint8) for part in parts])
-        thumbnails = _thumbnails(parts)
         values = band_values(hashes, *self._layout[band])
         order = np.lexsort((windows, ids, values))
         hashes, ids, windows, values = hashes[order], ids[order], windows[order], values[order]
-        edges = []
+        links = []
         bounds = np.flatnonzero(np.diff(values)) + 1
         for start, end in zip(np.append(0, bounds), np.append(bounds, len(values))):
             if end - start > 1:
                 picked = slice(start, end)
-                edges += close_pairs(
+                links += close_pairs(
                     hashes[picked],
                     ids[picked],
                     self._distance,
-                    Evidence(windows[picked], thumbnails, self._layout[:band]),
+                    windows[picked],
+                    self._layout[:band],
                 )
-        if edges:
-            yield np.array(edges, dtype=_EDGE).tobytes()
+        if links:
+            yield np.array(links, dtype=LINK).tobytes()
 
 
-def _thumbnails(parts) -> dict:
-    """{id: thumbnail} of the signed images of a bucket's parts."""
-    found = {}
-    for part in parts:
-        signed = np.frombuffer(part[3], np.int64)
-        for index, image_id in enumerate(signed.tolist()):
-            if image_id not in found:
-                size = perceptual.SIGNATURE_BYTES
-                signature = int.from_bytes(part[4][index * size : (index + 1) * size], 'big')
-                found[image_id] = perceptual.parts(signature)[1]
-    return found
+def keyed_links(packed):
+    """(a, (b, distance, window of a, window of b)) of each link of a packed element of
+    _LinksInBuckets, a < b: what alignment.CheckLinks takes."""
+    for a, b, apart, window_a, window_b in np.frombuffer(packed, dtype=LINK).tolist():
+        yield a, (b, apart, window_a, window_b)
 
 
-class Evidence(typing.NamedTuple):
-    """What verifies a bucket's pairs of window hashes: each entry's window (an index into
-    perceptual.WINDOWS), {image id: thumbnail} of the images with a signature, and the bands
-    before the bucket's (a pair equal in one of them is that band's bucket's to join)."""
-
-    windows: np.ndarray
-    thumbnails: dict
-    earlier: tuple = ()
-
-
-def close_pairs(hashes, ids, distance, evidence=None) -> list:
+def close_pairs(hashes, ids, distance, windows=None, earlier=()) -> list:
     """[(a, b, bits apart)] of images (`ids`, ascending) whose `hashes` are within `distance`:
     each image with the hash of an earlier one joined to the first of them (0 apart), and a
-    spanning forest of the distinct hashes within the distance, closest pairs first. With
-    `evidence` (the hashes are of windows, several per image), a pair joins only where its
-    thumbnails say it is of copies."""
+    spanning forest of the distinct hashes within the distance, closest pairs first.
+
+    With `windows` (the hashes are of windows, several per image, each still to be checked by
+    alignment.CheckLinks): [(a, b, bits apart, window of a, window of b)], a < b, of _LAYERS
+    edge-disjoint forests (one where every entry is BARE), each image pair with up to
+    alignment.TRIES of its window pairs; pairs equal in a band of `earlier` are left to it.
+    """
     distinct, first, inverse = np.unique(hashes, return_index=True, return_inverse=True)
     firsts = ids[first]
-    joins = _Joins(evidence)
-    if evidence is None or not evidence.earlier:  # equal hashes are equal in the first band
+    links = _Links(ids, windows)
+    if not earlier:  # equal hashes are equal in the first band
         for i in np.flatnonzero(ids != firsts[inverse]).tolist():
-            joins.join(first[inverse[i]], i, 0, ids)
+            links.add(first[inverse[i]], i, 0)
     rows = max(1, _CELLS // len(distinct))
     for top in range(0, len(distinct) - 1, rows):
         block = distinct[top : top + rows, None] ^ distinct[None, top:]
         apart = np.bitwise_count(block)
         apart[np.tril_indices(len(block), 0, apart.shape[1])] = HASH_BITS + 1  # j <= i
         i, j = np.nonzero(apart <= distance)
-        i, j = _first_met(distinct, top + i, j, evidence)
+        i, j = _first_met(distinct, top + i, j, earlier)
         found = apart[i - top, j]
         for k in np.argsort(found, kind='stable').tolist():
-            joins.join(first[i[k]], first[j[k]], int(found[k]), ids)
-    return joins.edges
+            links.add(first[i[k]], first[j[k]], int(found[k]))
+    return links.found
 
 
-def _first_met(distinct, i, j, evidence):
-    """The pairs (i, j) of distinct hashes that are not equal in a band before this one."""
-    if evidence is None:
-        return i, j
+def _first_met(distinct, i, j, earlier):
+    """The pairs (i, j) of distinct hashes that are not equal in a band of `earlier`."""
     keep = np.ones(len(i), bool)
-    for shift, width in evidence.earlier:
+    for shift, width in earlier:
         keep &= band_values(distinct[i], shift, width) != band_values(distinct[j], shift, width)
     return i[keep], j[keep]
 
 
-class _Joins:
-    """The forest of one bucket's pairs of images; with `evidence`, each pair verified before
-    it joins (once: a pair rejected is not tried again through other windows)."""
+class _Links:
+    """The links of one bucket, closest first. Of bare hashes, a spanning forest: the hashes
+    decide. Of window hashes, where each link is only a candidate until its thumbnails are
+    checked (after the bucket, where each thumbnail is at hand once), _LAYERS edge-disjoint
+    forests: a link joins the first forest in which its images are apart, so that where a link
+    fails its check another path usually remains, and a bucket of n images still emits fewer
+    than _LAYERS * n image pairs (each with up to alignment.TRIES window pairs)."""
 
-    def __init__(self, evidence):
-        self.edges, self._evidence, self._rejected, self._parent = [], evidence, set(), {}
+    def __init__(self, ids, windows):
+        self._ids, self._windows, self.found, self._tries = ids, windows, [], {}
+        bare = windows is None or bool((windows == BARE).all())
+        self._forests = [{} for _ in range(1 if bare else _LAYERS)]
 
-    def join(self, p, q, apart, ids):
-        """Joins the images of entries p and q (indices into the bucket) where they are not
-        joined yet."""
-        a, b = int(ids[p]), int(ids[q])
-        a_root, b_root = _root_of(self._parent, a), _root_of(self._parent, b)
-        if a_root == b_root or (min(a, b), max(a, b)) in self._rejected:
+    def add(self, p, q, apart):
+        """Adds the link of entries p and q (indices into the bucket) where it joins a forest."""
+        a, b = int(self._ids[p]), int(self._ids[q])
+        if self._windows is None:
+            if self._join(self._forests[0], a, b):
+                self.found.append((a, b, apart))
             return
-        if self._evidence is not None and not self._copies(p, q, a, b):
-            self._rejected.add((min(a, b), max(a, b)))
+        if a == b:
             return
-        self._parent[max(a_root, b_root)] = min(a_root, b_root)
-        self.edges.append((a, b, apart))
+        pair = (a, b) if a < b else (b, a)
+        tries = self._tries.get(pair, 0)
+        if tries >= alignment.TRIES or not (
+            tries or any(self._join(f, a, b) for f in self._forests)
+        ):
+            return
+        self._tries[pair] = tries + 1
+        windows = (int(self._windows[p]), int(self._windows[q]))
+        self.found.append((*pair, apart, *(windows if a < b else windows[::-1])))
 
-    def _copies(self, p, q, a, b):
-        thumbnails, windows = self._evidence.thumbnails, self._evidence.windows
-        if a not in thumbnails or b not in thumbnails:  # a bare hash: the hash decides
-            return True
-        window_a = perceptual.WINDOWS[windows[p]]
-        return alignment.copies(
-            thumbnails[a], thumbnails[b], window_a, perceptual.WINDOWS[windows[q]]
-        )
+    @staticmethod
+    def _join(parent, a, b) -> bool:
+        a_root, b_root = _root_of(parent, a), _root_of(parent, b)
+        if a_root == b_root:
+            return False
+        parent[max(a_root, b_root)] = min(a_root, b_root)
+        return True
 
 
 def _root_of(parent, node):
@@ -242,8 +239,9 @@ def edges_of(packed) -> np.ndarray:
 
 class FindNearDuplicates(beam.PTransform):
     """Block refs of ImageMeta with perceptual hashes -> packed edges (a, b, distance): image ids
-    whose hashes are within `distance`, every such pair joined by a chain of them (`edges_of`
-    reads one).
+    whose hashes (of a window of each) are within `distance` and whose thumbnails say they are
+    copies (`edges_of` reads one). Of bare hashes, every pair within `distance` is joined by a
+    chain of them; of signatures, the pairs checked are those of two spanning forests per bucket.
 
     Args:
         store: the BlockStore that keeps the blocks.
@@ -259,10 +257,19 @@ class FindNearDuplicates(beam.PTransform):
         self._key_bits = key_bits_for(num_images)
 
     def expand(self, refs):
-        return (
+        links = (
             refs
             | 'KeyByBand' >> beam.ParDo(_KeyByBand(self._store, self._layout, self._key_bits))
-            # ((band, top bits of its value), (hashes, ids))
+            # ((band, top bits of its value), (hashes, ids, windows))
             | 'GroupByBand' >> beam.GroupByKey()
-            | 'PairsInBuckets' >> beam.ParDo(_PairsInBuckets(self._layout, self._distance))
+            | 'LinksInBuckets' >> beam.ParDo(_LinksInBuckets(self._layout, self._distance))
+            # packed LINK records
+            | 'KeyByFirst' >> beam.FlatMap(keyed_links)
+        )
+        # (a, (b, distance, window of a, window of b))
+        return (
+            (refs, links)
+            | 'CheckLinks' >> alignment.CheckLinks(self._store)
+            # [(a, b, distance)] of the links of copies, per image b
+            | 'PackEdges' >> beam.Map(lambda edges: np.array(edges, dtype=_EDGE).tobytes())
         )
