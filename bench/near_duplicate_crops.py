@@ -6,7 +6,11 @@ pairs, for our hash and for the peers, side by side in one run.
 
 (DATA is made first where it is not there.) Contenders, each pairing images whose hashes are
 within 10 bits, every pair compared:
-    ours            pipelines/validation/perceptual.py, what --near-duplicates uses today
+    ours            the build's --near-duplicates: perceptual.py's signatures through
+                    neighbours.py's banded search (windows met, thumbnails verified): the
+                    pairs it joins (a spanning forest); CPU is the signature's, then the
+                    search's, per image
+    whole hash      the 64-bit hash of the whole image alone (--near-duplicates before windows)
     imagededup      imagededup's PHash at its defaults (max_distance_threshold=10)
     imagehash       imagehash.phash at its defaults (hash_size=8)
     windows T       a prototype, not in the build: three of our hashes per image (the whole,
@@ -37,6 +41,7 @@ from pipelines.validation import images
 from pipelines.validation import perceptual
 
 DISTANCE = 10
+SHUFFLE_KEY_BITS = 13  # what neighbours.key_bits_for gives 100M images
 WINDOWS = (1.0, 0.9, 0.81)  # the prototype's nested windows, as shares of each side
 
 
@@ -79,6 +84,58 @@ def window_hashes(data):
         )
         found.append(perceptual.hash_of_image(grey.resize((32, 32), Image.Resampling.BOX, box=box)))
     return found
+
+
+def banded_pairs(signatures, distance=DISTANCE, key_bits=None):
+    """(the pairs the build joins: an N x N bool matrix, CPU seconds per image, {step: shuffled
+    bytes per image}) of images whose ids are their indices, by FindNearDuplicates' steps run in
+    this process, its GroupByKey and CoGroupByKeys done with dicts. Shuffled bytes are those of
+    the elements' values (bytes their length, an int 8, a window 1), keys left out; `key_bits`
+    keys the buckets (by default as the build would for N images)."""
+    from pipelines.assignment import alignment  # pylint: disable=import-outside-toplevel
+    from pipelines.assignment import neighbours  # pylint: disable=import-outside-toplevel
+    from pipelines.core import blocks  # pylint: disable=import-outside-toplevel
+
+    started = time.process_time()
+    metas = [
+        blocks.ImageMeta(i, f'{i}', 0, '', 'jpeg', 1, 1, 1, b'', 0, b'', 0, False, phash=s)
+        for i, s in enumerate(signatures)
+    ]
+    refs = [blocks.pack(metas[block : block + 1000]) for block in range(0, len(metas), 1000)]
+    layout = neighbours.band_layout(distance)
+    key_bits = neighbours.key_bits_for(len(metas)) if key_bits is None else key_bits
+    # pylint: disable=protected-access
+    keyed = neighbours._KeyByBand(blocks.BlockStore(), layout, key_bits)
+    shuffled = collections.Counter()
+    buckets = collections.defaultdict(list)
+    for ref in refs:
+        for key, value in keyed.process(ref):
+            buckets[key].append(value)
+            shuffled['buckets'] += sum(len(part) for part in value)
+    in_buckets = neighbours._LinksInBuckets(layout, distance)
+    first = collections.defaultdict(lambda: {'thumbnail': [], 'links': []})
+    for grouped in buckets.items():
+        for packed in in_buckets.process(grouped):
+            for a, link in neighbours.keyed_links(packed):
+                first[a]['links'].append(link)
+                shuffled['links'] += 8 + 1 + 2
+    second = collections.defaultdict(lambda: {'thumbnail': [], 'links': []})
+    for ref in refs:
+        for image, thumbnail in alignment._Thumbnails(blocks.BlockStore()).process(ref):
+            for joined in (first, second):
+                joined[image]['thumbnail'].append(thumbnail)
+                shuffled['thumbnails'] += len(thumbnail)
+    for element in list(first.items()):
+        for b, carried in alignment.carry_first(element):
+            second[b]['links'].append(carried)
+            shuffled['carried'] += 8 + len(carried[1]) + 3 * len(carried[2])
+    paired = np.zeros((len(metas), len(metas)), bool)
+    for element in second.items():
+        for edges in alignment.check(element):
+            edges = np.array(edges)
+            paired[edges[:, 0], edges[:, 1]] = paired[edges[:, 1], edges[:, 0]] = True
+    seconds = (time.process_time() - started) / len(metas)
+    return paired, seconds, {step: n / len(metas) for step, n in shuffled.items()}
 
 
 def _apart(a, b):
@@ -128,7 +185,16 @@ def contenders(data, truth):
     paths = [os.path.join(data, image['path']) for image in truth['images']]
     contents = [open(path, 'rb').read() for path in paths]  # noqa: SIM115
     ours, seconds = _timed(perceptual.perceptual_hash, contents)
-    found = [('ours', _apart(ours, ours) <= DISTANCE, seconds)]
+    paired, search, _ = banded_pairs(ours)
+    _, _, shuffled = banded_pairs(ours, key_bits=SHUFFLE_KEY_BITS)
+    print(
+        f'ours: shuffled bytes per image ({SHUFFLE_KEY_BITS} key bits, as 100M images): '
+        + ', '.join(f'{step} {n:,.0f}' for step, n in shuffled.items())
+        + f'; in all {sum(shuffled.values()):,.0f}'
+    )
+    found = [(f'ours (signature {seconds * 1e3:.2f} ms + search)', paired, search)]
+    whole = [perceptual.whole_hash(signature) for signature in ours]
+    found.append(('whole hash', _apart(whole, whole) <= DISTANCE, seconds))
     phash = imagededup_phash()
     if phash is not None:
         method = phash(verbose=False)

@@ -107,7 +107,8 @@ def pairs(data):
     planted = trusted_data.truth_pairs(truth)
     contents = [open(os.path.join(data, p), 'rb').read() for p in paths]  # noqa: SIM115
     started = time.process_time()
-    ours = [perceptual.perceptual_hash(content) for content in contents]
+    signatures = [perceptual.perceptual_hash(content) for content in contents]
+    ours = [perceptual.whole_hash(signature) for signature in signatures]
     ours_seconds = (time.process_time() - started) / len(paths)
     theirs, theirs_seconds = _imagededup_hashes(data, paths)
     print(f'{len(paths)} images, {len(planted)} planted pairs')
@@ -126,6 +127,7 @@ def pairs(data):
             cells.append(f'{right / len(planted):.4f}, {precision:.4f}, {len(found) - right}')
         print(f'{distance} | ' + ' | '.join(cells))
     _by_kind(truth, dict(zip(paths, ours)))
+    _joined(paths, planted, signatures)
     if theirs:
         same = sum(a == b for a, b in zip(ours, theirs))
         apart = [perceptual.hamming(a, b) for a, b in zip(ours, theirs)]
@@ -133,6 +135,26 @@ def pairs(data):
             f'ours = imagededup on {same} of {len(paths)}; bits apart median '
             f'{statistics.median(apart)}, max {max(apart)}'
         )
+
+
+def _joined(paths, planted, signatures):
+    """Prints what the build's search (windows met, thumbnails verified) joins: the planted
+    pairs in one component, and the pairs it joins that are not planted."""
+    from scipy.sparse import csgraph  # pylint: disable=import-outside-toplevel
+
+    from bench import near_duplicate_crops  # pylint: disable=import-outside-toplevel
+
+    paired, seconds, _ = near_duplicate_crops.banded_pairs(signatures)
+    _, component = csgraph.connected_components(paired, directed=False)
+    index = {path: i for i, path in enumerate(paths)}
+    whole = sum(component[index[a]] == component[index[b]] for a, b in planted)
+    i, j = np.nonzero(np.triu(paired, 1))
+    false = sum(tuple(sorted((paths[a], paths[b]))) not in planted for a, b in zip(i, j))
+    print(
+        f'the build (windows and thumbnails, distance 10): planted pairs in one cluster '
+        f'{whole}/{len(planted)}, pairs joined not planted {false}, search CPU '
+        f'{seconds * 1e3:.2f} ms per image'
+    )
 
 
 def search_cost(count):

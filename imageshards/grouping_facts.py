@@ -29,8 +29,12 @@ from imageshards import stratification
 
 GROUP, CLUSTER, CAPPED = 'group', 'cluster', 'capped_cluster'
 SPLIT_KEYS = ('groups', 'leaked_groups', 'clusters', 'leaked_clusters', 'label_distribution')
-# How the near-duplicates' hash is made (pipelines/validation/perceptual.py).
-HASH = 'dct: the 8x8 lowest frequencies of the image as 32x32 grey (imagededup PHash)'
+# How the near-duplicates' hashes are made and checked (pipelines/validation/perceptual.py,
+# pipelines/assignment/alignment.py).
+HASH = (
+    'dct: the 8x8 lowest frequencies of the image as 32x32 grey (imagededup PHash), of the '
+    'whole image and nine 90% windows; pairs checked on aligned 32x32 grey thumbnails'
+)
 
 
 def tallies(splits_of) -> dict:

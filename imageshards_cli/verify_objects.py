@@ -1,8 +1,8 @@
 """What `imageshards verify` checks of a detection or segmentation build's objects, record by
 record: every object feature holds one value per object, every box lies in [0, 1] with its
 corners in order, every class id is one of dataset.json's labels and matches its text, and
-every mask (and class map) is a single-channel PNG of the image's size. The objects are counted
-per shard and class, for the shard's `objects` and `object_counts`."""
+every mask a 1-bit PNG and every class map an 8-bit one, of the image's size. The objects are
+counted per shard and class, for the shard's `objects` and `object_counts`."""
 
 import collections
 import io
@@ -69,17 +69,19 @@ class ObjectChecker:
 
     def _check_pngs(self, where, offset, values):
         size = (values.get('image/width'), values.get('image/height'))
-        pngs = [(f'mask {i}', png) for i, png in enumerate(values.get(detection.MASK, ()))]
+        pngs = [(f'mask {i}', png, '1') for i, png in enumerate(values.get(detection.MASK, ()))]
         if detection.CLASS_MAP in values:
-            pngs.append(('class map', values[detection.CLASS_MAP]))
-        for what, png in pngs:
+            pngs.append(('class map', values[detection.CLASS_MAP], 'L'))
+        for what, png, mode in pngs:
             try:
                 with Image.open(io.BytesIO(png)) as image:
                     found = (image.format, image.mode, image.size)
             except (OSError, ValueError) as e:
                 self._problems.add(where, f'{what} is no image: {e}', offset)
                 continue
-            if found != ('PNG', 'L', size):
+            if found != ('PNG', mode, size):
                 self._problems.add(
-                    where, f'{what} is a {found[0]} {found[1]} {found[2]}, not PNG L {size}', offset
+                    where,
+                    f'{what} is a {found[0]} {found[1]} {found[2]}, not PNG {mode} {size}',
+                    offset,
                 )

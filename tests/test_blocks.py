@@ -46,6 +46,8 @@ def test_pack_round_trips_every_field():
         _meta(10, source='tar\tdata/ü.tar\tcat/1.jpg\t512\t1000'),  # inside a container
         _meta(11, source='s', group='g', phash=0, original_height=3, original_width=4),
         _meta(12, group='patient 7', phash=2**64 - 1),  # issue 32's fields, without a source
+        _meta(13, phash=2**64),  # a signature (issue 41): wider than a 64-bit hash
+        _meta(14, group='g', phash=(1 << 8832) | 2**64 - 1, annotation=b'boxes'),
     ]
     block = blocks.pack(metas)
     assert blocks.unpack(block) == metas

@@ -299,7 +299,7 @@ def test_verify_finds_a_missing_annotation_line_and_bad_objects(bad_coco, capsys
     assert 'object 1: class 5 is not an index of labels' in found
     assert "object 0: class 0 is not its text b'square'" in found
     assert 'object 1: box [0.5, 0.2, 1.2, 0.1] is not inside [0, 1]' in found
-    assert 'mask 0 is a PNG L (5, 5), not PNG L (10, 8)' in found
+    assert 'mask 0 is a PNG L (5, 5), not PNG 1 (10, 8)' in found
 
 
 def test_a_vertex_ai_object_detection_import_file_builds_its_boxes_and_splits(tmp_path):

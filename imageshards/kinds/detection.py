@@ -13,8 +13,9 @@ as they are):
     image/object/is_crowd, image/object/area   COCO's iscrowd, and the area in pixels of the
                                         stored image (the mask's, or the box's where none)
     image/object/difficult, .../truncated      (Pascal VOC builds) VOC's flags
-    image/object/mask                   (builds with instance masks) a single-channel PNG per
-                                        object, 1 inside it, 0 elsewhere, at the image's size
+    image/object/mask                   (builds with instance masks) a 1-bit PNG per object,
+                                        1 inside it (255 as TensorFlow decodes it), 0 elsewhere,
+                                        at the image's size (imageshards/kinds/masks.py)
     image/segmentation/class/encoded    (builds with class maps) a PNG of class ids, VOID (255)
                                         where no class is; `segmentation_classes` names them
 
@@ -68,7 +69,7 @@ _DOCS = {
     AREA: "each object's area in pixels of the stored image",
     DIFFICULT: '1 where Pascal VOC marks an object difficult',
     TRUNCATED: '1 where Pascal VOC marks an object truncated',
-    MASK: "each object's mask: a single-channel PNG, 1 inside the object",
+    MASK: "each object's mask: a 1-bit PNG, set inside the object",
     CLASS_MAP: 'a PNG of class ids (segmentation_classes), 255 where no class is',
     CLASS_MAP_FORMAT: 'the encoding of the class map: png',
     TFDS_BBOX: "each object's box, [ymin, xmin, ymax, xmax] fractions (TFDS BBoxFeature)",
@@ -150,7 +151,7 @@ class Detection(RecordKind):
             values[DIFFICULT] = found.difficult.tolist()
             values[TRUNCATED] = found.truncated.tolist()
         if self.masks:
-            values[MASK] = [objects.png_bytes(m) for m in found.masks(height, width, shown)]
+            values[MASK] = found.mask_pngs(height, width, shown)
         if self.class_maps:
             values[CLASS_MAP] = found.semantic_at(height, width) or _void_map(height, width)
             values[CLASS_MAP_FORMAT] = 'png'

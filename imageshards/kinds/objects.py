@@ -16,9 +16,10 @@ JSON data in one form, whatever its source:
 `check` takes it with the image's size as shown (EXIF orientation applied): an object that
 cannot be used is dropped with its reason (DroppedObject), a box a few pixels past the edge is
 clipped and counted, and the rest are packed (`Packed`): boxes normalized to [0, 1], areas in
-pixels, polygons normalized, masks as COCO's compressed RLE. The shuffle carries the packed
-bytes and never opens them; the writer makes the record's features of them (`Objects`), masks
-rasterized by pycocotools (the COCO reference implementation) at the stored image's size.
+pixels, polygons in pixels of the image as shown (float64, as given), masks as COCO's compressed
+RLE. The shuffle carries the packed bytes and never opens them; the writer makes the record's
+features of them (`Objects`), masks rasterized by pycocotools (the COCO reference
+implementation) at the stored image's size (imageshards/kinds/masks.py).
 """
 
 import io
@@ -27,6 +28,8 @@ import struct
 import typing
 
 import numpy as np
+
+from imageshards.kinds import masks
 
 CLIP_PIXELS = 4  # a box running at most this far past an edge is clipped, not dropped
 MIN_SIDE = 1.0  # pixels: a box narrower or lower than this (after clipping) is dropped
@@ -145,19 +148,19 @@ def _object(obj, index, height, width, scale, label_ids, instances):
 
 
 def _segmentation(obj, index, height, width, scale, instances):
-    """(kind, packed bytes) of an object's mask: polygons normalized, or compressed RLE."""
+    """(kind, packed bytes) of an object's mask: polygons in pixels, or compressed RLE."""
     if instances is not None:
         mask = instances == index + 1  # VOC: an object's pixels hold its position, from 1
         return (_RLE, _rle_of(mask)) if mask.any() else (_NONE, b'')
     polygons, rle = obj.get('polygons'), obj.get('rle')
     if polygons:
-        return _POLYGONS, _pack_polygons(polygons, height, width, scale)
+        return _POLYGONS, _pack_polygons(polygons, scale)
     if rle:
         return _RLE, _checked_rle(rle, height, width)
     return _NONE, b''
 
 
-def _pack_polygons(polygons, height, width, scale):
+def _pack_polygons(polygons, scale):
     parts = []
     for polygon in polygons:
         try:
@@ -168,9 +171,10 @@ def _pack_polygons(polygons, height, width, scale):
             raise _Drop('bad_polygon', f'a polygon of {len(points) // 2} points: 3 at least')
         if not np.isfinite(points).all():
             raise _Drop('bad_polygon', 'a polygon with coordinates that are not finite')
-        xy = points.reshape(-1, 2) * scale
-        normalized = (xy / (width, height)).clip(-0.01, 1.01).astype('<f4')
-        parts.append(struct.pack('<I', len(normalized)) + normalized.tobytes())
+        # Pixels of the image as shown, as given (float64): rasterized at that size, the mask
+        # is the one COCO.annToMask makes of the same numbers.
+        xy = (points.reshape(-1, 2) * scale).astype('<f8')
+        parts.append(struct.pack('<I', len(xy)) + xy.tobytes())
     return struct.pack('<I', len(parts)) + b''.join(parts)
 
 
@@ -306,25 +310,25 @@ class Objects(typing.NamedTuple):
     def __len__(self):  # pylint: disable=invalid-length-returned
         return len(self.classes)
 
-    def masks(self, height, width, shown) -> list:
-        """Each object's mask at `height` x `width` (the stored image), as a 0/1 uint8 array;
-        `shown` the (height, width) its RLE masks were made at. An object without one: zeros."""
-        from pycocotools import mask as coco_mask  # pylint: disable=import-outside-toplevel
-
-        masks = []
+    def mask_pngs(self, height, width, shown) -> list:
+        """Each object's mask at `height` x `width` (the stored image) as a 1-bit PNG
+        (imageshards/kinds/masks.py); `shown` is the (height, width) its polygons and RLE
+        were checked at (the image's size as shown). An object without one: an empty mask."""
+        pngs = []
         for kind, segment in zip(self.kinds, self.segments):
+            box = None
             if kind == _POLYGONS:
-                polygons = [(p * (width, height)).ravel().tolist() for p in _polygons(segment)]
-                rles = coco_mask.frPyObjects(polygons, height, width)
-                mask = coco_mask.decode(coco_mask.merge(rles))
+                scale = (width / shown[1], height / shown[0])
+                polygons = [(p * scale).ravel().tolist() for p in _polygons(segment)]
+                mask, box = masks.polygons_mask(polygons, height, width)
             elif kind == _RLE:
-                mask = coco_mask.decode({'size': list(shown), 'counts': segment})
+                mask, box = masks.rle_mask(segment, *shown)
                 if mask.shape != (height, width):
-                    mask = _resized(mask, height, width)
+                    mask, box = masks.resized(mask, height, width), None
             else:
-                mask = np.zeros((height, width), np.uint8)
-            masks.append(mask)
-        return masks
+                mask = np.zeros((height, width), bool)
+            pngs.append(masks.png_of(mask, box))
+        return pngs
 
     def semantic_at(self, height, width) -> bytes:
         """The class-id PNG at `height` x `width` (resized nearest where the image was)."""
@@ -344,16 +348,9 @@ def _polygons(segment):
     for _ in range(count):
         (points,) = struct.unpack_from('<I', segment, at)
         at += 4
-        polygons.append(np.frombuffer(segment, '<f4', 2 * points, at).reshape(-1, 2))
-        at += 8 * points
+        polygons.append(np.frombuffer(segment, '<f8', 2 * points, at).reshape(-1, 2))
+        at += 16 * points
     return polygons
-
-
-def _resized(mask, height, width):
-    from PIL import Image  # pylint: disable=import-outside-toplevel
-
-    image = Image.fromarray(mask).resize((width, height), Image.Resampling.NEAREST)
-    return np.asarray(image)
 
 
 _EMPTY = _HEADER.pack(0, 0, 0, 0, 0)

@@ -10,6 +10,7 @@ validation/).
                    earlier build, each given one split before AssignShards; CountLeaks
     placement.py   whole groups placed among splits, rare labels first
     neighbours.py  FindNearDuplicates: the pairs of close perceptual hashes, by bands
+    alignment.py   whether two images with close window hashes are copies: thumbnails aligned
     clusters.py    near-duplicate clusters: connected components, the huge ones capped
     previous.py    --splits-from: an earlier build's splits, read from its records
 """

@@ -40,7 +40,8 @@ class ImageMeta(typing.NamedTuple):
     original_height: int = 0  # the source's size (as shown) where the record stores a resize
     original_width: int = 0  # of it (--resize-shorter-side); 0 where it stores the source
     group: str = ''  # its group (a manifest's group column, --group-pattern; packed as a key is)
-    phash: int = -1  # its perceptual hash (--near-duplicates: validation/perceptual.py); -1: none
+    phash: int = -1  # its perceptual hash or signature (--near-duplicates: validation/
+    # perceptual.py; a signature is an int of more than 64 bits); -1: none
     source: str = ''  # an input inside a container: its encoded sources.Source; '' for a file
     # What its input's annotation gives its record, packed by the build's kind
     # (imageshards/kinds/): boxes, masks, weights; b'' for none. Carried, never opened here.
@@ -82,10 +83,11 @@ _NUM_FIELDS = len(ImageMeta._fields)  # pylint: disable=protected-access
 # payload_offset, then the byte lengths of key, split, format, sha256 and source_sha256, the
 # number of level int32s and flags (bit 0: a multi-label image; bit 1: a resized one; bit 2: one
 # with a group; bit 3: one with a perceptual hash; bit 4: one inside a container; bit 5: one
-# with an annotation); then key,
+# with an annotation; bit 6: one whose hash is a signature, wider than 64 bits); then key,
 # split, format, sha256 and source_sha256 and the level ids as int32, in that order, for a
 # resized image its original height and width as uint32, then the group's length (uint16) and
-# bytes, then the hash (uint64), then the source's length (uint32) and bytes, then the
+# bytes, then the hash (uint64; a signature: its length, uint16, and big-endian bytes), then
+# the source's length (uint32) and bytes, then the
 # annotation's length (uint32) and bytes. A multi-label
 # image's `label` field is its number of label ids, which follow the strings as int32s, and its
 # levels are each a count and that many ids. An image without a group, a hash, a source or an
@@ -99,7 +101,8 @@ _ORIGINAL_SIZE = struct.Struct('<II')
 _GROUP_LENGTH = struct.Struct('<H')
 _HASH = struct.Struct('<Q')
 _SOURCE_LENGTH = struct.Struct('<I')
-_GROUPED, _HASHED, _SOURCED, _ANNOTATED = 4, 8, 16, 32  # flag bits
+_GROUPED, _HASHED, _SOURCED, _ANNOTATED, _SIGNED = 4, 8, 16, 32, 64  # flag bits
+_WIDEST_HASH = (1 << 64) - 1
 
 
 def pack(metas) -> bytes:
@@ -132,7 +135,8 @@ def pack(metas) -> bytes:
                 | _GROUPED * bool(meta.group)
                 | _HASHED * (meta.phash >= 0)
                 | _SOURCED * bool(meta.source)
-                | _ANNOTATED * bool(meta.annotation),
+                | _ANNOTATED * bool(meta.annotation)
+                | _SIGNED * (meta.phash > _WIDEST_HASH),
             )
         )
         parts += (key, split, fmt, meta.sha256, meta.source_sha256)
@@ -145,7 +149,10 @@ def pack(metas) -> bytes:
         if meta.group:
             group = to_bytes(meta.group)
             parts += (_GROUP_LENGTH.pack(len(group)), group)
-        if meta.phash >= 0:
+        if meta.phash > _WIDEST_HASH:
+            signature = meta.phash.to_bytes((meta.phash.bit_length() + 7) // 8, 'big')
+            parts += (_GROUP_LENGTH.pack(len(signature)), signature)
+        elif meta.phash >= 0:
             parts.append(_HASH.pack(meta.phash))
         if meta.source:
             source = to_bytes(meta.source)
@@ -184,7 +191,12 @@ def _group_and_hash(block, position, flags):
         position += _GROUP_LENGTH.size
         group = from_bytes(block[position : position + length])
         position += length
-    if flags & _HASHED:
+    if flags & _SIGNED:
+        (length,) = _GROUP_LENGTH.unpack_from(block, position)
+        position += _GROUP_LENGTH.size
+        phash = int.from_bytes(block[position : position + length], 'big')
+        position += length
+    elif flags & _HASHED:
         (phash,) = _HASH.unpack_from(block, position)
         position += _HASH.size
     return group, phash, position

@@ -45,8 +45,9 @@ def add_split_flags(parser) -> None:
     parser.add_argument(
         '--near-duplicates',
         action='store_true',
-        help='find near-duplicates (re-encoded, resized, cropped, brightened, blurred copies) '
-        'by a perceptual hash of every image, and keep each cluster of them in one split; '
+        help='find near-duplicates (re-encoded, resized, cropped, brightened, blurred copies, '
+        'frames of a pan) by perceptual hashes of each image and nine 90%% windows of it, '
+        'verified on aligned thumbnails, and keep each cluster of them in one split; '
         'OUT/near_duplicates.jsonl lists the clusters',
     )
     parser.add_argument(
@@ -54,8 +55,8 @@ def add_split_flags(parser) -> None:
         type=flags.integer(minimum=0, maximum=16),
         default=BuildConfig.near_duplicate_distance,
         metavar='BITS',
-        help='two images are near-duplicates when their 64-bit hashes differ in at most this '
-        'many bits (bench/RESULTS.md measures the default)',
+        help='two images are candidate near-duplicates when the 64-bit hashes of a window of '
+        'each differ in at most this many bits (bench/RESULTS.md measures the default)',
     )
     parser.add_argument(
         '--max-cluster-size',

@@ -16,9 +16,11 @@ checks them against the image and pycocotools makes the masks (imageshards/kinds
 
 import array
 import json
+import marshal
 import os
 import posixpath
 import shutil
+import struct
 import tempfile
 
 import ijson
@@ -107,16 +109,14 @@ def _entries(path, confined, found):
 def _spill_images(path, spill):
     """(the images' ids in file order, the spill file of their records)."""
     ids = array.array('q')
-    images = os.path.join(spill, 'images.jsonl')
-    with open(images, 'w', encoding='utf-8') as out:
+    images = os.path.join(spill, 'images')
+    with open(images, 'wb') as out:
         for item in _items(path, 'images.item'):
-            line = json.dumps(item, separators=(',', ':'))
             image_id = item.get('id') if isinstance(item, dict) else None
             if not isinstance(image_id, int) or isinstance(image_id, bool):
                 image_id = -1 - len(ids)  # no usable id: an image no annotation can name
             ids.append(image_id)
-            out.write(line if len(line) <= MAX_ITEM_BYTES else '"too large"')
-            out.write('\n')
+            _put(out, item if len(_put_bytes(item)) <= MAX_ITEM_BYTES else 'too large')
     order = np.argsort(np.frombuffer(ids, np.int64), kind='stable')
     return (np.frombuffer(ids, np.int64)[order], order), images
 
@@ -161,12 +161,11 @@ def _spill_batch(batch, sorted_ids, positions, categories, files, spill, found):
         chunk = int(position) // IMAGES_PER_SPILL
         if chunk not in files:
             files[chunk] = open(  # pylint: disable=consider-using-with
-                os.path.join(spill, f'{chunk}.jsonl'), 'w', encoding='utf-8'
+                os.path.join(spill, str(chunk)), 'wb'
             )
-        line = json.dumps([int(position), obj], separators=(',', ':'))
-        if len(line) > MAX_ITEM_BYTES:
-            line = json.dumps([int(position), {**_too_large(obj)}])
-        files[chunk].write(line + '\n')
+        data = _put_bytes(obj)
+        data = data if len(data) <= MAX_ITEM_BYTES else _put_bytes(_too_large(obj))
+        files[chunk].write(_LENGTH.pack(int(position), len(data)) + data)
 
 
 def _image_id(item):
@@ -176,26 +175,32 @@ def _image_id(item):
 
 def _object(item, categories):
     """An annotation in the readers' form (imageshards/kinds/objects.py)."""
-    if not isinstance(item, dict):
+    if item.__class__ is not dict:
         return {'ref': 'annotation ?', 'label': None, 'box': None, 'bad': 'not an object'}
-    ref = f'annotation {item.get("id")}'
-    category = item.get('category_id')
-    obj = {'ref': ref, 'label': categories.get(category), 'category_id': category}
-    box = item.get('bbox')
-    if isinstance(box, list) and len(box) == 4 and all(_number(v) for v in box):
+    get = item.get
+    category = get('category_id')
+    obj = {'ref': f'annotation {get("id")}', 'label': categories.get(category)}
+    obj['category_id'] = category
+    box = get('bbox')
+    # Numbers only (bool is an int, and a string would concatenate); the kind checks the rest.
+    if box.__class__ is list and len(box) == 4 and {v.__class__ for v in box} <= _NUMBERS:
         x, y, w, h = box
         obj['box'] = [x, y, x + w, y + h]
     else:
         obj['box'] = box
-    obj['crowd'] = int(bool(item.get('iscrowd')))
-    if _number(item.get('area')):
-        obj['area'] = item['area']
-    segmentation = item.get('segmentation')
+    obj['crowd'] = int(bool(get('iscrowd')))
+    area = get('area')
+    if area.__class__ in _NUMBERS:
+        obj['area'] = area
+    segmentation = get('segmentation')
     if isinstance(segmentation, list) and segmentation:
         obj['polygons'] = segmentation
     elif isinstance(segmentation, dict):
         obj['rle'] = segmentation
     return obj
+
+
+_NUMBERS = {int, float}
 
 
 def _number(value):
@@ -210,18 +215,16 @@ def _joined(images, chunks, places, found):
     """The InputEntry of every image in file order, with its annotations; an image named
     twice is read once (`duplicate_row`)."""
     seen = set()  # hashes of the file names: a few bytes an image
-    with open(images, encoding='utf-8') as lines:
+    with open(images, 'rb') as records:
         position = 0
         for chunk in range(chunks):
-            by_image = _chunk_objects(os.path.join(os.path.dirname(images), f'{chunk}.jsonl'))
+            by_image = _chunk_objects(os.path.join(os.path.dirname(images), str(chunk)))
             for _ in range(min(IMAGES_PER_SPILL, chunks * IMAGES_PER_SPILL - position)):
-                line = lines.readline()
-                if not line:
+                image = _get(records)
+                if image is _END:
                     return
-                entry = _entry(
-                    position, json.loads(line), by_image.pop(position, []), places, found
-                )
-                yield _once(entry, seen)
+                objs = [marshal.loads(data) for data in by_image.pop(position, ())]
+                yield _once(_entry(position, image, objs, places, found), seen)
                 position += 1
 
 
@@ -236,14 +239,42 @@ def _once(entry, seen):
 
 
 def _chunk_objects(path):
+    """{position: [each annotation's marshalled bytes]} of a spill file: bytes, not objects,
+    until its image's entry is made (a spill file's annotations in a tenth of the memory)."""
     by_image = {}
     if not os.path.exists(path):
         return by_image
-    with open(path, encoding='utf-8') as f:
-        for line in f:
-            position, obj = json.loads(line)
-            by_image.setdefault(position, []).append(obj)
+    with open(path, 'rb') as f:
+        data = f.read()
+    at, head = 0, _LENGTH.size
+    while at < len(data):
+        position, length = _LENGTH.unpack_from(data, at)
+        by_image.setdefault(position, []).append(data[at + head : at + head + length])
+        at += head + length
     return by_image
+
+
+# The spill files: marshal (Python's own, fast, for data this process wrote), each record after
+# its image's position and its length.
+_LENGTH = struct.Struct('<qI')
+_END = object()
+
+
+def _put_bytes(value):
+    return marshal.dumps(value)
+
+
+def _put(out, value):
+    data = marshal.dumps(value)
+    out.write(_LENGTH.pack(0, len(data)) + data)
+
+
+def _get(f):
+    head = f.read(_LENGTH.size)
+    if len(head) < _LENGTH.size:
+        return _END
+    _, length = _LENGTH.unpack(head)
+    return marshal.loads(f.read(length))
 
 
 def _entry(position, image, objs, places, found):
