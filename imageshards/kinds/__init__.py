@@ -8,6 +8,7 @@ plugs into.
     classification.py  `Classification`: a label or a set of labels per image, label levels
     detection.py       `Detection`: objects (boxes, classes, masks) and class maps per image
     objects.py         an image's objects checked against it, packed, made into features
+    masks.py           instance masks rasterized by pycocotools, written as 1-bit PNGs
     example_bytes.py   a kind's records serialized as TensorFlow does, without it; the
                        `tensorflow.Example` message class
     registry.py        the kinds by name (`named`, `register`), a build's (`of_build`), as JSON

@@ -16,7 +16,6 @@ checks them against the image and pycocotools makes the masks (imageshards/kinds
 
 import array
 import json
-import marshal
 import os
 import posixpath
 import shutil
@@ -223,7 +222,7 @@ def _joined(images, chunks, places, found):
                 image = _get(records)
                 if image is _END:
                     return
-                objs = [marshal.loads(data) for data in by_image.pop(position, ())]
+                objs = [json.loads(data) for data in by_image.pop(position, ())]
                 yield _once(_entry(position, image, objs, places, found), seen)
                 position += 1
 
@@ -239,8 +238,8 @@ def _once(entry, seen):
 
 
 def _chunk_objects(path):
-    """{position: [each annotation's marshalled bytes]} of a spill file: bytes, not objects,
-    until its image's entry is made (a spill file's annotations in a tenth of the memory)."""
+    """{position: [each annotation's JSON bytes]} of a spill file: bytes, not objects, until
+    its image's entry is made (a spill file's annotations in a fraction of the memory)."""
     by_image = {}
     if not os.path.exists(path):
         return by_image
@@ -254,18 +253,18 @@ def _chunk_objects(path):
     return by_image
 
 
-# The spill files: marshal (Python's own, fast, for data this process wrote), each record after
-# its image's position and its length.
+# The spill files: each record's compact JSON after its image's position and its length (data
+# is parsed as data, never unpickled: tests/test_untrusted.py).
 _LENGTH = struct.Struct('<qI')
 _END = object()
 
 
 def _put_bytes(value):
-    return marshal.dumps(value)
+    return json.dumps(value, separators=(',', ':')).encode('utf-8')
 
 
 def _put(out, value):
-    data = marshal.dumps(value)
+    data = _put_bytes(value)
     out.write(_LENGTH.pack(0, len(data)) + data)
 
 
@@ -274,7 +273,7 @@ def _get(f):
     if len(head) < _LENGTH.size:
         return _END
     _, length = _LENGTH.unpack(head)
-    return marshal.loads(f.read(length))
+    return json.loads(f.read(length))
 
 
 def _entry(position, image, objs, places, found):
