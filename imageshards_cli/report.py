@@ -260,14 +260,19 @@ def multilabel_report(info, split, out_dir, batch_size, seed, baseline_buffer, *
     import tensorflow as tf
 
     from trainer import input_pipeline
+    from trainer import small_splits
 
-    per_epoch = input_pipeline.steps_per_epoch(info, split, batch_size) * batch_size
+    # An epoch as the trainer reads it: a split of fewer batches than it takes is read whole,
+    # its last batch filled (trainer/small_splits.py).
+    steps = small_splits.epoch_steps(info, split, batch_size).steps
+    per_epoch = steps * batch_size
     shared = {'info': info, 'decode_images': False}
     started = time.perf_counter()
     trained = input_pipeline.make_dataset(
-        info.data_dir, split, batch_size, training=True, seed=seed, **shared, **options
-    )
-    hot, ids = _gather(trained.take(per_epoch // batch_size))
+        info.data_dir, split, batch_size, training=True, seed=seed, batches_per_epoch=steps,
+        **shared, **options,
+    )  # fmt: skip
+    hot, ids = _gather(trained.take(steps))
     read_seconds = time.perf_counter() - started
     records = input_pipeline.make_dataset(info.data_dir, split, 1 << 16, training=False, **shared)
     all_hot, all_ids = _gather(records)

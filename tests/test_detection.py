@@ -282,9 +282,10 @@ def test_report_and_preview_draw_and_count_the_objects(coco_build, tmp_path):
 
     _, coco, out, dataset = coco_build
     _, metrics = report.report(
-        str(out), 'train', str(tmp_path / 'report'), epochs=1, batch_size=2, seed=0,
+        str(out), 'train', str(tmp_path / 'report'), epochs=1, batch_size=32, seed=0,
         baseline_buffer=None,
     )  # fmt: skip
+    assert metrics['records'] == dataset['splits']['train']['num_records'] < 32  # a small split
     objects = metrics['objects']
     assert sum(split['objects'] for split in objects.values()) == len(coco['annotations'])
     for split, info in objects.items():
