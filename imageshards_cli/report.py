@@ -254,17 +254,22 @@ def report(data_dir, split, out_dir, *, epochs, batch_size, seed, baseline_buffe
     return path, metrics
 
 
+def _epoch_steps(info, split, batch_size):
+    """The batches of an epoch as the trainer reads it: a split of fewer batches than it takes
+    is read whole, its last batch filled (trainer/small_splits.py)."""
+    from trainer import small_splits
+
+    return small_splits.epoch_steps(info, split, batch_size).steps
+
+
 def multilabel_report(info, split, out_dir, batch_size, seed, baseline_buffer, **options):
     """report() of a multi-label build (imageshards_cli/report_multilabel.py): its first epoch
     in the trainer's order, the baseline's and a random one; returns (report.md, metrics)."""
     import tensorflow as tf
 
     from trainer import input_pipeline
-    from trainer import small_splits
 
-    # An epoch as the trainer reads it: a split of fewer batches than it takes is read whole,
-    # its last batch filled (trainer/small_splits.py).
-    steps = small_splits.epoch_steps(info, split, batch_size).steps
+    steps = _epoch_steps(info, split, batch_size)
     per_epoch = steps * batch_size
     shared = {'info': info, 'decode_images': False}
     started = time.perf_counter()
