@@ -11,6 +11,7 @@ from imageshards.kinds import features
 from imageshards.shard_formats import tfrecord
 from trainer import corrupt_shards
 from trainer import dataset_info
+from trainer import input_options
 from trainer import input_pipeline
 from trainer import record_decoding
 
@@ -327,7 +328,7 @@ def _starts(stored, epoch_ids):
 
 def test_few_shards_are_read_from_a_start_that_changes_each_epoch(tf, color_builds):
     stored = _stored_ids(tf, color_builds['examples'], 'train')
-    assert len(stored) < input_pipeline.ROTATE_BELOW * input_pipeline.InputOptions().cycle_length
+    assert len(stored) < input_options.ROTATE_BELOW * input_pipeline.InputOptions().cycle_length
     # A one-record shuffle buffer leaves the order the shards are read in.
     epochs = _epoch_ids(color_builds['examples'], epochs=3, seed=7, shuffle_buffer=1)
     starts = [_starts(stored, ids) for ids in epochs]

@@ -15,6 +15,7 @@ from pipelines import launcher
 from trainer import dataset_info
 from trainer import input_pipeline
 from trainer import random_access
+from trainer import shard_reading
 
 import images_for_tests
 from build_commands import build_flags
@@ -159,7 +160,7 @@ def test_workers_read_disjoint_parts_that_together_make_the_one_pipeline_order(t
         together = set(parts[0][part]) | set(parts[1][part])
         assert together == set(single[step * 2 * BATCH : (step + 1) * 2 * BATCH])
     info = dataset_info.load(build)
-    assert input_pipeline.records_per_worker(info, 'train', 7) == [18] * 1 + [17] * 6
+    assert shard_reading.records_per_worker(info, 'train', 7) == [18] * 1 + [17] * 6
     assert input_pipeline.steps_per_epoch(info, 'train', 16, num_pipelines=2) == 7
 
 

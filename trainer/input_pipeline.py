@@ -33,27 +33,22 @@ the order it would deliver images (no step that decides the order looks at pixel
 
 import dataclasses
 import logging
-import typing
 
 import tensorflow as tf
 
 from trainer import augment as augment_lib
 from trainer import dataset_info
 from trainer import preprocess
-from trainer import random_access
 from trainer import record_decoding
+from trainer import shard_reading
 from trainer.input_options import IMAGE_SIZE
-from trainer.input_options import ROTATE_BELOW
 from trainer.input_options import InputOptions
 from trainer.record_parser import RecordParser
 
 _LOG = logging.getLogger(__name__)
 AUTOTUNE = tf.data.AUTOTUNE
 
-# Each random stream of an epoch has a seed of its own, fixed by (seed, epoch, its salt).
-SHARD_ORDER_SALT = 1  # the per-epoch shuffle of the shard list
-RECORD_ORDER_SALT = 2  # the record shuffle buffer
-SHARD_START_SALT = 3  # where each rotated shard starts (with the shard's index)
+# The patches' own random stream (trainer/shard_reading.py's salts are 1 to 3).
 PATCH_ORDER_SALT = 4  # the shuffle of patches across images
 # Crops and the augmentation of batches of patches are fixed by (seed * MULTIPLIER + epoch,
 # their position or batch index): primes that keep the two streams apart.
@@ -73,42 +68,6 @@ class _Plan(InputOptions):
     # Cut each epoch to this many batches (0: every full batch); more than its records make:
     # its records again fill them (_filled).
     batches_per_epoch: int = 0
-
-
-@dataclasses.dataclass(frozen=True)
-class _Shards:
-    """The shards a training epoch reads: paths, record counts, whether each shard's start
-    rotates (InputOptions.rotate_shards), and how a shard's records are read (its format's
-    `ShardFormat.tf_records`)."""
-
-    paths: list
-    counts: list
-    rotate: bool
-    open_shard: typing.Callable
-
-    def slices(self):
-        """What the shuffled shard list holds per shard: (path,), or (path, records, index)
-        where the start rotates."""
-        if self.rotate:
-            return (self.paths, self.counts, list(range(len(self.paths))))
-        return (self.paths,)
-
-    @property
-    def per_worker(self) -> int:
-        """Records of an epoch that this input pipeline reads."""
-        return sum(self.counts)
-
-    def epoch_records(self, seed, epoch, start, opts) -> tf.data.Dataset:
-        """(serialized record, position in the epoch) of training epoch `epoch`, from position
-        `start` on: the shuffled shard list, interleaved, through the shuffle buffer."""
-        shard_list = tf.data.Dataset.from_tensor_slices(self.slices()).shuffle(
-            len(self.paths), seed=_epoch_seed(seed, epoch, SHARD_ORDER_SALT)
-        )
-        open_shard = _rotated(seed, epoch, self.open_shard) if self.rotate else self.open_shard
-        records = _read(shard_list, opts, opts.deterministic, open_shard).shuffle(
-            opts.shuffle_buffer, seed=_epoch_seed(seed, epoch, RECORD_ORDER_SALT)
-        )
-        return tf.data.Dataset.zip(records, tf.data.Dataset.range(2**62)).skip(start)
 
 
 def make_dataset(
@@ -160,10 +119,10 @@ def make_dataset(
         batch_size = input_context.get_per_replica_batch_size(batch_size)
     parse = RecordParser(info, opts.parse_batch, levels, with_source=opts.decode_images)
     if not training:
-        shards = _shard_list(*_files_for(info, split, input_context), opts, info.shard_format)
+        shards = shard_reading.split_shards(info, split, input_context, opts)
         batches = _evaluation(shards, batch_size, image_size, parse, opts, skipped)
         return _finish(batches, opts)
-    source = _training_source(info, split, input_context, opts)
+    source = shard_reading.training_source(info, split, input_context, opts)
     config = augment_lib.parse_augment(opts.augment)
     epoch_range = tf.data.Dataset.range(opts.start_epoch, opts.epochs or 2**62)
     per_epoch = lambda epoch: _training_epoch(
@@ -181,29 +140,10 @@ def _plan(info, split, image_size, options, settings):
     return dataclasses.replace(plan, **preprocess.decoding(info, split, image_size, plan))
 
 
-def _shard_list(files, counts, opts, shard_format):
-    """The shards read, rotated in training or not as `opts.rotate_shards` says (None: where
-    a split has few shards per cycle_length)."""
-    rotate = opts.rotate_shards
-    if rotate is None:
-        rotate = len(files) < ROTATE_BELOW * opts.cycle_length
-    # Run as it is inside tf.data's functions: a format may read through a Python generator.
-    open_shard = tf.autograph.experimental.do_not_convert(shard_format.tf_records)
-    return _Shards(files, counts, rotate, open_shard)
-
-
-def _training_source(info, split, input_context, opts):
-    """What gives a training epoch's records: a random-access build's permutation of the
-    whole split (trainer/random_access.py), else the shards (_Shards)."""
-    if info.shard_format.random_access:
-        return random_access.SplitReader.of_split(info, split, input_context)
-    return _shard_list(*_files_for(info, split, input_context), opts, info.shard_format)
-
-
 def _evaluation(shards, batch_size, image_size, parse, opts, skipped):
     """One ordered pass over `shards`: central crops, every record (the last batch partial)."""
     files = tf.data.Dataset.from_tensor_slices(shards.paths)
-    records = _read(files, opts, deterministic=True, open_shard=shards.open_shard)
+    records = shard_reading.read(files, opts, deterministic=True, open_shard=shards.open_shard)
     num_records = sum(shards.counts)
     central = lambda encoded, _: preprocess.for_eval(
         encoded, image_size, opts.eval_crop, opts.jpeg_only
@@ -223,62 +163,9 @@ def _evaluation(shards, batch_size, image_size, parse, opts, skipped):
     return batches
 
 
-def worker_shards(shards, worker, workers) -> list:
-    """What input pipeline `worker` of `workers` reads of a split's shards (or of anything
-    listed per shard, in the build's order): every `workers`-th, from its own index."""
-    return shards[worker::workers]
-
-
-def _files_for(info, split, input_context):
-    """(shard paths, their record counts) that this input pipeline reads."""
-    files = info.shard_paths(split)
-    counts = [shard['num_records'] for shard in info.split(split)['shards']]
-    if not input_context or input_context.num_input_pipelines == 1:
-        return files, counts
-    pipelines = input_context.num_input_pipelines
-    if len(files) < pipelines:
-        raise ValueError(
-            f'split {split!r} has {len(files)} shards but training reads it with {pipelines} '
-            f'input pipelines (workers); each needs its own shards: rebuild with '
-            f'--num-shards {pipelines} or more'
-        )
-    worker = input_context.input_pipeline_id
-    return worker_shards(files, worker, pipelines), worker_shards(counts, worker, pipelines)
-
-
-def _epoch_seed(seed, epoch, salt):
-    """An int64 seed for tf.data's shuffles, fixed by (seed, epoch, salt)."""
-    return (tf.cast(seed, tf.int64) * 1_000_003 + tf.cast(epoch, tf.int64)) * 31 + salt
-
-
-def _read(files, opts, deterministic, open_shard):
-    return files.interleave(
-        open_shard,
-        cycle_length=opts.cycle_length,
-        num_parallel_calls=AUTOTUNE,
-        deterministic=deterministic,
-    )
-
-
-def _rotated(seed, epoch, open_shard):
-    """(path, records, shard index) -> the shard's records from a start fixed by (seed, epoch,
-    shard index) to its end, then from its beginning to that start."""
-
-    def open_rotated(path, count, index):
-        start = tf.random.stateless_uniform(
-            [],
-            seed=tf.stack([_epoch_seed(seed, epoch, SHARD_START_SALT), tf.cast(index, tf.int64)]),
-            maxval=tf.maximum(tf.cast(count, tf.int64), 1),
-            dtype=tf.int64,
-        )
-        return open_shard(path).skip(start).concatenate(open_shard(path).take(start))
-
-    return open_rotated
-
-
 def _training_epoch(source, epoch, batch_size, seed, image_size, config, parse, opts, skipped):
-    """One epoch's batches, rebuilt identically from (seed, epoch) (`source`: a _Shards or a
-    random_access.SplitReader)."""
+    """One epoch's batches, rebuilt identically from (seed, epoch) (`source`: a
+    shard_reading.Shards or a random_access.SplitReader)."""
     # Each crop and its augmentation are fixed by (seed, epoch, its position in the epoch), a
     # batch of patches' augmentation by (seed, epoch, its index), also when resuming mid-epoch.
     resumed = tf.cast(epoch == opts.start_epoch, tf.int64) * opts.skip_batches
@@ -365,7 +252,7 @@ def _patches(parsed, opts, crop_seed, skipped, epoch, seed):
     if not opts.patch_shuffle_images:  # the naive flatten: a batch holds few images' patches
         return patches
     return patches.shuffle(
-        opts.patch_shuffle_images * k, seed=_epoch_seed(seed, epoch, PATCH_ORDER_SALT)
+        opts.patch_shuffle_images * k, seed=shard_reading.epoch_seed(seed, epoch, PATCH_ORDER_SALT)
     )
 
 
@@ -376,16 +263,8 @@ def _finish(dataset, opts):
     return dataset.with_options(options)
 
 
-def records_per_worker(info, split, workers) -> list:
-    """[records of the split that each of `workers` input pipelines reads in training]."""
-    if info.shard_format.random_access:
-        return random_access.records_per_worker(info.num_records(split), workers)
-    counts = [shard['num_records'] for shard in info.split(split)['shards']]
-    return [sum(worker_shards(counts, i, workers)) for i in range(workers)]
-
-
 def steps_per_epoch(info, split, batch_size, num_pipelines=1, patches_per_image=0) -> int:
     """Full batches each pipeline yields per epoch (the same for every pipeline)."""
-    per_pipeline = records_per_worker(info, split, num_pipelines)
+    per_pipeline = shard_reading.records_per_worker(info, split, num_pipelines)
     per_replica = batch_size // num_pipelines
     return min(per_pipeline) * max(1, patches_per_image) // per_replica

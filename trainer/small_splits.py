@@ -31,6 +31,7 @@ batches, the same schedule.
 import dataclasses
 
 from trainer import input_pipeline
+from trainer import shard_reading
 
 # Below this many batches of the training split (per input pipeline), the remainder is not
 # dropped: from here on it is under a tenth of an epoch.
@@ -80,7 +81,7 @@ def epoch_steps(
     records again, so that each reads all of its share, also where shares differ by a record
     (a random-access build on 2 workers: 17 records are 9 and 8).
     """
-    shares = input_pipeline.records_per_worker(info, split, pipelines)
+    shares = shard_reading.records_per_worker(info, split, pipelines)
     per_image = max(1, patches_per_image)
     per_pipeline = batch_size // pipelines
     if min(shares) * per_image >= SMALL_SPLIT_BATCHES * per_pipeline or not min(shares):
