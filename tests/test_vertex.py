@@ -192,7 +192,16 @@ def test_a_package_that_is_not_this_imageshards_is_refused(caplog, tmp_path, nam
     assert message in caplog.text
 
 
-@pytest.mark.parametrize('name', ['train_smoke.yaml', 'train_local.yaml', 'train_vertex.yaml'])
+@pytest.mark.parametrize(
+    'name',
+    [
+        'train_smoke.yaml',
+        'train_local.yaml',
+        'train_vertex.yaml',
+        'train_detection_smoke.yaml',
+        'train_segmentation_smoke.yaml',
+    ],
+)
 def test_trainer_yaml_as_flags_means_what_the_yaml_means(name):
     path = os.path.join(CONFIGS, name)
     folders = ['--data', 'd', '--job-dir', 'j']

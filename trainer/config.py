@@ -14,12 +14,14 @@ import posixpath
 from imageshards import configfile
 from imageshards import flags
 from imageshards.kinds import features
+from trainer import config_help
 from trainer import input_options
 from trainer.input_options import InputOptions
 
 SMALL_CNN = 'small_cnn'  # the model of trainer/model.py's own; any other is keras.applications'
 SELECT_BY = ('loss', 'accuracy', 'micro_f1')
 IMAGENET = 'imagenet'
+TASKS = ('auto', 'detection', 'semantic_segmentation')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,6 +68,7 @@ class TrainConfig:
     xla: bool = False
     require_gpu: bool = False  # fail at the start when TensorFlow sees no GPU
     label_levels: tuple = ()  # one head per label level instead of the primary label
+    task: str = 'auto'  # a detection build's: detection or semantic_segmentation (auto: its kind)
     hierarchy: str = 'auto'  # derive nested coarse levels from finer ones (trainer/hierarchy.py)
     model_dir: str = ''
     checkpoint_dir: str = ''
@@ -95,38 +98,6 @@ def _join(base, name):
     return posixpath.join(base.rstrip('/'), name)
 
 
-_MODEL_HELP = (
-    'small_cnn: three conv blocks, for quick runs; or any keras.applications model by name '
-    '(resnet50, efficientnet_b0, ResNet50V2, MobileNetV3Small, EfficientNetV2B0, ConvNeXtTiny, '
-    '...; case and underscores do not matter), its own preprocessing included: random initial '
-    'weights unless --init-from'
-)
-_CROP_HELP = (
-    'min,max share of an image a training crop keeps, or auto: 0.5,1 for a training split under '
-    f'{input_options.LARGE_TRAINING_SET:,} images, the ImageNet recipe 0.08,1 from there on; a '
-    'multi-label build 1,1 (no crop: a crop can cut out an object its labels name; measured on '
-    'shapes, test micro F1 0.96 without crops, 0.89 with 0.8,1 crops, 0.80 with 0.08,1)'
-)
-_EVAL_CROP_HELP = (
-    'share of each side of the central crop that evaluation and the served model see, or auto: '
-    f'{input_options.CENTRAL_CROP} (the Inception/ResNet recipe), a multi-label build the whole '
-    'image (1)'
-)
-_INIT_FROM_HELP = (
-    "trained weights to start from: an earlier job's --job-dir (its exported model, else its "
-    'newest checkpoint: the best epoch either way), a SavedModel folder, a .keras file, a Keras '
-    'HDF5 weights file (.h5, such as the keras.applications downloads), or imagenet: '
-    "the --model's keras.applications weights, downloaded or, without a network, read from the "
-    'Keras cache (~/.keras/models; or give the file itself). Layers are copied by name where '
-    'their shapes match; heads are new unless the source is a job on the same classes'
-)
-_FROZEN_HELP = (
-    'with --init-from: the first N epochs train the heads alone (the rest frozen), then the '
-    'whole model trains at --fine-tune-learning-rate; BatchNorm layers stay in inference mode '
-    '(their statistics kept) all along'
-)
-
-
 def build_arg_parser() -> flags.ArgumentParser:
     parser = flags.ArgumentParser(
         prog='python -m trainer.task',
@@ -153,7 +124,12 @@ def _declare_flags(add):
     add('--config', help='YAML file with defaults for these flags')
     add('--data', help='output directory of `imageshards build` (local, gs:// or /gcs/...)')
     add('--job-dir', help='where the model, checkpoints, logs and metrics.json go')
-    add('--model', type=flags.words(_model_name), default=TrainConfig.model, help=_MODEL_HELP)
+    add(
+        '--model',
+        type=flags.words(_model_name),
+        default=TrainConfig.model,
+        help=config_help.MODEL_HELP,
+    )
     add('--epochs', type=count, default=TrainConfig.epochs, help='passes over the training split')
     add('--batch-size', type=count, default=TrainConfig.batch_size, help='global batch size')
     add(
@@ -185,12 +161,12 @@ def _declare_flags(add):
 def _add_recipe_flags(add):
     """Flags of Recipe's fields."""
     recipe, rate = Recipe(), flags.number(above=0)
-    add('--init-from', default=recipe.init_from, metavar='SOURCE', help=_INIT_FROM_HELP)
+    add('--init-from', default=recipe.init_from, metavar='SOURCE', help=config_help.INIT_FROM_HELP)
     add(
         '--frozen-epochs',
         type=flags.integer(minimum=0),
         default=recipe.frozen_epochs,
-        help=_FROZEN_HELP,
+        help=config_help.FROZEN_HELP,
     )
     add(
         '--learning-rate',
@@ -258,13 +234,13 @@ def _add_input_flags(add):
         '--crop-area',
         type=flags.words(input_options.parse_crop_area),
         default=options.crop_area,
-        help=_CROP_HELP,
+        help=config_help.CROP_HELP,
     )
     add(
         '--eval-crop',
         type=flags.words(input_options.parse_eval_crop),
         default=options.eval_crop,
-        help=_EVAL_CROP_HELP,
+        help=config_help.EVAL_CROP_HELP,
     )
     add(
         '--patches-per-image',
@@ -331,6 +307,7 @@ def _add_run_flags(add):
         '(in the training split) is derived from it: its probabilities are the finer ones summed '
         'and its served answer agrees with the finer one; off: an independent head per level',
     )
+    add('--task', choices=TASKS, default=TrainConfig.task, help=config_help.TASK_HELP)
     add('--model-dir', default='', help='default: $AIP_MODEL_DIR or JOB_DIR/model')
     add('--checkpoint-dir', default='', help='default: $AIP_CHECKPOINT_DIR or JOB_DIR/checkpoints')
     add('--log-dir', default='', help='default: $AIP_TENSORBOARD_LOG_DIR or JOB_DIR/logs')

@@ -139,3 +139,24 @@ def finished_metrics(config, done_steps, steps_per_epoch) -> dict | None:
 
 def write_metrics(config, metrics) -> None:
     write_json(posixpath.join(config.job_dir, METRICS_JSON), metrics)
+
+
+def restore_latest(checkpoint, config) -> bool:
+    """Restores the newest checkpoint of the chief, if any (returns whether there was one).
+
+    Every worker resumes from the chief's checkpoints: workers that disagreed on the step
+    would wait for each other's collectives forever.
+    """
+    latest = tf.train.latest_checkpoint(config.resolved_checkpoint_dir)
+    if not latest:
+        return False
+    try:
+        checkpoint.restore(latest).expect_partial()
+    except (ValueError, tf.errors.OpError) as e:
+        raise ValueError(
+            f'{latest} does not fit this run (another model, image size or labels: '
+            f'{str(e).splitlines()[0]}): train into a new --job-dir, or delete '
+            f'{config.resolved_checkpoint_dir} to start this one from scratch'
+        ) from e
+    _LOG.info('resumed from %s', latest)
+    return True

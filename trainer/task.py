@@ -53,6 +53,11 @@ SUMMARY_METRICS = (
     'val_macro_f1',
     'test_micro_f1_at_thresholds',
     'test_macro_f1_at_thresholds',
+    'val_map_50',
+    'test_map',
+    'test_map_50',
+    'val_mean_iou',
+    'test_mean_iou',
 )
 
 

@@ -36,8 +36,10 @@ from trainer import heads as heads_lib
 from trainer import hierarchy
 from trainer import input_pipeline
 from trainer import job
+from trainer import objects_train
 from trainer import recipe
 from trainer import record_decoding
+from trainer import shard_reading
 from trainer import small_splits
 from trainer import tft_output
 from trainer import warm_start
@@ -51,6 +53,9 @@ PREEMPTED_EXIT_CODE = 143  # 128 + SIGTERM, what a process stopped by SIGTERM re
 def train(config) -> dict:
     """Trains as `config` says; returns the final metrics (also written to metrics.json)."""
     with distribute.output_dirs(config) as (checkpoint_dir, model_dir):
+        info = dataset_info.load(config.data)
+        if info.kind.has_objects:  # a detector or a segmenter
+            return objects_train.train(config, info, checkpoint_dir, model_dir)
         return _train(config, checkpoint_dir, model_dir)
 
 
@@ -131,7 +136,7 @@ def _train(config, checkpoint_dir, model_dir):
 def _start(run, config, fingerprint, heads):
     """Restores the newest checkpoint, or else starts from --init-from's weights; returns the
     steps done. `fingerprint` gets (or keeps, from the first run) what --init-from copied."""
-    if _restore(run.checkpoint, config):
+    if job.restore_latest(run.checkpoint, config):
         earlier = job.read_run(config.resolved_checkpoint_dir) or {}
         if earlier.get('warm_start'):
             fingerprint['warm_start'] = earlier['warm_start']
@@ -266,7 +271,7 @@ def _warn_if_uneven(info, split, pipelines, pipeline_batch):
     Every worker runs the steps the one with the fewest records can fill, so the others do
     not reach the end of their shards within an epoch.
     """
-    held = input_pipeline.records_per_worker(info, split, pipelines)
+    held = shard_reading.records_per_worker(info, split, pipelines)
     if max(held) - min(held) >= pipeline_batch:
         _LOG.warning(
             '%d shards of split %r fall unevenly on %d workers (%d to %d records each): an '
@@ -360,24 +365,3 @@ def _with_crop_area(config, info):
         options.eval_crop,
     )
     return dataclasses.replace(config, input=options)
-
-
-def _restore(checkpoint, config):
-    """Restores the newest checkpoint of the chief, if any (returns whether there was one).
-
-    Every worker resumes from the chief's checkpoints: workers that disagreed on the step
-    would wait for each other's collectives forever.
-    """
-    latest = tf.train.latest_checkpoint(config.resolved_checkpoint_dir)
-    if not latest:
-        return False
-    try:
-        checkpoint.restore(latest).expect_partial()
-    except (ValueError, tf.errors.OpError) as e:
-        raise ValueError(
-            f'{latest} does not fit this run (another model, image size or labels: '
-            f'{str(e).splitlines()[0]}): train into a new --job-dir, or delete '
-            f'{config.resolved_checkpoint_dir} to start this one from scratch'
-        ) from e
-    _LOG.info('resumed from %s', latest)
-    return True

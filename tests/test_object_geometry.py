@@ -1,0 +1,142 @@
+"""Augmentation moves boxes, masks and class maps with the pixels (trainer/objects_geometry.py),
+checked against where a drawn rectangle's pixels land; CenterNet's targets decode back to
+their boxes (trainer/centernet.py)."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from trainer import centernet
+from trainer import objects_geometry as geometry
+from trainer import objects_input
+
+HEIGHT, WIDTH = 120, 200
+RECT = (30, 50, 70, 130)  # top, left, bottom, right in pixels (exclusive ends)
+
+
+def _scene():
+    """An image with a white rectangle at RECT, its box, mask and class map."""
+    image = np.zeros((HEIGHT, WIDTH, 3), np.float32)
+    top, left, bottom, right = RECT
+    image[top:bottom, left:right] = 255
+    mask = (image[..., 0] > 0).astype(np.uint8) * 255
+    box = [top / HEIGHT, left / WIDTH, bottom / HEIGHT, right / WIDTH]
+    objects = geometry.Objects(
+        tf.constant([box], tf.float32),
+        tf.constant([3], tf.int32),
+        tf.constant([False]),
+        tf.constant(mask[None]),
+    )
+    class_map = tf.constant((mask > 0).astype(np.uint8)[..., None] * 4)
+    return tf.constant(image), objects, class_map
+
+
+def _extent(pixels):
+    """[top, left, bottom, right] (exclusive ends) of the nonzero pixels of a 2-D array."""
+    rows, cols = np.nonzero(pixels)
+    return [rows.min(), cols.min(), rows.max() + 1, cols.max() + 1]
+
+
+def _box_pixels(box, height, width):
+    return [box[0] * height, box[1] * width, box[2] * height, box[3] * width]
+
+
+def test_a_flip_moves_the_box_mask_and_class_map_with_the_pixels():
+    image, objects, class_map = _scene()
+    image, flipped, class_map = geometry.flip(image, objects, class_map, flipped=tf.constant(True))
+    drawn = _extent(image.numpy()[..., 0])
+    assert drawn == [30, WIDTH - 130, 70, WIDTH - 50]
+    np.testing.assert_allclose(
+        _box_pixels(flipped.boxes.numpy()[0], HEIGHT, WIDTH), drawn, atol=1e-4
+    )
+    assert _extent(flipped.masks.numpy()[0]) == drawn
+    assert _extent(class_map.numpy()[..., 0]) == drawn
+    kept, same, _ = geometry.flip(*_scene(), flipped=tf.constant(False))
+    np.testing.assert_array_equal(kept.numpy(), _scene()[0].numpy())
+    np.testing.assert_allclose(same.boxes.numpy(), _scene()[1].boxes.numpy())
+
+
+@pytest.mark.parametrize('seed', range(6))
+def test_scale_jitter_and_a_crop_move_the_box_and_mask_where_the_pixels_go(seed):
+    image, objects, class_map = _scene()
+    canvas = (96, 96)
+    placed, moved, placed_map, placement = geometry.place(
+        image, objects, canvas, (1.2, 2.5), tf.constant([seed, 7], tf.int64), class_map
+    )
+    pixels = placed.numpy()[..., 0]
+    if not moved.boxes.shape[0]:  # the crop left too little of it: nothing of it may show
+        assert (pixels > 128).sum() < 4 * canvas[0]
+        return
+    drawn = _extent(pixels > 128)
+    box = _box_pixels(moved.boxes.numpy()[0], *canvas)
+    np.testing.assert_allclose(box, drawn, atol=1.0)  # bilinear edges: within a pixel
+    assert np.abs(np.array(_extent(moved.masks.numpy()[0])) - drawn).max() <= 1
+    assert np.abs(np.array(_extent(placed_map.numpy()[..., 0] == 4)) - drawn).max() <= 1
+    # The placement maps the canvas box back to the image's box.
+    back = placement.boxes_to_image(moved.boxes, canvas).numpy()[0]
+    cut = np.clip(np.array(_box_pixels(back, HEIGHT, WIDTH)), 0, None)
+    visible = np.array(RECT, np.float32)
+    assert (cut[:2] >= visible[:2] - 1).all() and (cut[2:] <= visible[2:] + 1).all()
+
+
+def test_fitting_pads_at_the_bottom_and_right_and_a_class_map_with_void():
+    image, objects, class_map = _scene()
+    placed, moved, placed_map, placement = geometry.place(
+        image, objects, (128, 128), class_map=class_map
+    )
+    scale = 128 / WIDTH  # the wider side fits
+    np.testing.assert_allclose(placement.scaled.numpy(), [round(HEIGHT * scale), 128])
+    rows = int(placement.scaled.numpy()[0])
+    assert (placed.numpy()[rows:] == 0).all()
+    assert (placed_map.numpy()[rows:] == geometry.VOID).all()
+    assert (placed_map.numpy()[:rows] != geometry.VOID).all()
+    np.testing.assert_allclose(
+        _box_pixels(moved.boxes.numpy()[0], 128, 128), np.array(RECT) * scale, atol=0.5
+    )
+
+
+def test_a_crop_drops_boxes_left_too_small_and_a_crowd_stays_a_crowd():
+    image = tf.zeros((100, 100, 3))
+    objects = geometry.Objects(
+        tf.constant([[0.0, 0.0, 0.02, 0.02], [0.1, 0.1, 0.9, 0.9], [0.5, 0.5, 0.9, 0.9]]),
+        tf.constant([0, 1, 2], tf.int32),
+        tf.constant([False, True, False]),
+    )
+    _, moved, _, _ = geometry.place(image, objects, (64, 64))
+    assert moved.classes.numpy().tolist() == [1, 2]  # the 1.3-pixel box is gone
+    assert moved.crowd.numpy().tolist() == [True, False]
+
+
+def test_class_maps_drawn_from_masks_put_later_objects_on_top():
+    masks = np.zeros((2, 4, 4), np.uint8)
+    masks[0, :2, :2] = 255
+    masks[1, 1:3, 1:3] = 255
+    found = objects_input.classes_of_masks(tf.constant(masks), tf.constant([5, 7]))
+    expected = [[6, 6, 0, 0], [6, 8, 8, 0], [0, 8, 8, 0], [0, 0, 0, 0]]
+    assert found.numpy()[..., 0].tolist() == expected
+    empty = objects_input.classes_of_masks(tf.zeros((0, 3, 5), tf.uint8), tf.zeros([0], tf.int32))
+    assert empty.shape == (3, 5, 1) and not empty.numpy().any()  # an image without objects
+
+
+def test_centernet_targets_decode_back_to_their_boxes():
+    canvas = (128, 128)
+    boxes = tf.constant([[0.1, 0.2, 0.4, 0.5], [0.5, 0.55, 0.95, 0.7], [0.0, 0.0, 1.0, 1.0]])
+    objects = geometry.Objects(boxes, tf.constant([2, 0, 1]), tf.constant([False, False, True]))
+    _, targets = centernet.targets(3, canvas)(tf.zeros((*canvas, 3)), objects)
+    heat = targets[centernet.HEATMAP]
+    assert heat.shape == (32, 32, 4)
+    assert float(tf.reduce_max(heat[..., 2])) == 1.0 and float(tf.reduce_max(heat[..., 1])) == 0
+    assert float(tf.reduce_min(heat[..., 3])) == 1.0  # the crowd covers every cell: ignored
+    logits = tf.math.log(tf.clip_by_value(heat[..., :3], 1e-6, 1 - 1e-6))
+    logits -= tf.math.log(tf.clip_by_value(1 - heat[..., :3], 1e-6, 1.0))
+    outputs = {
+        centernet.HEATMAP: logits[None],
+        centernet.BOXES: targets[centernet.BOXES][None, ..., :4],
+    }
+    found, scores, classes, valid = centernet.detect(outputs)
+    top = scores.numpy()[0] > 0.99
+    assert sorted(classes.numpy()[0][top].tolist()) == [0, 2]
+    for want, label in ((boxes[0], 2), (boxes[1], 0)):
+        got = found.numpy()[0][top][classes.numpy()[0][top] == label][0]
+        np.testing.assert_allclose(got, want.numpy(), atol=1e-5)
+    assert int(valid[0]) >= 2

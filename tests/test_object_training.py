@@ -1,0 +1,194 @@
+"""Training on a detection build: the task follows the build, the best epoch is chosen by val
+mAP (or mIoU), metrics.json says COCO's measures, the served model's boxes are the evaluated
+ones, and a run stopped mid-epoch resumes to the very weights of an uninterrupted one."""
+
+import json
+import pathlib
+import shutil
+
+import numpy as np
+import object_sets
+import pytest
+
+from pipelines import launcher
+from trainer import coco_metrics
+from trainer import config as config_lib
+from trainer import dataset_info
+from trainer import objects_evaluate
+from trainer import objects_train
+from trainer import segmenter
+from trainer import train as train_lib
+from trainer import warm_start
+
+from build_commands import build_flags
+
+FLAGS = ('--image-size', '64', '--batch-size', '4', '--checkpoint-every', '1')
+
+
+@pytest.fixture(scope='module', name='coco_build')
+def fixture_coco_build(tmp_path_factory):
+    folder = tmp_path_factory.mktemp('coco')
+    object_sets.write_coco(str(folder), images=24)
+    out = folder / 'out'
+    flags = build_flags(
+        folder / 'annotations' / 'instances.json',
+        out,
+        '--no-analyze',
+        splits='train=0.5,val=0.25,test=0.25',
+        num_shards=1,
+        seed=3,
+        in_memory=True,
+    )
+    launcher.run(flags)
+    return out
+
+
+def _config(data, job_dir, *extra):
+    return config_lib.parse_train_args(
+        ['--data', str(data), '--job-dir', str(job_dir), *FLAGS, *extra]
+    )
+
+
+@pytest.fixture(scope='module', name='detector')
+def fixture_detector(coco_build, tmp_path_factory):
+    job_dir = tmp_path_factory.mktemp('detector')
+    config = _config(coco_build, job_dir, '--epochs', '2')
+    return config, train_lib.train(config)
+
+
+def test_a_detection_build_trains_a_detector_chosen_by_val_map(detector):
+    config, metrics = detector
+    written = json.loads((pathlib.Path(config.job_dir) / 'metrics.json').read_text())
+    assert written['task'] == 'detection' and written['model'] == 'centernet'
+    assert written['selected_by'] == 'val_map'
+    assert written['classes'] == list(object_sets.CLASSES)
+    for name in ('map', 'map_50', 'map_75', 'map_small', 'map_medium', 'map_large'):
+        assert 0.0 <= written[f'test_{name}'] <= 1.0 and f'val_{name}' in written
+    assert written['best_epoch'] in (1, 2)
+    assert metrics['steps'] == 2 * metrics['steps_per_epoch']
+
+
+def _test_images(tf, info):
+    """The encoded images of the test split, in the order evaluation reads them."""
+    [path] = info.shard_paths('test')
+    spec = {'image/encoded': tf.io.FixedLenFeature([], tf.string)}
+    return [
+        tf.io.parse_single_example(record, spec)['image/encoded']
+        for record in tf.data.TFRecordDataset(path)
+    ]
+
+
+def test_the_served_boxes_classes_and_scores_are_the_evaluated_ones(detector, coco_build, tf):
+    config, _ = detector
+    info = dataset_info.load(str(coco_build))
+    task = objects_train.task_for(config, info)
+    model = objects_train.build(task)[0]
+    head = {objects_train.head_name(task): list(task.classes)}
+    copied = warm_start.apply(model, config.job_dir, config, head)  # the exported weights
+    assert not copied['new_layers']
+    evaluated = list(objects_evaluate.Scorer(task, info, 'test', 4).detections(model))
+    served = tf.saved_model.load(config.resolved_model_dir).signatures['serving_default']
+    answer = served(image_bytes=tf.stack(_test_images(tf, info)))
+    assert len(evaluated) == len(answer['num_detections']) == info.num_records('test')
+    assert sum(len(boxes) for _, boxes, _, _ in evaluated) > 0
+    for index, boxes, scores, classes in evaluated:
+        n = int(answer['num_detections'][index])
+        assert n == len(boxes)
+        np.testing.assert_allclose(answer['detection_boxes'][index, :n], boxes, atol=1e-5)
+        np.testing.assert_allclose(answer['detection_scores'][index, :n], scores, atol=1e-5)
+        assert answer['detection_classes'][index, :n].numpy().tolist() == classes.tolist()
+        names = [name.decode() for name in answer['detection_class_names'][index, :n].numpy()]
+        assert names == [task.classes[c] for c in classes]
+
+
+def _checkpoint_weights(tf, job_dir):
+    reader = tf.train.load_checkpoint(str(job_dir / 'checkpoints'))
+    names = [
+        name
+        for name in reader.get_variable_to_shape_map()
+        if name.endswith('VARIABLE_VALUE') and not name.startswith('save_counter')
+    ]
+    return {name: reader.get_tensor(name) for name in names}
+
+
+def test_a_run_stopped_mid_epoch_resumes_to_the_weights_of_an_uninterrupted_one(
+    coco_build, detector, tf, tmp_path
+):
+    config, metrics = detector
+    whole = _checkpoint_weights(tf, pathlib.Path(config.job_dir))
+    steps = metrics['steps']
+    cut = tmp_path / 'cut'
+    shutil.copytree(config.job_dir, cut)
+    stopped = steps - 2  # inside the second epoch (3 steps an epoch)
+    assert stopped > metrics['steps_per_epoch']
+    checkpoints = cut / 'checkpoints'
+    for number in (steps - 1, steps):
+        for path in checkpoints.glob(f'ckpt-{number}.*'):
+            path.unlink()
+    tf.compat.v1.train.update_checkpoint_state(
+        str(checkpoints), str(checkpoints / f'ckpt-{stopped}')
+    )
+    (cut / 'metrics.json').unlink()
+    resumed = train_lib.train(_config(coco_build, cut, '--epochs', '2'))
+    assert resumed['steps'] == steps
+    again = _checkpoint_weights(tf, cut)
+    assert again.keys() == whole.keys()
+    for name, value in whole.items():
+        if isinstance(value, bytes):
+            continue
+        np.testing.assert_allclose(again[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_semantic_segmentation_of_a_build_with_masks_scores_mean_iou(coco_build, tmp_path):
+    config = _config(
+        coco_build, tmp_path / 'seg', '--epochs', '1', '--task', 'semantic_segmentation'
+    )
+    metrics = train_lib.train(config)
+    assert metrics['task'] == 'semantic_segmentation' and metrics['model'] == 'segmenter'
+    assert metrics['classes'] == ['background', *object_sets.CLASSES]
+    assert metrics['selected_by'] == 'val_mean_iou'
+    assert 0.0 < metrics['test_mean_iou'] <= 1.0
+    assert 'background' in metrics['test_iou_per_class']
+
+
+def test_a_model_of_another_task_is_refused_in_one_line(coco_build, tmp_path):
+    info = dataset_info.load(str(coco_build))
+    with pytest.raises(ValueError, match='a detection run trains centernet'):
+        objects_train.task_for(_config(coco_build, tmp_path, '--model', 'resnet50'), info)
+    with pytest.raises(ValueError, match='multiples of 32'):
+        objects_train.task_for(_config(coco_build, tmp_path, '--image-size', '100'), info)
+
+
+def test_perfect_boxes_score_a_map_of_one_and_a_missed_class_lowers_it(coco_build):
+    info = dataset_info.load(str(coco_build))
+    truth = coco_metrics.ground_truth(info, 'val', info.labels)
+    annotations = truth.dataset['annotations']
+    assert len(annotations) > 0 and all(a['area'] > 0 for a in annotations)
+    perfect = [
+        {
+            'image_id': a['image_id'],
+            'category_id': a['category_id'],
+            'bbox': a['bbox'],
+            'score': 1.0,
+        }
+        for a in annotations
+    ]
+    scored = coco_metrics.evaluate(truth, perfect, info.labels)
+    assert scored['map'] == pytest.approx(1.0) and scored['map_50'] == pytest.approx(1.0)
+    assert set(scored['map_per_class']) == {info.labels[a['category_id']] for a in annotations}
+    missed = annotations[0]['category_id']
+    fewer = [p for p in perfect if p['category_id'] != missed]
+    assert coco_metrics.evaluate(truth, fewer, info.labels)['map_per_class'][
+        info.labels[missed]
+    ] == pytest.approx(0.0)
+
+
+def test_mean_iou_counts_each_class_over_the_split_and_leaves_void_out():
+    truth = np.array([[0, 0, 1, 1], [2, 2, 255, 255]])
+    predicted = np.array([[0, 1, 1, 1], [2, 0, 0, 1]])
+    counts = segmenter.confusion(truth, predicted, 3)
+    assert counts.sum() == 6  # the two VOID pixels count nowhere
+    found = segmenter.mean_iou(counts, ('background', 'a', 'b'))
+    # background: 1 shared of 3 (2 true, 2 predicted); a: 2 of 3; b: 1 of 2
+    assert found['iou_per_class'] == pytest.approx({'background': 1 / 3, 'a': 2 / 3, 'b': 1 / 2})
+    assert found['mean_iou'] == pytest.approx((1 / 3 + 2 / 3 + 1 / 2) / 3)

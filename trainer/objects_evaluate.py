@@ -1,0 +1,93 @@
+"""Scoring a detector or a segmenter on a split: COCO box mAP (trainer/coco_metrics.py) or mean
+IoU (trainer/segmenter.py), on images placed on the canvas as the serving signature places them.
+
+`ObjectMetrics` scores the validation split at each epoch's end and puts its figures into the
+epoch's logs (`val_map`, `val_map_50`, ... or `val_mean_iou`) before trainer/best_epoch.py
+reads them: the best epoch is the one of the best val mAP (or mIoU).
+"""
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from trainer import centernet
+from trainer import coco_metrics
+from trainer import objects_input
+from trainer import segmenter
+
+
+class Scorer:
+    """Scores a model on one split of a build (its ground truth read once)."""
+
+    def __init__(self, task, info, split, batch_size):
+        self.task, self.info, self.split = task, info, split
+        self.batch_size = batch_size
+        self._truth = None
+        if task.name == objects_input.DETECTION:
+            self._truth = coco_metrics.ground_truth(info, split, task.classes)
+
+    def __call__(self, model) -> dict:
+        data = objects_input.evaluation_dataset(
+            self.info, self.split, self.batch_size, self.task.settings
+        )
+        if self._truth is None:
+            return self._mean_iou(model, data)
+        results = []
+        for index, boxes, scores, classes in self.detections(model, data):
+            results += coco_metrics.detections(index, boxes, scores, classes, self._truth.sizes)
+        return coco_metrics.evaluate(self._truth, results, self.task.classes)
+
+    def detections(self, model, data=None):
+        """(record index, boxes [n, 4] yxyx fractions of the image, scores [n], classes [n])
+        of each image of the split, in its order."""
+        if data is None:
+            data = objects_input.evaluation_dataset(
+                self.info, self.split, self.batch_size, self.task.settings
+            )
+        predict = tf.function(lambda images: centernet.detect(model(images, training=False)))
+        canvas = self.task.settings.canvas
+        for images, found in data:
+            boxes, scores, classes, valid = predict(images)
+            boxes = to_image(boxes, found['scaled'], found['offset'], canvas).numpy()
+            scores, classes, valid = scores.numpy(), classes.numpy(), valid.numpy()
+            for i, index in enumerate(found['index'].numpy()):
+                n = valid[i]
+                yield int(index), boxes[i, :n], scores[i, :n], classes[i, :n]
+
+    def _mean_iou(self, model, data):
+        classes = len(self.task.classes)
+        predict = tf.function(
+            lambda images: tf.argmax(model(images, training=False), -1, output_type=tf.int32)
+        )
+        counts = np.zeros((classes, classes), np.int64)
+        for images, found in data:
+            counts += segmenter.confusion(found['class_map'].numpy(), predict(images), classes)
+        return segmenter.mean_iou(counts, self.task.classes)
+
+
+def to_image(boxes, scaled, offset, canvas):
+    """Canvas boxes [B, M, 4] -> fractions of each image (placed scaled [B, 2], offset [B, 2])."""
+    canvas = tf.cast(tf.tile(tf.constant(canvas), [2]), tf.float32)
+    pixels = boxes * canvas + tf.tile(offset, [1, 2])[:, None, :]
+    return tf.clip_by_value(pixels / tf.tile(scaled, [1, 2])[:, None, :], 0.0, 1.0)
+
+
+def scalars(metrics) -> dict:
+    """The numbers of a Scorer's metrics (what epoch logs can hold)."""
+    return {key: value for key, value in metrics.items() if isinstance(value, float)}
+
+
+class ObjectMetrics(keras.callbacks.Callback):
+    """Scores the validation split at each epoch's end into the logs, prefixed `val_`."""
+
+    def __init__(self, scorer):
+        super().__init__()
+        self.scorer = scorer
+
+    def on_epoch_end(self, epoch, logs=None):
+        if logs is None:
+            return
+        found = scalars(self.scorer(self.model))
+        logs.update({f'val_{key}': value for key, value in found.items()})
+        shown = ', '.join(f'val_{key} {value:.4f}' for key, value in found.items())
+        print(f'epoch {epoch + 1}: {shown}', flush=True)
