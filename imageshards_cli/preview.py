@@ -4,8 +4,10 @@ The write-up's sanity check: the first 25 images that `make_dataset(training=Tru
 (random-resized crops and augmentation, or with --patches-per-image the random patches, mixed
 across images as in training), each captioned with its label text and record id, so that wrong
 labels, crops that miss the object or too strong augmentation show at a glance. A detection or
-segmentation build's grid shows its first records as stored, their boxes, classes and masks
-drawn (imageshards_cli/report_objects.py). Patches are
+segmentation build's grid shows its first training examples as the trainer's input makes them
+(trainer/objects_input.py: flipped, jittered, cropped onto the `--image-size` canvas), their
+boxes, classes and masks moved with the pixels and drawn (imageshards_cli/report_objects.py;
+`imageshards report` draws them as stored). Patches are
 scaled up with nearest-neighbour sampling so that their pixels stay visible.
 
 Its defaults are the trainer's (no augmentation, 224 px, `--crop-area auto` for the split's
@@ -23,6 +25,7 @@ import sys
 
 import numpy as np
 from matplotlib.figure import Figure
+from PIL import Image
 
 from imageshards import console
 from imageshards import dataset_json
@@ -140,8 +143,9 @@ def main(argv=None):
     out = args.out or posixpath.join(args.build.rstrip('/'), 'preview.png')
     try:
         build = dataset_json.Build.load(args.build)
-        if build.kind.has_objects:  # its images as stored, objects drawn (report_objects.py)
-            return _write(out, report_objects.grid_png(build, args.split, GRID))
+        if build.kind.has_objects:  # as the trainer's input makes them, objects drawn
+            shown = training_objects(args.build, args.split, args.image_size, args.seed)
+            return _write(out, report_objects.records_grid_png(shown, build.labels, GRID))
         grid = training_images(
             args.build,
             args.split,
@@ -155,6 +159,52 @@ def main(argv=None):
     except (ValueError, FileNotFoundError) as e:
         return console.refuse('imageshards preview', e)
     return _write(out, render(grid))
+
+
+def training_objects(data_dir, split, image_size, seed, count=GRID * GRID) -> list:
+    """The first `count` training examples of a detection build as the trainer's input makes
+    them (trainer/objects_input.py: flipped, scale-jittered, cropped onto the canvas of
+    `image_size`, colour-jittered; boxes, classes and masks moved with the pixels), each as
+    record values that report_objects.draw draws."""
+    from trainer import dataset_info
+    from trainer import objects_input
+
+    info = dataset_info.load(data_dir)
+    settings = objects_input.ObjectInput(canvas=tuple(image_size), masks=info.kind.masks)
+
+    def example(image, objects, _class_map):
+        found = {'image': image, 'boxes': objects.boxes, 'classes': objects.classes}
+        found['crowd'] = objects.crowd
+        if objects.masks is not None:
+            found['masks'] = objects.masks
+        return found
+
+    data = objects_input.training_dataset(info, split, 1, settings, example, seed=seed, epochs=1)
+    shown = []
+    for index, batch in enumerate(data.take(count).as_numpy_iterator()):
+        shown.append(_record_values(index, {key: value[0] for key, value in batch.items()}))
+    return shown
+
+
+def _record_values(index, example) -> dict:
+    """A training example as the record values report_objects.draw reads (PNG bytes)."""
+    from imageshards.kinds import detection
+    from imageshards.kinds import features
+
+    def png(pixels):
+        out = io.BytesIO()
+        Image.fromarray(pixels).save(out, format='PNG')
+        return out.getvalue()
+
+    boxes = example['boxes']
+    values = {features.ENCODED: [png(np.round(example['image']).astype(np.uint8))]}
+    values.update(zip(detection.BOX_KEYS, (boxes[:, 1], boxes[:, 0], boxes[:, 3], boxes[:, 2])))
+    values[detection.OBJECT_LABEL] = example['classes']
+    values[detection.IS_CROWD] = example['crowd']
+    values[features.ID] = [f'#{index + 1}']
+    if 'masks' in example:
+        values[detection.MASK] = [png(mask) for mask in example['masks']]
+    return values
 
 
 def _write(out, png):

@@ -89,11 +89,15 @@ def draw(values, labels) -> np.ndarray:
 
 def grid_png(build, split, side=GRID) -> bytes:
     """PNG of a split's first side x side images with their objects drawn."""
-    shown = list(split_records(build, split, side * side))
+    return records_grid_png(list(split_records(build, split, side * side)), build.labels, side)
+
+
+def records_grid_png(shown, labels, side=GRID) -> bytes:
+    """PNG of records' values ({key: values}, as split_records gives) with objects drawn."""
     figure = Figure(figsize=(side * 2.6, side * 2.6), dpi=100, layout='constrained')
     axes = np.asarray(figure.subplots(side, side)).ravel()
     for ax, values in zip(axes, shown):
-        ax.imshow(draw(values, build.labels))
+        ax.imshow(draw(values, labels))
         count = len(values[detection.OBJECT_LABEL])
         ax.set_title(
             f'id {values[features.ID][0]}: {count} object{"" if count == 1 else "s"}', fontsize=8

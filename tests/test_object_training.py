@@ -2,6 +2,7 @@
 mAP (or mIoU), metrics.json says COCO's measures, the served model's boxes are the evaluated
 ones, and a run stopped mid-epoch resumes to the very weights of an uninterrupted one."""
 
+import io
 import json
 import pathlib
 import shutil
@@ -9,7 +10,10 @@ import shutil
 import numpy as np
 import object_sets
 import pytest
+from PIL import Image
 
+from imageshards.kinds import detection
+from imageshards_cli import preview
 from pipelines import launcher
 from trainer import coco_metrics
 from trainer import config as config_lib
@@ -192,3 +196,27 @@ def test_mean_iou_counts_each_class_over_the_split_and_leaves_void_out():
     # background: 1 shared of 3 (2 true, 2 predicted); a: 2 of 3; b: 1 of 2
     assert found['iou_per_class'] == pytest.approx({'background': 1 / 3, 'a': 2 / 3, 'b': 1 / 2})
     assert found['mean_iou'] == pytest.approx((1 / 3 + 2 / 3 + 1 / 2) / 3)
+
+
+def test_preview_draws_training_examples_with_their_boxes_and_masks_moved(coco_build, tmp_path):
+    info = dataset_info.load(str(coco_build))
+    shown = preview.training_objects(str(coco_build), 'train', (64, 96), seed=0)
+    assert len(shown) == info.num_records('train')
+    checked = 0
+    for values in shown:
+        image = Image.open(io.BytesIO(values['image/encoded'][0]))
+        assert image.size == (96, 64)  # the canvas, width x height
+        boxes = zip(*(values[key] for key in detection.BOX_KEYS))
+        for (xmin, ymin, xmax, ymax), png in zip(boxes, values.get(detection.MASK, [])):
+            mask = np.asarray(Image.open(io.BytesIO(png)))
+            if mask.any():  # the mask's pixels lie where the moved box says
+                rows, cols = np.nonzero(mask)
+                found = [cols.min(), rows.min(), cols.max() + 1, rows.max() + 1]
+                np.testing.assert_allclose(
+                    found, [xmin * 96, ymin * 64, xmax * 96, ymax * 64], atol=1.5
+                )
+                checked += 1
+    assert checked > 0
+    out = tmp_path / 'grid.png'
+    assert preview.main([str(coco_build), '--image-size', '64', '--out', str(out)]) == 0
+    assert Image.open(out).format == 'PNG'

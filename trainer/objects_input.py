@@ -52,10 +52,11 @@ class ObjectInput:
     flip: bool = True
     colour: float = 0.2
     class_maps: bool = False
+    masks: bool = False  # keep the instance masks in the Objects (what `imageshards preview` draws)
 
     @property
     def reads_masks(self) -> bool:
-        return self.task == SEMANTIC and not self.class_maps
+        return self.masks or (self.task == SEMANTIC and not self.class_maps)
 
 
 def parse(serialized, settings) -> dict:
@@ -90,7 +91,7 @@ def decode(parsed, settings):
     class_map = None
     if settings.task == SEMANTIC and settings.class_maps:
         class_map = tf.io.decode_png(parsed[detection.CLASS_MAP], channels=1)
-    elif settings.reads_masks:
+    if settings.reads_masks:
         size = tf.shape(image)[:2]
         pngs = parsed[detection.MASK]
         masks = tf.cond(  # an image without objects has no masks to decode (map_fn needs one)
@@ -103,7 +104,10 @@ def decode(parsed, settings):
             lambda: tf.zeros(tf.concat([[0], size], 0), tf.uint8),
         )
         masks = tf.reshape(masks, tf.concat([[-1], size], 0))
-        class_map = classes_of_masks(masks, classes)
+        if settings.task == SEMANTIC and not settings.class_maps:
+            class_map = classes_of_masks(masks, classes)
+        if settings.masks:
+            objects = objects.replace(masks=masks)
     return image, objects, class_map
 
 
