@@ -6,7 +6,8 @@ read once per split (`GroundTruth`). Detections are the model's on each image pl
 canvas as evaluation places it, mapped back to the image's pixels.
 
 Metric names (metrics.json): `map` (mAP@[.5:.95]), `map_50`, `map_75`, `map_small`,
-`map_medium`, `map_large` (COCO's area ranges, in pixels of the stored image), `map_per_class`
+`map_medium`, `map_large` (COCO's area ranges, by each object's `image/object/area`: its mask's
+where it has one, in pixels of the stored image), `map_per_class`
 {class name: mAP@[.5:.95]} (absent classes left out); prefixed `val_` or `test_` by the trainer.
 """
 
@@ -51,6 +52,7 @@ def ground_truth(info, split, labels) -> GroundTruth:
         features.WIDTH: tf.io.FixedLenFeature([], tf.int64),
         detection.OBJECT_LABEL: tf.io.VarLenFeature(tf.int64),
         detection.IS_CROWD: tf.io.VarLenFeature(tf.int64),
+        detection.AREA: tf.io.VarLenFeature(tf.float32),
         **{key: tf.io.VarLenFeature(tf.float32) for key in detection.BOX_KEYS},
     }
     dense = lambda value: tf.sparse.to_dense(value) if isinstance(value, tf.SparseTensor) else value
@@ -64,7 +66,7 @@ def ground_truth(info, split, labels) -> GroundTruth:
         sizes.append((height, width))
         images.append({'id': index, 'height': height, 'width': width})
         xmin, ymin, xmax, ymax = (example[key] for key in detection.BOX_KEYS)
-        crowd = example[detection.IS_CROWD]
+        crowd, area = example[detection.IS_CROWD], example[detection.AREA]
         for i, label in enumerate(example[detection.OBJECT_LABEL]):
             box = [xmin[i] * width, ymin[i] * height, (xmax[i] - xmin[i]) * width]
             box.append((ymax[i] - ymin[i]) * height)
@@ -74,7 +76,8 @@ def ground_truth(info, split, labels) -> GroundTruth:
                     'image_id': index,
                     'category_id': int(label),
                     'bbox': [float(v) for v in box],
-                    'area': float(box[2] * box[3]),
+                    # COCO's area ranges go by the object's area (its mask's, where it has one)
+                    'area': float(area[i] if i < len(area) else box[2] * box[3]),
                     'iscrowd': int(crowd[i]) if i < len(crowd) else 0,
                 }
             )
