@@ -12,6 +12,7 @@ import tensorflow as tf
 
 from trainer import centernet
 from trainer import coco_metrics
+from trainer import objects_geometry as geometry
 from trainer import objects_input
 from trainer import segmenter
 
@@ -48,7 +49,9 @@ class Scorer:
         canvas = self.task.settings.canvas
         for images, found in data:
             boxes, scores, classes, valid = predict(images)
-            boxes = to_image(boxes, found['scaled'], found['offset'], canvas).numpy()
+            boxes = geometry.canvas_to_image(
+                boxes, found['scaled'], found['offset'], canvas
+            ).numpy()
             scores, classes, valid = scores.numpy(), classes.numpy(), valid.numpy()
             for i, index in enumerate(found['index'].numpy()):
                 n = valid[i]
@@ -63,13 +66,6 @@ class Scorer:
         for images, found in data:
             counts += segmenter.confusion(found['class_map'].numpy(), predict(images), classes)
         return segmenter.mean_iou(counts, self.task.classes)
-
-
-def to_image(boxes, scaled, offset, canvas):
-    """Canvas boxes [B, M, 4] -> fractions of each image (placed scaled [B, 2], offset [B, 2])."""
-    canvas = tf.cast(tf.tile(tf.constant(canvas), [2]), tf.float32)
-    pixels = boxes * canvas + tf.tile(offset, [1, 2])[:, None, :]
-    return tf.clip_by_value(pixels / tf.tile(scaled, [1, 2])[:, None, :], 0.0, 1.0)
 
 
 def scalars(metrics) -> dict:

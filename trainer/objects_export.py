@@ -18,7 +18,6 @@ import keras
 import tensorflow as tf
 
 from trainer import centernet
-from trainer import objects_evaluate
 from trainer import objects_geometry as geometry
 from trainer import objects_input
 
@@ -55,7 +54,7 @@ def serving_fn(model, task):
             }
         boxes, scores, classes, valid = centernet.detect(outputs)
         return {
-            'detection_boxes': objects_evaluate.to_image(boxes, scaled, offset, canvas),
+            'detection_boxes': geometry.canvas_to_image(boxes, scaled, offset, canvas),
             'detection_scores': scores,
             'detection_classes': classes,
             'detection_class_names': tf.gather(names, classes),

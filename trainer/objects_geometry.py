@@ -52,10 +52,8 @@ class Placement:
     offset: tf.Tensor  # float32 [2]
 
     def boxes_to_image(self, boxes, canvas) -> tf.Tensor:
-        """Canvas boxes (fractions of `canvas`, [..., 4]) -> fractions of the image."""
-        canvas = tf.cast(tf.convert_to_tensor(canvas), tf.float32)
-        pixels = boxes * tf.tile(canvas, [2]) + tf.tile(self.offset, [2])
-        return tf.clip_by_value(pixels / tf.tile(self.scaled, [2]), 0.0, 1.0)
+        """Canvas boxes (fractions of `canvas`, [N, 4]) -> fractions of the image."""
+        return canvas_to_image(boxes, self.scaled, self.offset, canvas)
 
     def covered(self, canvas) -> tf.Tensor:
         """float32 [canvas]: 1 where the image lies on the canvas, 0 in the padding."""
@@ -63,6 +61,15 @@ class Placement:
         row = tf.cast(tf.range(canvas[0]) < rows, tf.float32)
         col = tf.cast(tf.range(canvas[1]) < cols, tf.float32)
         return row[:, None] * col[None, :]
+
+
+def canvas_to_image(boxes, scaled, offset, canvas) -> tf.Tensor:
+    """Boxes [..., M, 4] in fractions of `canvas` -> fractions of the images they were placed
+    from (`scaled`, `offset`: [..., 2], a Placement's, one per image of the batch)."""
+    pixels = boxes * tf.cast(tf.tile(tf.constant(canvas), [2]), tf.float32)
+    shift = tf.concat([offset, offset], -1)[..., None, :]
+    size = tf.concat([scaled, scaled], -1)[..., None, :]
+    return tf.clip_by_value((pixels + shift) / size, 0.0, 1.0)
 
 
 def flip(image, objects, class_map=None, *, flipped=True):
