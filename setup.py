@@ -34,6 +34,10 @@ REQUIRED = [
     'ijson>=3.3',
     'pycocotools>=2.0.8',
     'defusedxml>=0.7',
+    # The trainer's semantic segmenter `--model deeplabv3_plus` (trainer/deeplab.py) is
+    # KerasHub's DeepLabV3+; imported only by that model. It brings tensorflow-text of the
+    # TensorFlow above.
+    'keras-hub>=0.32,<0.33',
 ]
 
 # What bench/ needs beside the package: the peers it measures imageshards against (TFDS's

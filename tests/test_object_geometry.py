@@ -7,6 +7,7 @@ import pytest
 import tensorflow as tf
 
 from trainer import centernet
+from trainer import instance_masks
 from trainer import objects_geometry as geometry
 from trainer import objects_input
 
@@ -140,3 +141,78 @@ def test_centernet_targets_decode_back_to_their_boxes():
         got = found.numpy()[0][top][classes.numpy()[0][top] == label][0]
         np.testing.assert_allclose(got, want.numpy(), atol=1e-5)
     assert int(valid[0]) >= 2
+
+
+def _disc(canvas, centre, radius):
+    rows, cols = np.mgrid[: canvas[0], : canvas[1]]
+    return ((rows + 0.5 - centre[0]) ** 2 + (cols + 0.5 - centre[1]) ** 2) <= radius**2
+
+
+@pytest.mark.parametrize('image_size', [(128, 96), (300, 200)])
+def test_instance_mask_targets_read_back_through_box_masks_and_paste_to_the_shapes(image_size):
+    canvas = (128, 96)
+    discs = [_disc(canvas, (40, 30), 22), _disc(canvas, (90, 64), 16)]
+    boxes = [[18 / 128, 8 / 96, 62 / 128, 52 / 96], [74 / 128, 48 / 96, 106 / 128, 80 / 96]]
+    objects = geometry.Objects(
+        tf.constant(boxes, tf.float32),
+        tf.constant([2, 0]),
+        tf.constant([False, False]),
+        tf.constant(np.stack(discs), tf.uint8),
+    )
+    _, found = centernet.targets(3, canvas, masks=True)(tf.zeros((*canvas, 3)), objects)
+    target = found[instance_masks.MASKS].numpy()
+    assert target.shape == (32, 24, 6)
+    assert target[..., 1].max() == 0 and target[..., 4].max() == 0  # class 1: no object
+    assert target[10, 7, 2] == 1.0 and target[10, 7, 5] == 1.0  # the first disc's centre
+    assert target[1, 1, 5] == 0.0  # outside every box of class 2: not counted
+    # Logits that say the targets, read back per detection and pasted onto an image of
+    # `image_size` (the canvas scaled): each disc comes back where it lies on that image.
+    share = np.clip(target[None, ..., :3], 1e-4, 1 - 1e-4)
+    logits = tf.constant(np.log(share / (1 - share)), tf.float32)
+    masks = instance_masks.box_masks(
+        logits, tf.constant([boxes], tf.float32), tf.constant([[2, 0]])
+    )
+    assert masks.shape == (1, 2, 28, 28)
+    height, width = image_size
+    for mask, box, disc in zip(masks.numpy()[0], boxes, discs):
+        pasted = instance_masks.paste(mask, box, height, width)
+        rows, cols = np.mgrid[:height, :width]
+        scaled = disc[(rows * canvas[0] // height), (cols * canvas[1] // width)]
+        overlap = (pasted & scaled).sum() / (pasted | scaled).sum()
+        assert overlap > 0.85, overlap
+    truth = tf.constant(target[None])
+    loss = lambda values: float(instance_masks.loss(truth, values)[0])
+    # the targets' own logits are the least loss: others, a mask of nothing or all, lose more
+    assert loss(logits) < loss(logits + 0.5) and loss(logits) < loss(logits - 0.5)
+    assert loss(logits) < 0.5 * loss(tf.zeros_like(logits)) < loss(-logits)
+    outside = tf.constant(target[None, ..., 3:] == 0)  # cells in no box of their class
+    assert loss(tf.where(outside, 9.0, logits)) == pytest.approx(loss(logits))
+
+
+def test_deeplabv3_plus_is_kerashubs_model_its_classes_found_at_a_quarter_then_upsampled():
+    import keras
+    import keras_hub
+
+    from trainer import deeplab
+
+    canvas, classes = (64, 96), 5
+    encoder = keras_hub.models.ResNetBackbone(**deeplab.RESNET_18, image_shape=(*canvas, 3))
+    backbone = keras_hub.models.DeepLabV3Backbone(
+        image_encoder=encoder,
+        spatial_pyramid_pooling_key='P5',
+        upsampling_size=8,
+        dilation_rates=[6, 12, 18],
+        low_level_feature_key='P2',
+        image_shape=(*canvas, 3),
+    )
+    library = keras_hub.models.DeepLabV3ImageSegmenter(
+        backbone=backbone, num_classes=classes, activation=None, preprocessor=None
+    )
+    ours = deeplab.build(classes, canvas)
+    assert ours.count_params() == library.count_params()  # the same weights, and no others
+    images = np.random.default_rng(0).uniform(-2, 2, (2, *canvas, 3)).astype(np.float32)
+    features = keras.Model(backbone.inputs, backbone.get_layer('segmentation_head_relu').output)
+    kernel = library.get_layer('segmentation_output').kernel
+    quarter = tf.nn.conv2d(features(images), kernel, 1, 'SAME')
+    upsampled = tf.image.resize(quarter, canvas, method='bilinear')  # Keras' bilinear, 4x
+    np.testing.assert_allclose(upsampled, library(images), rtol=1e-3, atol=1e-3)

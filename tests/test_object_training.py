@@ -1,6 +1,7 @@
-"""Training on a detection build: the task follows the build, the best epoch is chosen by val
-mAP (or mIoU), metrics.json says COCO's measures, the served model's boxes are the evaluated
-ones, and a run stopped mid-epoch resumes to the very weights of an uninterrupted one."""
+"""Training on a detection build: the task follows the build (a build with masks trains
+instance segmentation), the best epoch is chosen by val mask mAP (or mAP, or mIoU), metrics.json
+says COCO's measures, the served model's boxes and masks are the evaluated ones, and a run
+stopped mid-epoch resumes to the very weights of an uninterrupted one."""
 
 import io
 import json
@@ -60,16 +61,25 @@ def fixture_detector(coco_build, tmp_path_factory):
     return config, train_lib.train(config)
 
 
-def test_a_detection_build_trains_a_detector_chosen_by_val_map(detector):
+def test_a_build_with_masks_trains_instance_segmentation_chosen_by_val_mask_map(detector):
     config, metrics = detector
     written = json.loads((pathlib.Path(config.job_dir) / 'metrics.json').read_text())
-    assert written['task'] == 'detection' and written['model'] == 'centernet'
-    assert written['selected_by'] == 'val_map'
+    assert written['task'] == 'instance_segmentation' and written['model'] == 'centernet'
+    assert written['selected_by'] == 'val_mask_map'
     assert written['classes'] == list(object_sets.CLASSES)
     for name in ('map', 'map_50', 'map_75', 'map_small', 'map_medium', 'map_large'):
         assert 0.0 <= written[f'test_{name}'] <= 1.0 and f'val_{name}' in written
+        assert 0.0 <= written[f'test_mask_{name}'] <= 1.0 and f'val_mask_{name}' in written
     assert written['best_epoch'] in (1, 2)
     assert metrics['steps'] == 2 * metrics['steps_per_epoch']
+
+
+def test_detection_on_a_build_with_masks_trains_boxes_alone(coco_build, tmp_path):
+    config = _config(coco_build, tmp_path / 'boxes', '--epochs', '1', '--task', 'detection')
+    metrics = train_lib.train(config)
+    assert metrics['task'] == 'detection' and metrics['selected_by'] == 'val_map'
+    assert 0.0 <= metrics['test_map_50'] <= 1.0
+    assert not [key for key in metrics if 'mask' in key]
 
 
 def _test_images(tf, info):
@@ -82,22 +92,23 @@ def _test_images(tf, info):
     ]
 
 
-def test_the_served_boxes_classes_and_scores_are_the_evaluated_ones(detector, coco_build, tf):
+def test_the_served_boxes_classes_scores_and_masks_are_the_evaluated_ones(detector, coco_build, tf):
     config, _ = detector
     info = dataset_info.load(str(coco_build))
     task = objects_train.task_for(config, info)
     model = objects_train.build(task)[0]
-    head = {objects_train.head_name(task): list(task.classes)}
-    copied = warm_start.apply(model, config.job_dir, config, head)  # the exported weights
-    assert not copied['new_layers']
+    copied = warm_start.apply(model, config.job_dir, config, objects_train.heads(task))
+    assert not copied['new_layers']  # the exported weights
     evaluated = list(objects_evaluate.Scorer(task, info, 'test', 4).detections(model))
     served = tf.saved_model.load(config.resolved_model_dir).signatures['serving_default']
     answer = served(image_bytes=tf.stack(_test_images(tf, info)))
     assert len(evaluated) == len(answer['num_detections']) == info.num_records('test')
-    assert sum(len(boxes) for _, boxes, _, _ in evaluated) > 0
-    for index, boxes, scores, classes in evaluated:
+    assert sum(len(found[1]) for found in evaluated) > 0
+    for index, boxes, scores, classes, masks in evaluated:
         n = int(answer['num_detections'][index])
         assert n == len(boxes)
+        assert masks.shape == (n, 28, 28) and answer['detection_masks'].shape[2:] == (28, 28)
+        np.testing.assert_allclose(answer['detection_masks'][index, :n], masks, atol=1e-5)
         np.testing.assert_allclose(answer['detection_boxes'][index, :n], boxes, atol=1e-5)
         np.testing.assert_allclose(answer['detection_scores'][index, :n], scores, atol=1e-5)
         assert answer['detection_classes'][index, :n].numpy().tolist() == classes.tolist()
@@ -157,10 +168,13 @@ def test_semantic_segmentation_of_a_build_with_masks_scores_mean_iou(coco_build,
 
 def test_a_model_of_another_task_is_refused_in_one_line(coco_build, tmp_path):
     info = dataset_info.load(str(coco_build))
-    with pytest.raises(ValueError, match='a detection run trains centernet'):
+    with pytest.raises(ValueError, match='an? instance_segmentation run trains centernet'):
         objects_train.task_for(_config(coco_build, tmp_path, '--model', 'resnet50'), info)
     with pytest.raises(ValueError, match='multiples of 32'):
         objects_train.task_for(_config(coco_build, tmp_path, '--image-size', '100'), info)
+    with pytest.raises(ValueError, match='or deeplabv3_plus'):
+        task = '--task', 'semantic_segmentation'
+        objects_train.task_for(_config(coco_build, tmp_path, *task, '--model', 'centernet'), info)
 
 
 def test_perfect_boxes_score_a_map_of_one_and_a_missed_class_lowers_it(coco_build):
@@ -185,6 +199,27 @@ def test_perfect_boxes_score_a_map_of_one_and_a_missed_class_lowers_it(coco_buil
     assert coco_metrics.evaluate(truth, fewer, info.labels)['map_per_class'][
         info.labels[missed]
     ] == pytest.approx(0.0)
+
+
+def test_perfect_masks_score_a_mask_map_of_one_and_boxes_as_masks_score_less(coco_build):
+    info = dataset_info.load(str(coco_build))
+    truth = coco_metrics.ground_truth(info, 'val', info.labels, masks=True)
+    solid = [a for a in truth.dataset['annotations'] if not a['iscrowd']]
+    assert solid and all(isinstance(a['segmentation'], dict) for a in solid)  # RLE of the PNGs
+    perfect = [
+        {'image_id': a['image_id'], 'category_id': a['category_id'], 'score': 1.0}
+        | {'segmentation': a['segmentation'], 'bbox': a['bbox']}
+        for a in solid
+    ]
+    assert coco_metrics.evaluate(truth, perfect, info.labels, 'segm')['map'] == pytest.approx(1.0)
+    boxes = []  # each mask replaced by its box: the shapes are no boxes, their mask mAP falls
+    for found in perfect:
+        height, width = truth.sizes[found['image_id']]
+        x, y, w, h = found['bbox']
+        pixels = np.zeros((height, width), bool)
+        pixels[int(round(y)) : int(round(y + h)), int(round(x)) : int(round(x + w))] = True
+        boxes.append(found | {'segmentation': coco_metrics.encode(pixels)})
+    assert coco_metrics.evaluate(truth, boxes, info.labels, 'segm')['map'] < 0.9
 
 
 def test_mean_iou_counts_each_class_over_the_split_and_leaves_void_out():

@@ -28,15 +28,18 @@ input_pipeline.py   make_dataset: shards -> batches of (images, labels)
   record_decoding.py  a batch per call, or image by image
   preprocess.py     decode, crop and resize one image (also the serving signature's)
   augment.py        augmentation
-objects_train.py    a detection build's run (the task follows the build): a detector or a
-                    semantic segmenter, with the recipe, checkpoints and best epoch above
+objects_train.py    a detection build's run (the task follows the build): a detector, an
+                    instance segmenter or a semantic segmenter, with the recipe, checkpoints
+                    and best epoch above
   objects_input.py  records -> placed, augmented images and their objects, the model's targets
   objects_geometry.py  flip, scale jitter, crop and padding that move boxes, masks, class maps
   objects_backbone.py  the compact backbone and pyramid of the two models below
   centernet.py      the detector (CenterNet): targets, losses, peaks and NMS to boxes
+  instance_masks.py  its mask head for instance segmentation: targets, loss, a mask per box
   segmenter.py      the semantic segmenter, its loss and mean IoU
-  objects_evaluate.py  scoring a split: COCO box mAP (coco_metrics.py) or mean IoU
-  objects_export.py  the SavedModel answering boxes, scores, classes (or class maps)
+  deeplab.py        KerasHub's DeepLabV3+ (ResNet-18 layout) as the semantic segmenter
+  objects_evaluate.py  scoring a split: COCO box and mask mAP (coco_metrics.py) or mean IoU
+  objects_export.py  the SavedModel answering boxes, scores, classes, masks (or class maps)
 dataset_info.py     a build's dataset.json, read with tf.io.gfile
 tft_output.py       the build's tf.Transform output, loaded: normalization, the vocabulary
 submit.py           a Vertex AI custom job (`imageshards submit-training`)

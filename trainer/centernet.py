@@ -17,6 +17,7 @@ the serving signature returns, as [ymin, xmin, ymax, xmax] fractions of the canv
 import keras
 import tensorflow as tf
 
+from trainer import instance_masks
 from trainer import objects_backbone as backbone
 
 STRIDE = 4
@@ -29,8 +30,9 @@ BOXES = 'boxes'  # size (h, w) and offset (y, x) in cells, per cell
 PRIOR = 0.01  # the heatmap's initial probability (its bias): positives lead from the first step
 
 
-def build(num_classes, canvas, name='centernet') -> keras.Model:
-    """uint8 images [B, *canvas, 3] -> {HEATMAP: logits [B, h, w, C], BOXES: [B, h, w, 4]}."""
+def build(num_classes, canvas, name='centernet', masks=False) -> keras.Model:
+    """uint8 images [B, *canvas, 3] -> {HEATMAP: logits [B, h, w, C], BOXES: [B, h, w, 4]},
+    and with `masks` instance_masks.MASKS: logits [B, h, w, C] (trainer/instance_masks.py)."""
     images = keras.Input((*canvas, 3), dtype='uint8', name='images')
     x = backbone.features(images)
     heat = backbone.conv(x, backbone.PYRAMID, 'heatmap_hidden')
@@ -42,12 +44,15 @@ def build(num_classes, canvas, name='centernet') -> keras.Model:
         HEATMAP: keras.layers.Activation('linear', dtype='float32', name=HEATMAP)(heat),
         BOXES: keras.layers.Activation('linear', dtype='float32', name=BOXES)(box),
     }
+    if masks:
+        outputs[instance_masks.MASKS] = instance_masks.head(x, num_classes, backbone.conv)
     return keras.Model(images, outputs, name=name)
 
 
-def targets(num_classes, canvas):
+def targets(num_classes, canvas, masks=False):
     """A function (image, geometry.Objects, class map) -> (image uint8, {HEATMAP: [h, w, C + 1]
-    (the last channel: cells to ignore), BOXES: [h, w, 5] (size, offset, 1 at centres)})."""
+    (the last channel: cells to ignore), BOXES: [h, w, 5] (size, offset, 1 at centres)}, and
+    with `masks` instance_masks.MASKS: [h, w, 2C] from the objects' masks)."""
     cells = (canvas[0] // STRIDE, canvas[1] // STRIDE)
 
     def make(image, objects, _class_map=None):
@@ -78,7 +83,13 @@ def targets(num_classes, canvas):
             tf.zeros([*cells, 5]), tf.cast(solid(cell), tf.int32), values
         )
         image = tf.cast(tf.round(image), tf.uint8)
-        return image, {HEATMAP: tf.concat([heat, ignore[..., None]], -1), BOXES: box_map}
+        found = {HEATMAP: tf.concat([heat, ignore[..., None]], -1), BOXES: box_map}
+        if masks:
+            inside = lambda cell_boxes: _inside(cell_boxes, ys, xs, each=True)
+            found[instance_masks.MASKS] = instance_masks.targets(
+                objects, num_classes, cells, inside
+            )
+        return image, found
 
     return make
 
@@ -98,8 +109,9 @@ def _radius(extent):
     return tf.minimum(tf.minimum(r1, r2), r3)
 
 
-def _inside(boxes, ys, xs):
-    """1.0 where a cell's centre lies in any of `boxes` [N, 4] (cells), else 0."""
+def _inside(boxes, ys, xs, each=False):
+    """1.0 where a cell's centre lies in any of `boxes` [N, 4] (cells), else 0 ([h, w]; with
+    `each`, [N, h, w]: per box)."""
     y, x = ys[None] + 0.5, xs[None] + 0.5
     inside = (
         (y >= boxes[:, 0, None, None])
@@ -107,7 +119,7 @@ def _inside(boxes, ys, xs):
         & (x >= boxes[:, 1, None, None])
         & (x <= boxes[:, 3, None, None])
     )
-    return tf.cast(tf.reduce_any(inside, axis=0), tf.float32)
+    return tf.cast(inside if each else tf.reduce_any(inside, axis=0), tf.float32)
 
 
 def heatmap_loss(y_true, logits):
@@ -136,8 +148,11 @@ def _batch_objects(centres):
     return tf.maximum(tf.reduce_mean(tf.reduce_sum(centres, axis=[1, 2, 3])), 1.0)
 
 
-def compile_args() -> dict:
-    return {'loss': {HEATMAP: heatmap_loss, BOXES: box_loss}}
+def compile_args(masks=False) -> dict:
+    found = {HEATMAP: heatmap_loss, BOXES: box_loss}
+    if masks:
+        found[instance_masks.MASKS] = instance_masks.loss
+    return {'loss': found}
 
 
 def detect(outputs, max_detections=MAX_DETECTIONS):

@@ -21,7 +21,7 @@ from trainer.input_options import InputOptions
 SMALL_CNN = 'small_cnn'  # the model of trainer/model.py's own; any other is keras.applications'
 SELECT_BY = ('loss', 'accuracy', 'micro_f1')
 IMAGENET = 'imagenet'
-TASKS = ('auto', 'detection', 'semantic_segmentation')
+TASKS = ('auto', 'detection', 'instance_segmentation', 'semantic_segmentation')
 
 
 @dataclasses.dataclass(frozen=True)

@@ -7,13 +7,14 @@ MODEL_HELP = (
     '(resnet50, efficientnet_b0, ResNet50V2, MobileNetV3Small, EfficientNetV2B0, ConvNeXtTiny, '
     '...; case and underscores do not matter), its own preprocessing included: random initial '
     'weights unless --init-from. A detection build trains centernet (a compact CenterNet '
-    'detector) or, for semantic segmentation, segmenter (a compact one); small_cnn means the '
-    "task's compact model there"
+    'detector) or, for semantic segmentation, segmenter (a compact one) or deeplabv3_plus '
+    "(KerasHub's DeepLabV3+ on a ResNet-18 layout); small_cnn means the task's compact model there"
 )
 TASK_HELP = (
     "what a detection build trains (auto: the build's kind says: semantic_segmentation where its "
-    'records carry class maps, else detection); semantic_segmentation on a build with instance '
-    'masks draws class maps from them'
+    'records carry class maps, instance_segmentation (boxes and their masks) where they carry '
+    'instance masks, else detection); detection on a build with masks trains boxes only, '
+    'semantic_segmentation on one draws class maps from them'
 )
 CROP_HELP = (
     'min,max share of an image a training crop keeps, or auto: 0.5,1 for a training split under '

@@ -1,5 +1,7 @@
-"""Scoring a detector or a segmenter on a split: COCO box mAP (trainer/coco_metrics.py) or mean
-IoU (trainer/segmenter.py), on images placed on the canvas as the serving signature places them.
+"""Scoring a detector or a segmenter on a split: COCO box mAP (trainer/coco_metrics.py), with
+mask mAP for instance segmentation (`mask_map`, ...: each detection's mask pasted into the
+image, trainer/instance_masks.py), or mean IoU (trainer/segmenter.py), on images placed on the
+canvas as the serving signature places them.
 
 `ObjectMetrics` scores the validation split at each epoch's end and puts its figures into the
 epoch's logs (`val_map`, `val_map_50`, ... or `val_mean_iou`) before trainer/best_epoch.py
@@ -12,6 +14,7 @@ import tensorflow as tf
 
 from trainer import centernet
 from trainer import coco_metrics
+from trainer import instance_masks
 from trainer import objects_geometry as geometry
 from trainer import objects_input
 from trainer import segmenter
@@ -24,8 +27,9 @@ class Scorer:
         self.task, self.info, self.split = task, info, split
         self.batch_size = batch_size
         self._truth = None
-        if task.name == objects_input.DETECTION:
-            self._truth = coco_metrics.ground_truth(info, split, task.classes)
+        self.masks = task.name == objects_input.INSTANCE
+        if task.name != objects_input.SEMANTIC:
+            self._truth = coco_metrics.ground_truth(info, split, task.classes, self.masks)
 
     def __call__(self, model) -> dict:
         data = objects_input.evaluation_dataset(
@@ -34,28 +38,41 @@ class Scorer:
         if self._truth is None:
             return self._mean_iou(model, data)
         results = []
-        for index, boxes, scores, classes in self.detections(model, data):
-            results += coco_metrics.detections(index, boxes, scores, classes, self._truth.sizes)
-        return coco_metrics.evaluate(self._truth, results, self.task.classes)
+        for index, boxes, scores, classes, masks in self.detections(model, data):
+            if masks is not None:
+                height, width = self._truth.sizes[index]
+                masks = [instance_masks.paste(m, b, height, width) for m, b in zip(masks, boxes)]
+            results += coco_metrics.detections(
+                index, boxes, scores, classes, self._truth.sizes, masks
+            )
+        found = coco_metrics.evaluate(self._truth, results, self.task.classes)
+        if self.masks:
+            segm = coco_metrics.evaluate(self._truth, results, self.task.classes, 'segm')
+            found.update({f'mask_{key}': value for key, value in segm.items()})
+        return found
 
     def detections(self, model, data=None):
-        """(record index, boxes [n, 4] yxyx fractions of the image, scores [n], classes [n])
-        of each image of the split, in its order."""
+        """(record index, boxes [n, 4] yxyx fractions of the image, scores [n], classes [n],
+        box masks [n, S, S] or None) of each image of the split, in its order."""
         if data is None:
             data = objects_input.evaluation_dataset(
                 self.info, self.split, self.batch_size, self.task.settings
             )
-        predict = tf.function(lambda images: centernet.detect(model(images, training=False)))
         canvas = self.task.settings.canvas
+        predict = tf.function(
+            lambda images, scaled, offset: detected(
+                model(images, training=False), scaled, offset, canvas
+            )
+        )
         for images, found in data:
-            boxes, scores, classes, valid = predict(images)
-            boxes = geometry.canvas_to_image(
-                boxes, found['scaled'], found['offset'], canvas
-            ).numpy()
-            scores, classes, valid = scores.numpy(), classes.numpy(), valid.numpy()
+            boxes, scores, classes, valid, masks = (
+                None if value is None else value.numpy()
+                for value in predict(images, found['scaled'], found['offset'])
+            )
             for i, index in enumerate(found['index'].numpy()):
                 n = valid[i]
-                yield int(index), boxes[i, :n], scores[i, :n], classes[i, :n]
+                shapes = None if masks is None else masks[i, :n]
+                yield int(index), boxes[i, :n], scores[i, :n], classes[i, :n], shapes
 
     def _mean_iou(self, model, data):
         classes = len(self.task.classes)
@@ -66,6 +83,20 @@ class Scorer:
         for images, found in data:
             counts += segmenter.confusion(found['class_map'].numpy(), predict(images), classes)
         return segmenter.mean_iou(counts, self.task.classes)
+
+
+def detected(outputs, scaled, offset, canvas):
+    """A detector's outputs on placed images -> (boxes [B, M, 4] yxyx fractions of the images,
+    scores, classes, valid, box masks [B, M, S, S] or None): what evaluation scores and the
+    served model answers. A box is clipped to the image's part of the canvas before its mask is
+    read, so that the mask spans the box that is given."""
+    boxes, scores, classes, valid = centernet.detect(outputs)
+    covered = tf.minimum(scaled - offset, tf.constant(canvas, tf.float32)) / canvas
+    boxes = tf.minimum(boxes, tf.tile(covered, [1, 2])[:, None, :])
+    masks = None
+    if instance_masks.MASKS in outputs:
+        masks = instance_masks.box_masks(outputs[instance_masks.MASKS], boxes, classes)
+    return geometry.canvas_to_image(boxes, scaled, offset, canvas), scores, classes, valid, masks
 
 
 def scalars(metrics) -> dict:

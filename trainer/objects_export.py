@@ -9,6 +9,9 @@ Model Garden's names:
     detection_classes      int32 [N, 100]: indices of dataset.json `labels`
     detection_class_names  string [N, 100]
     num_detections         int32 [N]: how many of the 100 are detections (the rest padding)
+An instance segmenter adds `detection_masks` (float32 [N, 100, 28, 28]: each box's mask,
+probabilities over the box, as Model Garden's Mask R-CNN serves them; paste one into the image
+by resizing it onto its box and keeping what is >= 0.5, trainer/instance_masks.py `paste`).
 A segmenter answers `class_map` (int32 [N, H, W] on the canvas: a class index per pixel),
 `class_names` (string [C]) and `image_size` (int32 [N, 2]: the canvas pixels the image covers,
 from the top left; the rest is padding).
@@ -17,7 +20,7 @@ from the top left; the rest is padding).
 import keras
 import tensorflow as tf
 
-from trainer import centernet
+from trainer import objects_evaluate
 from trainer import objects_geometry as geometry
 from trainer import objects_input
 
@@ -46,20 +49,25 @@ def serving_fn(model, task):
             ),
         )
         outputs = model(images, training=False)
-        if task.name != objects_input.DETECTION:
+        if task.name == objects_input.SEMANTIC:
             return {
                 'class_map': tf.argmax(outputs, -1, output_type=tf.int32),
                 'class_names': names,
                 'image_size': tf.cast(tf.minimum(scaled - offset, canvas), tf.int32),
             }
-        boxes, scores, classes, valid = centernet.detect(outputs)
-        return {
-            'detection_boxes': geometry.canvas_to_image(boxes, scaled, offset, canvas),
+        boxes, scores, classes, valid, masks = objects_evaluate.detected(
+            outputs, scaled, offset, canvas
+        )
+        found = {
+            'detection_boxes': boxes,
             'detection_scores': scores,
             'detection_classes': classes,
             'detection_class_names': tf.gather(names, classes),
             'num_detections': valid,
         }
+        if masks is not None:
+            found['detection_masks'] = masks
+        return found
 
     return serve
 

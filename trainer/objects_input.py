@@ -29,7 +29,8 @@ AUTOTUNE = tf.data.AUTOTUNE
 SEED_MULTIPLIER = 7919  # an image's draws: (seed * this + epoch, its position)
 DETECTION = 'detection'
 SEMANTIC = 'semantic_segmentation'
-TASKS = (DETECTION, SEMANTIC)
+INSTANCE = 'instance_segmentation'  # boxes, and a mask for each (trainer/instance_masks.py)
+TASKS = (DETECTION, INSTANCE, SEMANTIC)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,8 +38,9 @@ class ObjectInput:
     """How records become a model's examples.
 
     Attributes:
-        task: DETECTION (boxes) or SEMANTIC (a class per pixel: the build's class maps, else
-            drawn from its instance masks, class index + 1 with 0 the background).
+        task: DETECTION (boxes), INSTANCE (boxes and their masks) or SEMANTIC (a class per
+            pixel: the build's class maps, else drawn from its instance masks, class index + 1
+            with 0 the background).
         canvas: (height, width) of the model's input.
         scale_range: training's scale jitter, a factor on the size that fits the canvas.
         flip: mirror half the training images.
@@ -55,8 +57,12 @@ class ObjectInput:
     masks: bool = False  # keep the instance masks in the Objects (what `imageshards preview` draws)
 
     @property
+    def keeps_masks(self) -> bool:
+        return self.masks or self.task == INSTANCE
+
+    @property
     def reads_masks(self) -> bool:
-        return self.masks or (self.task == SEMANTIC and not self.class_maps)
+        return self.keeps_masks or (self.task == SEMANTIC and not self.class_maps)
 
 
 def parse(serialized, settings) -> dict:
@@ -106,7 +112,7 @@ def decode(parsed, settings):
         masks = tf.reshape(masks, tf.concat([[-1], size], 0))
         if settings.task == SEMANTIC and not settings.class_maps:
             class_map = classes_of_masks(masks, classes)
-        if settings.masks:
+        if settings.keeps_masks:
             objects = objects.replace(masks=masks)
     return image, objects, class_map
 
@@ -193,6 +199,8 @@ def evaluation_dataset(info, split, batch_size, settings, options=None, input_co
 
 def evaluation_example(record, index, settings):
     """(image uint8 on the canvas, {index, scaled, offset[, class_map]}) of one record."""
+    if settings.task == INSTANCE:  # scored against the records' own masks (coco_metrics.py)
+        settings = dataclasses.replace(settings, task=DETECTION, masks=False)
     image, objects, class_map = decode(parse(record, settings), settings)
     image, _, class_map, placement = geometry.place(
         image, objects, settings.canvas, class_map=class_map

@@ -21,6 +21,7 @@ import tensorflow as tf
 from trainer import best_epoch
 from trainer import callbacks
 from trainer import centernet
+from trainer import deeplab
 from trainer import distribute
 from trainer import input_pipeline
 from trainer import job
@@ -33,9 +34,20 @@ from trainer import warm_start
 from trainer.config import SMALL_CNN
 
 _LOG = logging.getLogger(__name__)
-MODELS = {objects_input.DETECTION: 'centernet', objects_input.SEMANTIC: 'segmenter'}
-MEASURES = {objects_input.DETECTION: 'map', objects_input.SEMANTIC: 'mean_iou'}
-BACKBONE = ('backbone_', 'pyramid_')  # what the frozen phase keeps (trainer/objects_backbone.py)
+# The models of each task, the first its default (small_cnn, --model's default, names it).
+MODELS = {
+    objects_input.DETECTION: ('centernet',),
+    objects_input.INSTANCE: ('centernet',),  # with its mask head (trainer/instance_masks.py)
+    objects_input.SEMANTIC: ('segmenter', deeplab.NAME),
+}
+MEASURES = {
+    objects_input.DETECTION: 'map',
+    objects_input.INSTANCE: 'mask_map',
+    objects_input.SEMANTIC: 'mean_iou',
+}
+# What the frozen phase keeps: the compact backbone and its pyramid (trainer/objects_backbone.py),
+# KerasHub's ResNet encoder (trainer/deeplab.py).
+BACKBONE = ('backbone_', 'pyramid_', *deeplab.ENCODER)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,16 +71,23 @@ def task_for(config, info) -> Task:
     name = config.task
     if name == 'auto':
         name = objects_input.SEMANTIC if kind.class_maps else objects_input.DETECTION
+        name = objects_input.INSTANCE if kind.masks and not kind.class_maps else name
     if name == objects_input.SEMANTIC and not (kind.class_maps or kind.masks):
         raise ValueError(
             f'--task {name}: {info.data_dir} has neither class maps nor instance masks; '
             f'train detection on it, or build from a source with masks'
         )
-    model = MODELS[name] if config.model == SMALL_CNN else config.model
-    if model != MODELS[name]:
+    if name == objects_input.INSTANCE and not kind.masks:
         raise ValueError(
-            f'--model {config.model}: a {name} run trains {MODELS[name]} (the compact model of '
-            f'trainer/{MODELS[name]}.py); leave --model out or name it'
+            f'--task {name}: the records of {info.data_dir} carry no instance masks; train '
+            f'detection on it, or build from a source with masks (COCO polygons or RLE, YOLO '
+            f'segments, VOC SegmentationObject)'
+        )
+    model = MODELS[name][0] if config.model == SMALL_CNN else config.model
+    if model not in MODELS[name]:
+        raise ValueError(
+            f'--model {config.model}: a {name} run trains {" or ".join(MODELS[name])} '
+            f'(trainer/{MODELS[name][0]}.py is the default); leave --model out or name one'
         )
     classes = tuple(info.labels)
     if name == objects_input.SEMANTIC:
@@ -84,14 +103,16 @@ def task_for(config, info) -> Task:
 
 def build(task):
     """(the Keras model, its compile arguments, its targets function) of a Task."""
-    if task.name == objects_input.DETECTION:
-        model = centernet.build(len(task.classes), task.settings.canvas)
+    if task.name != objects_input.SEMANTIC:
+        masks = task.name == objects_input.INSTANCE
+        model = centernet.build(len(task.classes), task.settings.canvas, masks=masks)
         return (
             model,
-            centernet.compile_args(),
-            centernet.targets(len(task.classes), task.settings.canvas),
+            centernet.compile_args(masks),
+            centernet.targets(len(task.classes), task.settings.canvas, masks),
         )
-    model = segmenter.build(len(task.classes), task.settings.canvas)
+    make = deeplab.build if task.model == deeplab.NAME else segmenter.build
+    model = make(len(task.classes), task.settings.canvas)
     return model, {'loss': segmenter.loss}, segmenter.targets
 
 
@@ -124,7 +145,7 @@ def train(config, info, checkpoint_dir, model_dir) -> dict:
     checkpoint = tf.train.Checkpoint(model=model, optimizer=model.optimizer, best=best.state)
     manager = tf.train.CheckpointManager(checkpoint, checkpoint_dir, max_to_keep=3)
     fingerprint = job.check_rerun(config, info, config.resolved_checkpoint_dir)
-    fingerprint.update(task=task.name, head_classes={head_name(task): list(task.classes)})
+    fingerprint.update(task=task.name, head_classes=heads(task))
     done = _start(model, checkpoint, config, fingerprint)
     finished = job.finished_metrics(config, done, steps)
     if finished is not None:
@@ -174,10 +195,15 @@ def _set_up(config, task, strategy, phases, steps):
     return model, compile_args, targets
 
 
-def head_name(task) -> str:
-    """The layer of the class head of a Task's model (what --init-from copies only from a job on
-    the same classes)."""
-    return centernet.HEATMAP + '_logits' if task.name == objects_input.DETECTION else 'class_logits'
+def heads(task) -> dict:
+    """{layer name: class names} of the class heads of a Task's model (what --init-from copies
+    only from a job on the same classes)."""
+    names = {
+        objects_input.SEMANTIC: ('class_logits',),
+        objects_input.DETECTION: ('heatmap_logits',),
+    }
+    names[objects_input.INSTANCE] = ('heatmap_logits', 'mask_logits')
+    return {name: list(task.classes) for name in names[task.name]}
 
 
 def _scorer(task, info, config, split):
