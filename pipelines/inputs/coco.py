@@ -81,8 +81,8 @@ def image_root(path, given):
 
 
 def read_categories(path) -> list:
-    """[(id, name)] of a COCO file's categories (`path`: an AnnotationFile), by id; ValueError in one line where they are
-    missing or do not name their classes once each."""
+    """[(id, name)] of a COCO file's categories (`path`: an AnnotationFile), by id; ValueError
+    in one line where they are missing or do not name their classes once each."""
     categories = []
     for item in _items(path, 'categories.item'):
         category_id, name = item.get('id'), item.get('name')

@@ -41,6 +41,7 @@ from pipelines.core.settings import VOC
 from pipelines.core.settings import WEBDATASET
 from pipelines.core.settings import YOLO
 from pipelines.inputs import archive_inputs
+from pipelines.inputs import object_archives
 from pipelines.inputs import tar_and_zip
 from pipelines.inputs.class_names import ClassNames
 from pipelines.inputs.entries import GLOB_CHARS
@@ -54,7 +55,7 @@ from pipelines.inputs.label_files import LabelsFile
 
 _LOG = logging.getLogger(__name__)
 CONTAINER_FORMS = (ARCHIVE, CLASS_ARCHIVES, WEBDATASET, IDX, ARRAYS, TFRECORD)
-_KIND_FORMS = {'archive': (ARCHIVE, CLASS_ARCHIVES, WEBDATASET), 'idx': (IDX,)}
+_KIND_FORMS = {'archive': (ARCHIVE, CLASS_ARCHIVES, WEBDATASET, *OBJECT_FORMS), 'idx': (IDX,)}
 _KIND_FORMS.update({'arrays': (ARRAYS,), 'tfrecord': (TFRECORD,)})
 _WORDS = {
     ARCHIVE: 'archives of a class tree',
@@ -239,7 +240,8 @@ def _names(paths, shown=3):
 
 
 def _archive_form(container, labels_file):
-    """WEBDATASET, ARCHIVE or CLASS_ARCHIVES, from the first members of an archive."""
+    """WEBDATASET, a detection set's form (COCO, VOC, YOLO: object_archives.form_in), ARCHIVE
+    or CLASS_ARCHIVES, from the first members of an archive."""
     if labels_file:
         return ARCHIVE
     members = tar_and_zip.members(container, marked=False)
@@ -249,6 +251,9 @@ def _archive_form(container, labels_file):
     labelled = {key for key, part in parts if part in archive_inputs.LABEL_EXTENSIONS}
     if any(archive_inputs.sample_part(name)[0] in labelled for name in images):
         return WEBDATASET
+    objects = object_archives.form_in(names)
+    if objects:
+        return objects
     if images and all('/' not in name for name in images):
         return CLASS_ARCHIVES
     return ARCHIVE

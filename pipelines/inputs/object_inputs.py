@@ -56,6 +56,11 @@ class StoredFolder:
         """What an annotation's `files` holds of `relative` (validation reads it)."""
         return self.where(relative)
 
+    def problem(self, relative):  # pylint: disable=unused-argument
+        """(reason, detail) where the file cannot be read as it is listed: never, in a folder
+        (an archive's member may be cut short)."""
+        return None
+
     def images(self, relative, inputs):
         """The Confinement of image paths below `relative` (`resolve(raw)`)."""
         return confinement(self.where(relative), inputs)
@@ -77,8 +82,16 @@ def image_entry(entry_id, raw, places, annotation, split='') -> InputEntry:
     try:
         path, key, size, *source = confined.resolve(raw)  # an archive's member: its source
     except Refused as e:
-        entry = InputEntry(entry_id, e.path, e.path, (), split, e.reason, e.detail)
+        entry = InputEntry(entry_id, e.path, e.key or e.path, (), split, e.reason, e.detail)
         return entry._replace(annotation=annotation)
     label = tuple(sorted({o['label'] for o in annotation['objects'] if o.get('label') in classes}))
     entry = InputEntry(entry_id, path, key, label, split, size=size, annotation=annotation)
     return entry._replace(source=source[0]) if source else entry
+
+
+def unless_unreadable(entry, problem, what) -> InputEntry:
+    """The entry, rejected where a file of its annotation (`what`: its labels, its mask) could
+    not be read (`problem`: (reason, detail), StoredFolder.problem's), not built without it."""
+    if not problem or entry.reject:
+        return entry
+    return entry._replace(reject=problem[0], detail=f'{what}: {problem[1]}')

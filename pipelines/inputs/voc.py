@@ -106,7 +106,11 @@ def _entries(folder, places, found, classes, source_splits):
         if files:
             annotation['files'] = files
         split = splits.get(image_id, '')
-        yield object_inputs.image_entry(entry_id, filename, places, annotation, split)
+        entry = object_inputs.image_entry(entry_id, filename, places, annotation, split)
+        for where in ('SegmentationClass', 'SegmentationObject'):
+            problem = folder.problem(f'{where}/{image_id}.png')
+            entry = object_inputs.unless_unreadable(entry, problem, f'its {where} mask')
+        yield entry
 
 
 def read_annotation(folder, relative, image_id):

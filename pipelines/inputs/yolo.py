@@ -46,7 +46,7 @@ def read_set(folder, data, path, inputs):
     names = class_names(data, path)
     found = object_inputs.new_scan(folder.where(), YOLO)
     found.classes = names
-    splits = {split: data[split] for split in SPLITS if data.get(split)}
+    splits = {split: _as_ultralytics(folder, data[split]) for split in SPLITS if data.get(split)}
     if not splits:
         raise ValueError(f'{path} names no split (train, val, test) of images')
     places = (folder.images('', inputs), set(names))
@@ -96,6 +96,22 @@ def _images_of(folder, given):
     return sorted(p for p in images if extension(p) in IMAGE_EXTENSIONS)
 
 
+def _as_ultralytics(folder, given):
+    """A split's folders as Ultralytics finds them: one named `../x` that is not there is `x`
+    (Roboflow's exports name `../train/images` beside their data.yaml)."""
+    items = given if isinstance(given, list) else [given]
+    found = [
+        item[3:]
+        if isinstance(item, str)
+        and item.startswith('../')
+        and not folder.exists(item)
+        and folder.exists(item[3:])
+        else item
+        for item in items
+    ]
+    return found if isinstance(given, list) else found[0]
+
+
 def label_path(image):
     """Ultralytics' rule: the last /images/ of an image's path becomes /labels/, and its
     extension .txt."""
@@ -112,7 +128,9 @@ def _entries(folder, splits, places, names, found, source_splits):
             if any('polygons' in obj for obj in annotation['objects']):
                 found.kind_options['masks'] = True
             placed = split if source_splits else ''
-            yield object_inputs.image_entry(entry_id, image, places, annotation, placed)
+            entry = object_inputs.image_entry(entry_id, image, places, annotation, placed)
+            problem = folder.problem(label_path(image))
+            yield object_inputs.unless_unreadable(entry, problem, 'its label file')
             entry_id += 1
 
 
