@@ -17,6 +17,8 @@ import pytest
 from imageshards import records
 from imageshards.shard_formats import registry as shard_formats
 from pipelines import launcher
+from pipelines.core import options
+from pipelines.local import early_listing
 
 from build_commands import build_flags
 
@@ -24,13 +26,16 @@ from build_commands import build_flags
 _FACTS = ('kind', 'labels', 'counts', 'splits', 'objects', 'category_ids', 'segmentation_classes')
 
 
-def build(source, out, *flags):
-    dataset = launcher.run(
-        build_flags(
-            source, out, '--no-analyze', *flags, splits='train=0.5,val=0.25,test=0.25',
-            num_shards=1, seed=3, in_memory=True,
-        )
+def build(source, out, *flags, early=False):
+    """The dataset.json facts of a build (`early`: its inputs listed by the early listing
+    process, as the build command lists a local input)."""
+    argv = build_flags(
+        source, out, '--no-analyze', *flags, splits='train=0.5,val=0.25,test=0.25',
+        num_shards=1, seed=3, in_memory=True,
     )  # fmt: skip
+    if early:
+        assert early_listing.start_early(options.peek_build_config(argv)) is not None
+    dataset = launcher.run(argv)
     facts = {fact: dataset.get(fact) for fact in _FACTS}
     for split in facts['splits'].values():
         del split['shards']  # their bytes and hashes: the records name the file they read
@@ -246,3 +251,24 @@ def test_an_image_its_archive_lacks_is_a_missing_file_with_its_annotations_count
     annotations = facts['counts']['annotations']
     assert annotations['read'] == folder_facts['counts']['annotations']['read']
     assert annotations['written'] + annotations['rejected'] == annotations['read']
+
+
+@pytest.mark.parametrize('form', ['voc', 'coco'])
+def test_an_early_listing_builds_the_same_and_what_the_input_is_is_said_once(
+    voc_builds, coco_set, form, caplog
+):
+    """The build command lists a local input in a process of its own (early_listing.py): the
+    set is listed there, and what --input is is logged once, not by both processes."""
+    if form == 'voc':
+        base, builds = voc_builds
+        source, (folder_out, folder_facts) = base / 'VOCtrainval.tar', builds['folder']
+    else:
+        base, folder_out, folder_facts = coco_set
+        source = base / 'set' / 'annotations' / 'instances.json'
+    out = base / 'out-early'
+    with caplog.at_level('DEBUG', logger='pipelines'):
+        facts = build(source, out, early=True)
+    assert 'listed by the early listing process' in caplog.text
+    said = [r for r in caplog.records if r.getMessage().startswith(f'--input {source}: ')]
+    assert len(said) == 1, [r.getMessage() for r in said]
+    assert_same_build(folder_out, folder_facts, out, facts)

@@ -71,23 +71,40 @@ def is_archived(detected, inputs) -> bool:
 
 def scan(spec, detected, inputs, index_archives=None):
     """The InputScan of a detection set in archives (see the module's docstring); `detected`:
-    forms.Detected; `index_archives`: what gives archives' members, as for a tree's archives."""
-    read = index_archives or archive_inputs.read_here
+    forms.Detected; `index_archives`: what gives archives' members, as for a tree's archives.
+    The archives are indexed as its entries are first asked for, as a tree's archives are (a
+    launcher whose listing another process makes reads none of them)."""
+    from pipelines.inputs import object_inputs
+
+    found = object_inputs.new_scan(detected.base, detected.form)
+    found.entries = _entries(
+        spec, detected, inputs, index_archives or archive_inputs.read_here, found
+    )
+    return found
+
+
+def _entries(spec, detected, inputs, read, found):
+    """The set's entries, read by its reader from the archives; what its reader's scan learns
+    (classes, options, rejections of annotations) given to `found` as it learns it."""
     archives = [f for f in detected.files if tar_and_zip.kind(f)]
     trees = [ArchiveTree(read(archives, detected.form))] if archives else []
     if detected.form == VOC:
         from pipelines.inputs import voc
 
-        found = voc.read_set(trees[0].folder(_voc_root(trees[0], spec)), inputs, spec)
+        read_set = voc.read_set(trees[0].folder(_voc_root(trees[0], spec)), inputs, spec)
     elif detected.form == YOLO:
-        found = _yolo_set(trees[0], spec, inputs)
+        read_set = _yolo_set(trees[0], spec, inputs)
     else:
         if tar_and_zip.kind(inputs.image_root or ''):
             root = storage.absolute(inputs.image_root)
             trees.append(ArchiveTree(read([root], COCO)))
-        found = _coco_set(spec, trees, inputs, in_archive=bool(archives))
-    found.entries = _with_rejected_members(found.entries, trees)
-    return found
+        read_set = _coco_set(spec, trees, inputs, in_archive=bool(archives))
+    yield from _with_rejected_members(read_set.entries, trees)
+    # What the reader learnt as it read (a COCO file's classes, whether there are masks), once
+    # its entries are read, as a scan's are complete (entries.InputScan).
+    found.base, found.classes = read_set.base, read_set.classes
+    found.kind_options = read_set.kind_options
+    found.annotation_rejections = read_set.annotation_rejections
 
 
 def _voc_root(tree, spec):
