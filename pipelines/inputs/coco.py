@@ -311,6 +311,9 @@ def _entry(position, image, objs, places, found):
         entry = object_inputs.InputEntry(position, ref, ref, (), reject='bad_annotation')
         detail = 'the image record has no file_name' if isinstance(image, dict) else str(image)
         return entry._replace(detail=detail[:200], annotation=annotation)
+    # An image record without its width and height (some exporters leave them out) states no
+    # size to check: the image's decoded size, as shown (EXIF applied), is then the truth, and
+    # its boxes are checked against that, dropped or clipped with a reason (objects.check).
     width, height = image.get('width'), image.get('height')
     if _number(width) and _number(height):
         annotation['size'] = [int(height), int(width)]
