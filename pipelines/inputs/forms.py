@@ -4,6 +4,8 @@
     tree            a folder <root>/<class>/... of image files, or a glob of them
     manifest        a .csv or .jsonl manifest (pipelines/inputs/manifests.py)
     archive         .tar, .tar.gz, .tgz or .zip archives of a class tree
+    coco, voc, yolo  detection sets: a COCO .json, a VOC folder, a YOLO data.yaml, or
+                    archives of any (pipelines/inputs/object_archives.py)
     class-archives  archives of images named after their class (`n01440764.tar`, ...)
     webdataset      WebDataset shards (pipelines/inputs/archive_inputs.py)
     idx             MNIST IDX files; arrays: .npz/.npy (pipelines/inputs/arrays.py)
@@ -15,7 +17,8 @@ forms was. Otherwise the files the input names (the file; the files at the folde
 glob's matches) decide: archives, IDX images files, .npz/.npy arrays, TFRecord files (by name,
 or by their first bytes), one kind at a time. An archive's first members tell its form: samples
 of an image and a `.cls` or `.json` of one key are WebDataset's; images in folders a tree's;
-images at the top a class's (unless --labels-file gives their labels: then a tree's).
+images at the top a class's (unless --labels-file gives their labels: then a tree's); an
+`Annotations/*.xml`, a .yaml or a COCO-named .json a detection set's (object_archives.form_in).
 """
 
 import itertools
@@ -121,7 +124,7 @@ def detect(spec, form=AUTO, labels_file=None) -> Detected:
             '--input %s: %s (%d files; detected from their names and content, '
             '--input-form overrides)',
             spec,
-            _WORDS[found.form],
+            _WORDS[found.form] + (' in archives' if found.form in OBJECT_FORMS else ''),
             len(files),
         )
     return found._replace(files=files, base=base)
