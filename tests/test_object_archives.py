@@ -272,3 +272,15 @@ def test_an_early_listing_builds_the_same_and_what_the_input_is_is_said_once(
     said = [r for r in caplog.records if r.getMessage().startswith(f'--input {source}: ')]
     assert len(said) == 1, [r.getMessage() for r in said]
     assert_same_build(folder_out, folder_facts, out, facts)
+
+
+def test_a_coco_zip_cut_inside_its_annotation_file_stops_the_build_in_one_line(coco_set, caplog):
+    base, _, _ = coco_set
+    whole = zip_of(base / 'set', base / 'whole.zip').read_bytes()
+    cut = base / 'cut.zip'
+    cut.write_bytes(whole[: whole.index(b'annotations/instances.json') + 300])  # no directory
+    status = launcher.main(build_flags(cut, base / 'out-cut', in_memory=True))
+    assert status == 2
+    errors = [r.getMessage() for r in caplog.records if r.levelname == 'ERROR']
+    assert len(errors) == 1 and '\n' not in errors[0]
+    assert 'holds no COCO annotation file (' in errors[0] and 'cut short' in errors[0]

@@ -247,14 +247,14 @@ def _archive_form(container, labels_file):
     or CLASS_ARCHIVES, from the first members of an archive."""
     if labels_file:
         return ARCHIVE
-    members = tar_and_zip.members(container, marked=False)
-    names = [m.name for m in itertools.islice(members, _PEEK_MEMBERS) if not m.reject]
+    peeked = list(itertools.islice(tar_and_zip.members(container, marked=False), _PEEK_MEMBERS))
+    names = [m.name for m in peeked if not m.reject]
     images = [name for name in names if extension(name) in IMAGE_EXTENSIONS]
     parts = [archive_inputs.sample_part(name) for name in names]
     labelled = {key for key, part in parts if part in archive_inputs.LABEL_EXTENSIONS}
     if any(archive_inputs.sample_part(name)[0] in labelled for name in images):
         return WEBDATASET
-    objects = object_archives.form_in(names)
+    objects = object_archives.form_in([m.name for m in peeked])  # a cut member's name tells too
     if objects:
         return objects
     if images and all('/' not in name for name in images):

@@ -65,8 +65,10 @@ def form_in(names) -> str | None:
 
 def is_archived(detected, inputs) -> bool:
     """Whether a detection set's --input, or a COCO file's --image-root, is archives."""
-    image_root = inputs.image_root or ''
-    return any(tar_and_zip.kind(f) for f in detected.files) or bool(tar_and_zip.kind(image_root))
+    image_root = inputs.image_root if detected.form == COCO else None
+    return any(tar_and_zip.kind(f) for f in detected.files) or bool(
+        tar_and_zip.kind(image_root or '')
+    )
 
 
 def scan(spec, detected, inputs, index_archives=None):
@@ -111,7 +113,9 @@ def _voc_root(tree, spec):
     roots = sorted({_VOC_XML.split(name)[0] for name in tree.names if _VOC_XML.search(name)})
     if len(roots) != 1:
         held = ', '.join(f'{r or "."}/Annotations' for r in roots[:5]) or 'no Annotations/*.xml'
-        raise ValueError(f'--input {spec}: a Pascal VOC archive holds one VOC folder; found {held}')
+        raise ValueError(
+            f'--input {spec}: a Pascal VOC archive holds one VOC folder; found {held}{tree.cut}'
+        )
     return roots[0]
 
 
@@ -122,7 +126,9 @@ def _yolo_set(tree, spec, inputs):
     if len(yamls) > 1:
         yamls = [name for name in yamls if posixpath.basename(name) == 'data.yaml']
     if len(yamls) != 1:
-        raise ValueError(f'--input {spec}: a YOLO archive holds one data.yaml; found {yamls[:5]}')
+        raise ValueError(
+            f'--input {spec}: a YOLO archive holds one data.yaml; found {yamls[:5]}{tree.cut}'
+        )
     where = tree.where(yamls[0])
     data = yolo.read_yaml(where, tree.read(yamls[0]))
     folder = posixpath.dirname(yamls[0])
@@ -167,7 +173,9 @@ def _coco_in_archive(tree, spec):
 
 def _coco_file(tree, spec):
     found = [name for name in tree.names if name.lower().endswith('.json')]
-    if len(found) != 1:
+    if not found:
+        raise ValueError(f'--input {spec}: the archive holds no COCO annotation file{tree.cut}')
+    if len(found) > 1:
         raise ValueError(
             f'--input {spec}: a COCO archive holds one annotation file; found {found[:5]}: '
             'extract the one to build and pass it as --input, with this archive as --image-root'
@@ -233,6 +241,11 @@ class ArchiveTree:
                 (earlier, replaced._replace(reject='duplicate_member', detail=detail))
             )
         self._members[member.name] = (container, member)
+
+    @property
+    def cut(self) -> str:
+        """' (where an archive is cut short)', for a message that the cut may explain; or ''."""
+        return f' ({self._cut})' if self._cut else ''
 
     def folder(self, prefix) -> 'ArchiveFolder':
         return ArchiveFolder(self, prefix)

@@ -93,8 +93,8 @@ def start_early(config):
     """Starts listing now where `config` (the build's BuildConfig, peeked from its arguments)
     names a local folder or file as its input; returns the EarlyListing, or None."""
     global _early  # pylint: disable=global-statement
-    if not _local_input(config.input):
-        return None
+    if not _local_input(config.input) or storage.is_uri(config.inputs.image_root or ''):
+        return None  # a COCO file's images on an object store: their archive, the workers index
     _early = EarlyListing(parameters(config))
     return _early
 
