@@ -284,3 +284,22 @@ def test_a_coco_zip_cut_inside_its_annotation_file_stops_the_build_in_one_line(c
     errors = [r.getMessage() for r in caplog.records if r.levelname == 'ERROR']
     assert len(errors) == 1 and '\n' not in errors[0]
     assert 'holds no COCO annotation file (' in errors[0] and 'cut short' in errors[0]
+
+
+@pytest.mark.parametrize(
+    'names, form',
+    [
+        (['VOCdevkit/VOC2012/Annotations/2008_000001.xml'], 'voc'),
+        (['VOCdevkit/VOC2012/JPEGImages/2008_000001.jpg'], 'voc'),  # a tar of its images first
+        (['data.yaml', 'train/images/a.jpg'], 'yolo'),
+        (['train/images/a.jpg', 'train/labels/a.txt'], 'yolo'),  # a zip whose yaml comes last
+        (['annotations/instances_val2017.json', 'images/1.jpg'], 'coco'),
+        (['train/_annotations.coco.json', 'train/1.jpg'], 'coco'),  # Roboflow's COCO export
+        (['daisy/1.jpg', 'daisy/notes.txt', 'rose/meta.json'], None),  # a class tree's archive
+        (['000001.jpg', '000001.json'], None),  # a WebDataset sample's label
+    ],
+)
+def test_an_archive_of_a_detection_set_is_told_by_its_first_names(names, form):
+    from pipelines.inputs import object_archives  # pylint: disable=import-outside-toplevel
+
+    assert object_archives.form_in(names) == form

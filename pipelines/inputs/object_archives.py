@@ -42,6 +42,8 @@ from pipelines.inputs.entries import InputEntry
 
 _LOG = logging.getLogger(__name__)
 _VOC_XML = re.compile(r'(^|/)Annotations/[^/]+\.xml$', re.IGNORECASE)
+_VOC_IMAGES = re.compile(r'(^|/)JPEGImages/[^/]+$')
+_YOLO_LABELS = re.compile(r'(^|/)labels/(.+/)?[^/]+\.txt$')
 _COCO_NAME = re.compile(r'(^|/)annotations/[^/]+\.json$|coco[^/]*\.json$|instances[^/]*\.json$')
 _CUT = ('truncated_archive', 'corrupt_archive')
 # The readers (voc.py, yolo.py, coco.py) and pipelines/core/reading.py are imported when a set is
@@ -51,12 +53,13 @@ _CUT = ('truncated_archive', 'corrupt_archive')
 
 
 def form_in(names) -> str | None:
-    """VOC, YOLO or COCO where an archive's first member names show a detection set (an
-    `Annotations/*.xml`; a .yaml; a .json in `annotations/` or named like COCO's), else None."""
+    """VOC, YOLO or COCO where an archive's first member names show a detection set (VOC's
+    `Annotations/*.xml` or `JPEGImages/`, which a tar may hold first; a .yaml, or YOLO's
+    `labels/**.txt`; a .json in `annotations/` or named like COCO's), else None."""
     lowered = [name.lower() for name in names]
-    if any(_VOC_XML.search(name) for name in names):
+    if any(_VOC_XML.search(name) or _VOC_IMAGES.search(name) for name in names):
         return VOC
-    if any(name.endswith(('.yaml', '.yml')) for name in lowered):
+    if any(name.endswith(('.yaml', '.yml')) or _YOLO_LABELS.search(name) for name in lowered):
         return YOLO
     if any(_COCO_NAME.search(name) for name in lowered):
         return COCO
