@@ -303,3 +303,29 @@ def test_an_archive_of_a_detection_set_is_told_by_its_first_names(names, form):
     from pipelines.inputs import object_archives  # pylint: disable=import-outside-toplevel
 
     assert object_archives.form_in(names) == form
+
+
+def test_coco_exports_with_their_file_beside_their_images_build_as_extracted(coco_set):
+    """Roboflow's layout (`train/_annotations.coco.json` beside `train/*.jpg`, told by its name)
+    and Label Studio's (`result.json` at the top naming `images/...`, named by --input-form)."""
+    base, _, _ = coco_set
+    coco = json.loads((base / 'set' / 'annotations' / 'instances.json').read_text())
+    roboflow = base / 'roboflow' / 'train'
+    shutil.copytree(base / 'set' / 'images', roboflow)
+    (roboflow / '_annotations.coco.json').write_text(json.dumps(coco))
+    folder_facts = build(roboflow / '_annotations.coco.json', base / 'out-rf')
+    assert folder_facts['counts']['written'] == len(coco['images'])
+    archive = zip_of(base / 'roboflow', base / 'roboflow.zip')
+    assert_same_build(
+        base / 'out-rf', folder_facts, base / 'out-rf-zip', build(archive, base / 'out-rf-zip')
+    )
+    studio = base / 'studio'
+    shutil.copytree(base / 'set' / 'images', studio / 'images')
+    for image in coco['images']:
+        image['file_name'] = f'images/{image["file_name"]}'
+    (studio / 'result.json').write_text(json.dumps(coco))
+    folder_facts = build(studio / 'result.json', base / 'out-studio')
+    archive = zip_of(studio, base / 'studio.zip')
+    facts = build(archive, base / 'out-studio-zip', '--input-form', 'coco')
+    assert_same_build(base / 'out-studio', folder_facts, base / 'out-studio-zip', facts)
+    assert facts['counts']['written'] == len(coco['images'])

@@ -68,10 +68,8 @@ def form_in(names) -> str | None:
 
 def is_archived(detected, inputs) -> bool:
     """Whether a detection set's --input, or a COCO file's --image-root, is archives."""
-    image_root = inputs.image_root if detected.form == COCO else None
-    return any(tar_and_zip.kind(f) for f in detected.files) or bool(
-        tar_and_zip.kind(image_root or '')
-    )
+    archived = any(tar_and_zip.kind(f) for f in detected.files)
+    return archived or (detected.form == COCO and bool(tar_and_zip.kind(inputs.image_root or '')))
 
 
 def scan(spec, detected, inputs, index_archives=None):
@@ -90,7 +88,7 @@ def scan(spec, detected, inputs, index_archives=None):
 
 def _entries(spec, detected, inputs, read, found):
     """The set's entries, read by its reader from the archives; what its reader's scan learns
-    (classes, options, rejections of annotations) given to `found` as it learns it."""
+    (classes, options, rejections of annotations) given to `found` once they are read."""
     archives = [f for f in detected.files if tar_and_zip.kind(f)]
     trees = [ArchiveTree(read(archives, detected.form))] if archives else []
     if detected.form == VOC:
@@ -169,8 +167,10 @@ def _coco_in_archive(tree, spec):
 
     name = _coco_file(tree, spec)
     annotations = AnnotationFile(tree.where(name), lambda _: tree.open(name))
+    # Its images where coco.image_root finds a file's: `images/` beside its folder, else its
+    # folder (a file at the archive's top has nothing beside its folder).
     folder = posixpath.dirname(name)
-    beside = _joined(posixpath.dirname(folder), 'images')
+    beside = _joined(posixpath.dirname(folder), 'images') if folder else None
     return annotations, tree.folder(beside if beside and tree.exists(beside) else folder)
 
 
