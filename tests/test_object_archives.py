@@ -329,3 +329,17 @@ def test_coco_exports_with_their_file_beside_their_images_build_as_extracted(coc
     facts = build(archive, base / 'out-studio-zip', '--input-form', 'coco')
     assert_same_build(base / 'out-studio', folder_facts, base / 'out-studio-zip', facts)
     assert facts['counts']['written'] == len(coco['images'])
+
+
+def test_a_folder_of_voc_tars_builds_as_one_extracted_folder(voc_builds):
+    """VOC2007 ships trainval and test tars that extract into one VOCdevkit/VOC2007."""
+    base, builds = voc_builds
+    root = base / 'VOCdevkit' / 'VOC2012'
+    names = sorted(p.relative_to(base) for p in root.rglob('*') if p.is_file())
+    (base / 'two').mkdir()
+    for part, chosen in (('trainval', names[::2]), ('test', names[1::2])):
+        with tarfile.open(base / 'two' / f'VOC{part}.tar', 'w') as tar:
+            for name in chosen:
+                tar.add(base / name, arcname=str(name))
+    out = base / 'out-two'
+    assert_same_build(*builds['folder'], out, build(base / 'two', out))
