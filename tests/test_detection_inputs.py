@@ -142,6 +142,28 @@ def test_an_exif_rotated_image_whose_annotation_gives_its_stored_size_is_rejecte
     assert dataset['counts']['annotations']['rejected_by_reason'] == {'image_rejected': lost}
 
 
+def test_an_image_record_without_its_size_is_checked_against_its_decoded_size(tmp_path):
+    """Without `width` and `height` the decoded image's size is the truth: a box outside it is
+    still dropped with its reason, one a little past its edge clipped."""
+    coco = object_sets.write_coco(str(tmp_path), images=2, sizes=((60, 40),))
+    del coco['images'][0]['width'], coco['images'][0]['height']
+    first = {'image_id': 1000, 'category_id': 1, 'iscrowd': 0}
+    coco['annotations'] += [
+        dict(first, id=901, bbox=[50, 30, 30, 30]),  # 20 pixels past the 60x40 image's corner
+        dict(first, id=902, bbox=[45, 5, 17, 10]),  # 2 pixels past its right edge: clipped
+    ]
+    (tmp_path / 'annotations' / 'instances.json').write_text(json.dumps(coco))
+    out = tmp_path / 'out'
+    dataset = build(tmp_path / 'annotations' / 'instances.json', out, '--no-analyze')
+    assert dataset['counts']['written'] == 2
+    counted = dataset['counts']['annotations']
+    assert counted['rejected_by_reason'] == {'box_outside_image': 1}
+    assert counted['clipped'] == 1 and counted['written'] == len(coco['annotations']) - 1
+    (row,) = jsonl(out / 'rejected_annotations.jsonl')
+    assert (row['key'], row['annotation']) == ('sub/img000.jpg', 'annotation 901')
+    assert '60x40' in row['detail']
+
+
 def test_the_coco_reader_joins_across_spill_files_whatever_the_files_order(tmp_path, monkeypatch):
     coco = object_sets.write_coco(str(tmp_path), images=11)
     reordered = {

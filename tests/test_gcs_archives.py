@@ -81,3 +81,39 @@ def test_gs_webdataset_shards_build_as_the_same_shards_on_disk(gcs, tmp_path):
     assert remote['counts'] == local['counts'] and remote['counts']['written'] == 10
     assert remote['labels'] == local['labels'] == ['0', '1']
     assert shard_records(tmp_path / 'remote') == shard_records(tmp_path / 'local')
+
+
+def test_gs_detection_sets_in_archives_build_as_the_sets_extracted(gcs, tmp_path, caplog):
+    """A VOC tar and a YOLO zip as --input, a COCO file whose --image-root is a .tar.gz, all on
+    gs://: indexed by the build's workers (the annotation files' bytes in their indexes), built
+    as the same sets on local disk."""
+    import object_sets  # pylint: disable=import-outside-toplevel
+    from test_object_archives import assert_same_build  # pylint: disable=import-outside-toplevel
+    from test_object_archives import build  # pylint: disable=import-outside-toplevel
+    from test_object_archives import tar_of  # pylint: disable=import-outside-toplevel
+    from test_object_archives import zip_of  # pylint: disable=import-outside-toplevel
+
+    object_sets.write_voc(str(tmp_path / 'VOCdevkit' / 'VOC2012'))
+    object_sets.write_yolo(str(tmp_path / 'shapes'))
+    object_sets.write_coco(str(tmp_path / 'coco'), images=8)
+    tar_of(tmp_path / 'VOCdevkit', tmp_path / 'voc.tar', 'VOCdevkit')
+    zip_of(tmp_path / 'shapes', tmp_path / 'shapes.zip', 'shapes')
+    tar_of(tmp_path / 'coco' / 'images', tmp_path / 'images.tar.gz', 'images', 'w:gz')
+    for name in ('voc.tar', 'shapes.zip', 'images.tar.gz'):
+        gcs.upload(f'sets/{name}', (tmp_path / name).read_bytes())
+    instances = tmp_path / 'coco' / 'annotations' / 'instances.json'
+    gcs.upload('sets/instances.json', instances.read_bytes())
+    for local, remote, flags in (
+        (tmp_path / 'VOCdevkit' / 'VOC2012', 'voc.tar', ()),
+        (tmp_path / 'shapes' / 'data.yaml', 'shapes.zip', ()),
+        (instances, 'instances.json', ('--image-root', gcs.uri('sets', 'images.tar.gz'))),
+    ):
+        out = tmp_path / f'out-{remote}'
+        facts = build(local, out, '--no_auth')
+        caplog.clear()
+        with caplog.at_level('INFO', logger='pipelines.inputs.archive_index'):
+            remote_facts = build(
+                gcs.uri('sets', remote), tmp_path / f'gs-{remote}', '--no_auth', *flags
+            )
+        assert 'indexing 1 archive on the workers' in caplog.text
+        assert_same_build(out, facts, tmp_path / f'gs-{remote}', remote_facts)

@@ -119,6 +119,41 @@ def thread_reader() -> Reader:
     return reader
 
 
+class SourceStream:
+    """An input's bytes inside a container as a file object read forward (`read(size)`), never
+    held whole: what the listing streams of a large member (a COCO annotation file in an
+    archive). A container that ends before the member does raises Unreadable."""
+
+    def __init__(self, source):
+        self._source = source
+        self._position = 0
+        if source.how == sources.RANGE:
+            self._reader, self._start = RangeReader(source.container, True), source.offset
+        else:  # a zip member is inflated from its start; a .tar.gz's member is reached forward
+            self._reader = _Stream(source)
+            self._start = 0 if source.how == sources.ZIP else source.offset
+
+    def read(self, size=-1) -> bytes:
+        left = self._source.length - self._position
+        size = left if size is None or size < 0 else min(size, left)
+        if size <= 0:
+            return b''
+        data = self._reader.read(self._start + self._position, size)
+        if not data:
+            raise _cut_short(self._source, self._position)
+        self._position += len(data)
+        return data
+
+    def close(self) -> None:
+        self._reader.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
+
+
 class RangeReader:
     """A container open for reads of byte ranges: a local file's descriptor (one `pread`, no
     seek, a read), or a remote object's stream (contiguous reads) or ranged requests."""

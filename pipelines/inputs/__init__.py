@@ -24,5 +24,6 @@ read back in work items. Imports the foundation and the base (pipelines/core/) o
     coco.py             a COCO annotation file, streamed; annotations joined to their images
     voc.py              a Pascal VOC folder: XML boxes, segmentation PNGs, ImageSets splits
     yolo.py             a YOLO data.yaml: its image folders and label text files
+    object_archives.py  any of these three in archives (tar, .tar.gz, zip), read as extracted
     vertex_objects.py   Vertex AI's object detection import files (JSONL), read as they are
 """

@@ -24,7 +24,9 @@ import re
 
 from imageshards.file_names import display
 from pipelines.core.settings import CLASS_ARCHIVES
+from pipelines.core.settings import VOC
 from pipelines.core.settings import WEBDATASET
+from pipelines.core.settings import YOLO
 from pipelines.inputs import tar_and_zip
 from pipelines.inputs.class_names import UnknownClass
 from pipelines.inputs.entries import IMAGE_EXTENSIONS
@@ -52,7 +54,7 @@ def archive_entries(files, form, scan, labeling, index_archives=None):
     """
     next_id, seen = 0, set()
     for container, found in (index_archives or read_here)(files, form):
-        _say_where_cut(container, found)
+        say_where_cut(container, found)
         if form == WEBDATASET:
             entries = _samples(container, found, scan, labeling)
         else:
@@ -70,8 +72,9 @@ def read_here(files, form):
 
 def archive_members(container, form) -> list:
     """The members of an archive as listing takes them (tar_and_zip.members; of a WebDataset
-    shard, with the bytes of its label members); raises ValueError where it is no archive."""
-    wanted = _is_label_member if form == WEBDATASET else None
+    shard, with the bytes of its label members; of a VOC or YOLO set, with those of its small
+    annotation files); raises ValueError where it is no archive."""
+    wanted = _is_label_member if form == WEBDATASET else _annotation_member(form)
     return list(tar_and_zip.members(container, want_data=wanted))
 
 
@@ -79,7 +82,17 @@ def _is_label_member(name):
     return sample_part(name)[1] in LABEL_EXTENSIONS
 
 
-def _say_where_cut(container, found):
+# The members of a detection set whose bytes the listing reads (pipelines/inputs/voc.py, yolo.py;
+# a COCO file is streamed from the archive, whatever its size: object_archives.py).
+_ANNOTATION_SUFFIXES = {VOC: ('.xml', '.txt'), YOLO: ('.yaml', '.yml', '.txt')}
+
+
+def _annotation_member(form):
+    suffixes = _ANNOTATION_SUFFIXES.get(form)
+    return (lambda name: name.lower().endswith(suffixes)) if suffixes else None
+
+
+def say_where_cut(container, found):
     """Says in the log that an archive ends early, or cannot be read on, and where (the members
     before are built; the rejection is counted as any other)."""
     for member in found:

@@ -39,8 +39,29 @@ def scan(spec, inputs):
     if not storage.exists(path):
         raise ValueError(f'--input annotation file does not exist: {spec}')
     root = image_root(path, inputs.image_root)
-    found = object_inputs.new_scan(root, COCO)
-    found.entries = _entries(path, object_inputs.confinement(root, inputs), found)
+    images = object_inputs.StoredFolder(root)
+    return read_set(AnnotationFile(path, storage.open_read), images, inputs)
+
+
+class AnnotationFile:
+    """A COCO annotation file: where it is (`str` of it, in messages), and `open(path)`, which
+    gives its bytes as a stream (of a file, or of an archive's member)."""
+
+    def __init__(self, path, opener):
+        self.path, self._opener = path, opener
+
+    def open(self):
+        return self._opener(self.path)
+
+    def __str__(self):
+        return self.path
+
+
+def read_set(annotations, images, inputs):
+    """The InputScan of the COCO file `annotations` (an AnnotationFile) whose images are below
+    `images` (a StoredFolder, or an archive's folder)."""
+    found = object_inputs.new_scan(images.where(), COCO)
+    found.entries = _entries(annotations, images.images('', inputs), found)
     return found
 
 
@@ -60,8 +81,8 @@ def image_root(path, given):
 
 
 def read_categories(path) -> list:
-    """[(id, name)] of a COCO file's categories, by id; ValueError in one line where they are
-    missing or do not name their classes once each."""
+    """[(id, name)] of a COCO file's categories (`path`: an AnnotationFile), by id; ValueError
+    in one line where they are missing or do not name their classes once each."""
     categories = []
     for item in _items(path, 'categories.item'):
         category_id, name = item.get('id'), item.get('name')
@@ -83,7 +104,7 @@ def read_categories(path) -> list:
 def _items(path, prefix):
     """The items at `prefix` of a JSON file, streamed; a file that is not JSON is one line."""
     try:
-        with storage.open_read(path) as f:
+        with path.open() as f:
             yield from ijson.items(f, prefix, use_float=True)
     except ijson.JSONError as e:
         raise ValueError(f'{path} is not valid JSON: {str(e).splitlines()[0][:200]}') from None
@@ -290,6 +311,9 @@ def _entry(position, image, objs, places, found):
         entry = object_inputs.InputEntry(position, ref, ref, (), reject='bad_annotation')
         detail = 'the image record has no file_name' if isinstance(image, dict) else str(image)
         return entry._replace(detail=detail[:200], annotation=annotation)
+    # An image record without its width and height (some exporters leave them out) states no
+    # size to check: the image's decoded size, as shown (EXIF applied), is then the truth, and
+    # its boxes are checked against that, dropped or clipped with a reason (objects.check).
     width, height = image.get('width'), image.get('height')
     if _number(width) and _number(height):
         annotation['size'] = [int(height), int(width)]

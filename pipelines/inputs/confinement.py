@@ -21,11 +21,12 @@ from pipelines.inputs.entries import redact
 
 
 class Refused(Exception):
-    """A manifest path that may not be read; `path` is safe to show (credentials redacted)."""
+    """A manifest path that may not be read; `path` is safe to show (credentials redacted),
+    `key` the key it would have had, where it is known (an archive's missing member)."""
 
-    def __init__(self, reason, path, detail):
+    def __init__(self, reason, path, detail, key=None):
         super().__init__(f'{reason}: {detail}')
-        self.reason, self.path, self.detail = reason, path, detail
+        self.reason, self.path, self.detail, self.key = reason, path, detail, key
 
 
 def normalize_root(root):

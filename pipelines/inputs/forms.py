@@ -4,6 +4,8 @@
     tree            a folder <root>/<class>/... of image files, or a glob of them
     manifest        a .csv or .jsonl manifest (pipelines/inputs/manifests.py)
     archive         .tar, .tar.gz, .tgz or .zip archives of a class tree
+    coco, voc, yolo  detection sets: a COCO .json, a VOC folder, a YOLO data.yaml, or
+                    archives of any (pipelines/inputs/object_archives.py)
     class-archives  archives of images named after their class (`n01440764.tar`, ...)
     webdataset      WebDataset shards (pipelines/inputs/archive_inputs.py)
     idx             MNIST IDX files; arrays: .npz/.npy (pipelines/inputs/arrays.py)
@@ -15,7 +17,8 @@ forms was. Otherwise the files the input names (the file; the files at the folde
 glob's matches) decide: archives, IDX images files, .npz/.npy arrays, TFRecord files (by name,
 or by their first bytes), one kind at a time. An archive's first members tell its form: samples
 of an image and a `.cls` or `.json` of one key are WebDataset's; images in folders a tree's;
-images at the top a class's (unless --labels-file gives their labels: then a tree's).
+images at the top a class's (unless --labels-file gives their labels: then a tree's); an
+`Annotations/*.xml`, a .yaml or a COCO-named .json a detection set's (object_archives.form_in).
 """
 
 import itertools
@@ -41,6 +44,7 @@ from pipelines.core.settings import VOC
 from pipelines.core.settings import WEBDATASET
 from pipelines.core.settings import YOLO
 from pipelines.inputs import archive_inputs
+from pipelines.inputs import object_archives
 from pipelines.inputs import tar_and_zip
 from pipelines.inputs.class_names import ClassNames
 from pipelines.inputs.entries import GLOB_CHARS
@@ -54,7 +58,7 @@ from pipelines.inputs.label_files import LabelsFile
 
 _LOG = logging.getLogger(__name__)
 CONTAINER_FORMS = (ARCHIVE, CLASS_ARCHIVES, WEBDATASET, IDX, ARRAYS, TFRECORD)
-_KIND_FORMS = {'archive': (ARCHIVE, CLASS_ARCHIVES, WEBDATASET), 'idx': (IDX,)}
+_KIND_FORMS = {'archive': (ARCHIVE, CLASS_ARCHIVES, WEBDATASET, *OBJECT_FORMS), 'idx': (IDX,)}
 _KIND_FORMS.update({'arrays': (ARRAYS,), 'tfrecord': (TFRECORD,)})
 _WORDS = {
     ARCHIVE: 'archives of a class tree',
@@ -120,7 +124,7 @@ def detect(spec, form=AUTO, labels_file=None) -> Detected:
             '--input %s: %s (%d files; detected from their names and content, '
             '--input-form overrides)',
             spec,
-            _WORDS[found.form],
+            _WORDS[found.form] + (' in archives' if found.form in OBJECT_FORMS else ''),
             len(files),
         )
     return found._replace(files=files, base=base)
@@ -239,16 +243,20 @@ def _names(paths, shown=3):
 
 
 def _archive_form(container, labels_file):
-    """WEBDATASET, ARCHIVE or CLASS_ARCHIVES, from the first members of an archive."""
+    """WEBDATASET, a detection set's form (COCO, VOC, YOLO: object_archives.form_in), ARCHIVE
+    or CLASS_ARCHIVES, from the first members of an archive."""
     if labels_file:
         return ARCHIVE
-    members = tar_and_zip.members(container, marked=False)
-    names = [m.name for m in itertools.islice(members, _PEEK_MEMBERS) if not m.reject]
+    peeked = list(itertools.islice(tar_and_zip.members(container, marked=False), _PEEK_MEMBERS))
+    names = [m.name for m in peeked if not m.reject]
     images = [name for name in names if extension(name) in IMAGE_EXTENSIONS]
     parts = [archive_inputs.sample_part(name) for name in names]
     labelled = {key for key, part in parts if part in archive_inputs.LABEL_EXTENSIONS}
     if any(archive_inputs.sample_part(name)[0] in labelled for name in images):
         return WEBDATASET
+    objects = object_archives.form_in([m.name for m in peeked])  # a cut member's name tells too
+    if objects:
+        return objects
     if images and all('/' not in name for name in images):
         return CLASS_ARCHIVES
     return ARCHIVE

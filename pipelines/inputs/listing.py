@@ -38,6 +38,7 @@ from pipelines.core.settings import OBJECT_FORMS
 from pipelines.core.settings import InputSettings
 from pipelines.inputs import forms
 from pipelines.inputs import manifests
+from pipelines.inputs import object_archives
 from pipelines.inputs import tree_walk
 from pipelines.inputs import vertex_objects
 from pipelines.inputs.entries import GLOB_CHARS
@@ -81,6 +82,8 @@ def scan_inputs(spec, inputs=None, index_archives=None):
         if vertex_objects.is_detection_file(absolute(spec)):
             return vertex_objects.scan(spec, inputs)
         return manifests.scan_manifest(spec, inputs)
+    if detected.form in OBJECT_FORMS and object_archives.is_archived(detected, inputs):
+        return object_archives.scan(spec, detected, inputs, index_archives)
     if detected.form in OBJECT_FORMS:  # pipelines/inputs/coco.py, voc.py, yolo.py
         return importlib.import_module(f'pipelines.inputs.{detected.form}').scan(spec, inputs)
     if detected.form != forms.TREE:

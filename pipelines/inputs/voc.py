@@ -41,56 +41,54 @@ MAX_XML_BYTES = 1 << 20
 def scan(spec, inputs):
     """The InputScan of a Pascal VOC folder (see the module's docstring)."""
     root = storage.absolute(spec).rstrip('/')
-    if not storage.exists(storage.join(root, 'Annotations')):
+    return read_set(object_inputs.StoredFolder(root), inputs, spec)
+
+
+def read_set(folder, inputs, spec):
+    """The InputScan of the VOC set in `folder` (a StoredFolder, or an archive's folder)."""
+    if not folder.exists('Annotations'):
         raise ValueError(f'--input {spec}: a Pascal VOC folder holds Annotations/')
-    images = storage.join(root, 'JPEGImages')
-    found = object_inputs.new_scan(images, VOC)  # keys are below JPEGImages/
-    classes = labelmap(root)
+    found = object_inputs.new_scan(folder.where('JPEGImages'), VOC)  # keys: below JPEGImages/
+    classes = labelmap(folder)
     found.classes = list(classes)
     found.kind_options = {'flags': True}
-    places = (object_inputs.confinement(images, inputs), set(classes))
-    found.entries = _entries(root, places, found, classes, inputs.source_splits)
+    places = (folder.images('JPEGImages', inputs), set(classes))
+    found.entries = _entries(folder, places, found, classes, inputs.source_splits)
     return found
 
 
-def labelmap(root) -> tuple:
+def labelmap(folder) -> tuple:
     """The classes of a VOC folder: its labelmap.txt's (CVAT's `name:r,g,b::` lines, without
     `background`), else VOC's 20."""
-    path = storage.join(root, 'labelmap.txt')
-    if not storage.exists(path):
+    if not folder.exists('labelmap.txt'):
         return CLASSES
     names = []
-    for line in storage.read(path).decode('utf-8').splitlines():
+    for line in folder.read('labelmap.txt').decode('utf-8').splitlines():
         name = line.split(':', 1)[0].strip()
         if name and not line.lstrip().startswith('#') and name != BACKGROUND:
             names.append(name)
     if not names or len(set(names)) != len(names):
-        raise ValueError(f'{path}: names no classes, or a class twice')
+        raise ValueError(f'{folder.where("labelmap.txt")}: names no classes, or a class twice')
     return tuple(names)
 
 
-def _split_of(root):
+def _split_of(folder):
     """{image id: split} of ImageSets/Main/<split>.txt where present."""
     placed = {}
     for split in SPLITS:
-        path = storage.join(root, 'ImageSets', 'Main', f'{split}.txt')
-        if storage.exists(path):
-            for line in storage.read(path).decode('utf-8').split():
+        relative = f'ImageSets/Main/{split}.txt'
+        if folder.exists(relative):
+            for line in folder.read(relative).decode('utf-8').split():
                 placed.setdefault(line.strip(), split)
     return placed
 
 
-def _entries(root, places, found, classes, source_splits):
-    annotations = storage.join(root, 'Annotations')
-    names = sorted(
-        name for name in storage.relative_files(annotations) if name.lower().endswith('.xml')
-    )
-    splits = _split_of(root) if source_splits else {}
+def _entries(folder, places, found, classes, source_splits):
+    names = sorted(name for name in folder.files('Annotations') if name.lower().endswith('.xml'))
+    splits = _split_of(folder) if source_splits else {}
     masks = {
-        folder: set(storage.relative_files(storage.join(root, folder)))
-        if storage.exists(storage.join(root, folder))
-        else set()
-        for folder in ('SegmentationClass', 'SegmentationObject')
+        where: set(folder.files(where)) if folder.exists(where) else set()
+        for where in ('SegmentationClass', 'SegmentationObject')
     }
     if masks['SegmentationClass']:
         found.kind_options['class_maps'] = True
@@ -99,21 +97,25 @@ def _entries(root, places, found, classes, source_splits):
         found.kind_options['masks'] = True
     for entry_id, name in enumerate(names):
         image_id = posixpath.splitext(name)[0]
-        path = storage.join(annotations, name)
-        annotation, filename = read_annotation(path, image_id)
+        relative = f'Annotations/{name}'
+        annotation, filename = read_annotation(folder, relative, image_id)
         files = {}
-        for folder, key in (('SegmentationClass', 'semantic'), ('SegmentationObject', 'instances')):
-            if f'{image_id}.png' in masks[folder]:
-                files[key] = storage.join(root, folder, f'{image_id}.png')
+        for where, key in (('SegmentationClass', 'semantic'), ('SegmentationObject', 'instances')):
+            if f'{image_id}.png' in masks[where]:
+                files[key] = folder.file_ref(f'{where}/{image_id}.png')
         if files:
             annotation['files'] = files
         split = splits.get(image_id, '')
-        yield object_inputs.image_entry(entry_id, filename, places, annotation, split)
+        entry = object_inputs.image_entry(entry_id, filename, places, annotation, split)
+        for where in ('SegmentationClass', 'SegmentationObject'):
+            problem = folder.problem(f'{where}/{image_id}.png')
+            entry = object_inputs.unless_unreadable(entry, problem, f'its {where} mask')
+        yield entry
 
 
-def read_annotation(path, image_id):
+def read_annotation(folder, relative, image_id):
     """(the annotation in the readers' form, the image's file name) of a VOC XML file."""
-    data = storage.read(path)
+    path, data = folder.where(relative), folder.read(relative)
     if len(data) > MAX_XML_BYTES:
         raise ValueError(f'{path}: {len(data):,} bytes; a VOC annotation is under 1 MB')
     try:

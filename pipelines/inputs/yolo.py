@@ -34,24 +34,31 @@ def scan(spec, inputs):
     path = storage.absolute(spec)
     if not storage.exists(path):
         raise ValueError(f'--input data.yaml does not exist: {spec}')
-    data = read_yaml(path)
+    data = read_yaml(path, storage.read(path))
     root = storage.join(posixpath.dirname(path), str(data.get('path') or '.'))
     root = posixpath.normpath(root) if not storage.is_uri(root) else root.rstrip('/')
+    return read_set(object_inputs.StoredFolder(root), data, path, inputs)
+
+
+def read_set(folder, data, path, inputs):
+    """The InputScan of the YOLO set in `folder` (its root: a StoredFolder, or an archive's)
+    that the data.yaml at `path` (read: `data`) describes."""
     names = class_names(data, path)
-    found = object_inputs.new_scan(root, YOLO)
+    found = object_inputs.new_scan(folder.where(), YOLO)
     found.classes = names
-    splits = {split: data[split] for split in SPLITS if data.get(split)}
+    splits = {split: _as_ultralytics(folder, data[split]) for split in SPLITS if data.get(split)}
     if not splits:
         raise ValueError(f'{path} names no split (train, val, test) of images')
-    places = (object_inputs.confinement(root, inputs), set(names))
-    found.entries = _entries(root, splits, places, names, found, inputs.source_splits)
+    places = (folder.images('', inputs), set(names))
+    found.entries = _entries(folder, splits, places, names, found, inputs.source_splits)
     return found
 
 
-def read_yaml(path) -> dict:
-    """A data.yaml, read with the safe loader; ValueError in one line where it is not one."""
+def read_yaml(path, data) -> dict:
+    """A data.yaml (`data`, its bytes), read with the safe loader; ValueError in one line where
+    it is not one."""
     try:
-        data = yaml.safe_load(storage.read(path).decode('utf-8'))
+        data = yaml.safe_load(data.decode('utf-8'))
     except (yaml.YAMLError, UnicodeDecodeError) as e:
         raise ValueError(f'{path} is not a usable YAML file: {" ".join(str(e).split())}') from None
     if not isinstance(data, dict):
@@ -74,20 +81,35 @@ def class_names(data, path) -> list:
     return names
 
 
-def _images_of(root, given):
-    """The image paths (relative to `root`) a split names: folders, or .txt lists of images."""
+def _images_of(folder, given):
+    """The image paths (relative to the set's root) a split names: folders, or .txt lists of
+    images."""
     images = []
     for item in given if isinstance(given, list) else [given]:
-        where = storage.join(root, str(item))
+        where = posixpath.normpath(str(item))
         if where.lower().endswith('.txt'):
-            text = storage.read(where).decode('utf-8')
+            text = folder.read(where).decode('utf-8')
             listed = (line.strip() for line in text.splitlines() if line.strip())
             images += [posixpath.normpath(p.removeprefix('./')) for p in listed]
         else:
-            folder = posixpath.normpath(str(item))
-            files = storage.relative_files(where)
-            images += [posixpath.join(folder, f) for f in files]
+            images += [posixpath.join(where, f) for f in folder.files(where)]
     return sorted(p for p in images if extension(p) in IMAGE_EXTENSIONS)
+
+
+def _as_ultralytics(folder, given):
+    """A split's folders as Ultralytics finds them: one named `../x` that is not there is `x`
+    (Roboflow's exports name `../train/images` beside their data.yaml)."""
+    items = given if isinstance(given, list) else [given]
+    found = [
+        item[3:]
+        if isinstance(item, str)
+        and item.startswith('../')
+        and not folder.exists(item)
+        and folder.exists(item[3:])
+        else item
+        for item in items
+    ]
+    return found if isinstance(given, list) else found[0]
 
 
 def label_path(image):
@@ -98,24 +120,26 @@ def label_path(image):
     return posixpath.splitext(path[1:])[0] + '.txt'
 
 
-def _entries(root, splits, places, names, found, source_splits):
+def _entries(folder, splits, places, names, found, source_splits):
     entry_id = 0
     for split, given in splits.items():
-        for image in _images_of(root, given):
-            annotation = read_labels(storage.join(root, label_path(image)), names)
+        for image in _images_of(folder, given):
+            annotation = read_labels(folder, label_path(image), names)
             if any('polygons' in obj for obj in annotation['objects']):
                 found.kind_options['masks'] = True
             placed = split if source_splits else ''
-            yield object_inputs.image_entry(entry_id, image, places, annotation, placed)
+            entry = object_inputs.image_entry(entry_id, image, places, annotation, placed)
+            problem = folder.problem(label_path(image))
+            yield object_inputs.unless_unreadable(entry, problem, 'its label file')
             entry_id += 1
 
 
-def read_labels(path, names) -> dict:
+def read_labels(folder, relative, names) -> dict:
     """The annotation (readers' form) of a YOLO label file; none where there is no file."""
     annotation = {'normalized': True, 'objects': [], 'rejected': []}
-    if not storage.exists(path):
+    if not folder.exists(relative):
         return annotation
-    data = storage.read(path)
+    path, data = folder.where(relative), folder.read(relative)
     if len(data) > MAX_LABEL_BYTES:
         annotation['rejected'].append(
             {'ref': path, 'reason': 'bad_annotation', 'detail': f'{len(data):,} bytes of labels'}

@@ -25,6 +25,7 @@ import tempfile
 from imageshards import storage
 from pipelines.core.settings import InputSettings
 from pipelines.inputs import entries
+from pipelines.inputs import forms
 from pipelines.inputs import listing
 
 _LOG = logging.getLogger(__name__)
@@ -63,7 +64,8 @@ class EarlyListing:
         with open(os.path.join(self.folder, RESULT), encoding='utf-8') as f:
             result = json.load(f)
         for name, level, message in result['logged']:
-            logging.getLogger(name).log(level, '%s', message)
+            if name != forms.__name__:  # what --input is: said by the launcher's own scan
+                logging.getLogger(name).log(level, '%s', message)
         scan = entries.InputScan(
             result['base'],
             iter(()),
@@ -91,8 +93,8 @@ def start_early(config):
     """Starts listing now where `config` (the build's BuildConfig, peeked from its arguments)
     names a local folder or file as its input; returns the EarlyListing, or None."""
     global _early  # pylint: disable=global-statement
-    if not _local_input(config.input):
-        return None
+    if not _local_input(config.input) or storage.is_uri(config.inputs.image_root or ''):
+        return None  # a COCO file's images on an object store: their archive, the workers index
     _early = EarlyListing(parameters(config))
     return _early
 

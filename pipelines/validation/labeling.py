@@ -12,6 +12,7 @@ from imageshards import storage
 from imageshards.kinds import features
 from imageshards.kinds import objects
 from imageshards.object_facts import ANNOTATION_KEY
+from pipelines.core import reading
 from pipelines.core.groups import MAX_GROUP_BYTES
 from pipelines.core.groups import group_of
 
@@ -116,10 +117,10 @@ def annotated(entry, settings, shown, reader):
     kind = settings.kind
     try:
         files = {
-            name: reader.read(path, '', settings.max_image_bytes)
-            for name, path in kind.annotation_files(entry).items()
+            name: reader.read(*_where(found), settings.max_image_bytes)
+            for name, found in kind.annotation_files(entry).items()
         }
-    except (OSError, storage.TooLarge) as e:
+    except (OSError, storage.TooLarge, reading.Unreadable) as e:
         return rejection(entry, BAD_ANNOTATION_REASON, f'its mask: {type(e).__name__}: {e}')
     try:
         return kind.annotation(entry, shown.height, shown.width, settings.label_ids, files)
@@ -127,6 +128,12 @@ def annotated(entry, settings, shown, reader):
         return rejection(entry, SIZE_MISMATCH_REASON, str(e))
     except ValueError as e:
         return rejection(entry, BAD_ANNOTATION_REASON, str(e))
+
+
+def _where(found):
+    """(path, encoded source) of a file an annotation names: a path, or (an archive's member)
+    [path, source]."""
+    return (found, '') if isinstance(found, str) else tuple(found)
 
 
 def dropped_rows(entry, annotated_) -> list:
