@@ -56,6 +56,8 @@ SUMMARY_METRICS = (
     'val_map_50',
     'test_map',
     'test_map_50',
+    'test_mask_map',
+    'test_mask_map_50',
     'val_mean_iou',
     'test_mean_iou',
 )
