@@ -15,6 +15,7 @@ import posixpath
 
 import tensorflow as tf
 
+from trainer import distribute
 from trainer.model import LOGITS
 
 _LOG = logging.getLogger(__name__)
@@ -119,6 +120,15 @@ def record_run(checkpoint_dir, run) -> None:
     path = posixpath.join(checkpoint_dir, RUN_JSON)
     if not tf.io.gfile.exists(path):
         write_json(path, run)
+
+
+def finished_or_recorded(config, done_steps, steps_per_epoch, checkpoint_dir, run) -> dict | None:
+    """The metrics.json of a job that already trained every epoch asked for; else None, once the
+    chief has recorded `run` (run.json) for the run that starts now."""
+    finished = finished_metrics(config, done_steps, steps_per_epoch)
+    if finished is None and distribute.is_chief():
+        record_run(checkpoint_dir, run)
+    return finished
 
 
 def finished_metrics(config, done_steps, steps_per_epoch) -> dict | None:

@@ -147,11 +147,9 @@ def train(config, info, checkpoint_dir, model_dir) -> dict:
     fingerprint = job.check_rerun(config, info, config.resolved_checkpoint_dir)
     fingerprint.update(task=task.name, head_classes=heads(task))
     done = _start(model, checkpoint, config, fingerprint)
-    finished = job.finished_metrics(config, done, steps)
+    finished = job.finished_or_recorded(config, done, steps, checkpoint_dir, fingerprint)
     if finished is not None:
         return finished
-    if distribute.is_chief():
-        job.record_run(checkpoint_dir, fingerprint)
     _LOG.info(
         '%s (%s, %d classes) from %s, %s, %d steps per epoch, from epoch %d step %d',
         task.model,

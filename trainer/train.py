@@ -92,11 +92,9 @@ def _train(config, checkpoint_dir, model_dir):
     manager = tf.train.CheckpointManager(run.checkpoint, checkpoint_dir, max_to_keep=3)
     fingerprint = job.check_rerun(config, info, config.resolved_checkpoint_dir, derived, heads)
     done = _start(run, config, fingerprint, heads)
-    finished = job.finished_metrics(config, done, steps)
+    finished = job.finished_or_recorded(config, done, steps, checkpoint_dir, fingerprint)
     if finished is not None:
         return finished
-    if distribute.is_chief():
-        job.record_run(checkpoint_dir, fingerprint)
     _LOG.info(
         '%s from %s on %s, %s, %d steps per epoch, from epoch %d step %d',
         config.model,
