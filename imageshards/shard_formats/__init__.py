@@ -6,6 +6,7 @@
                      TFRecord framing, written and checked without TensorFlow
     array_record.py  ArrayRecord shards for random access (Grain, TFDS's `as_data_source`)
     parquet.py       Parquet shards, one row per image (Hugging Face `datasets`, DuckDB)
+    parquet_objects.py   a detection record's objects as one nested Parquet column, `objects`
     registry.py      the formats by name (`named`), a build's (`of_build`), shard file names
 
 A build's format is dataset.json's `shard_format` (builds from before it: tfrecord). A new

@@ -11,6 +11,10 @@ A row holds every feature of its record (the build's kind's schema), as columns:
                            `label_<level>_text`
     filename, path         the key and the path as bytes (`binary`): a file name is bytes, and
                            not every one is UTF-8 (imageshards/file_names.py)
+    objects                (detection builds) a struct of lists, one entry per object:
+                           `bbox` ([ymin, xmin, ymax, xmax] fractions, float32), `label`
+                           (`ClassLabel`), `text` and the other image/object/* features;
+                           TFDS's objects/bbox and objects/label are these (parquet_objects.py)
     every other feature    its key without `image/`, `/` as `_` (`image/key/sha256` is
                            `key_sha256`): text as `string`, int64 as `int64`, float as `float`,
                            a list type as a list of those
@@ -21,8 +25,9 @@ verify`, `inspect` and the trainer read a Parquet build through the records it h
 
 Row groups hold 100 rows, what `datasets` writes for images (a reader streams a row group at a
 time; a random read of one row reads its group). Pages carry CRC32 checksums, which reading
-checks. The image column is neither compressed (an encoded image does not shrink) nor
-dictionary-encoded; the others are Snappy-compressed, as `datasets` and pandas write.
+checks. The image column and the objects' masks are neither compressed (an encoded image does
+not shrink) nor dictionary-encoded; the others are Snappy-compressed, as `datasets` and pandas
+write.
 """
 
 import dataclasses
@@ -31,6 +36,7 @@ import json
 
 from imageshards.kinds import example_bytes
 from imageshards.kinds import features
+from imageshards.shard_formats import parquet_objects
 from imageshards.shard_formats.shard_format import CorruptRecordError
 from imageshards.shard_formats.shard_format import ShardFormat
 from imageshards.shard_formats.shard_format import WrittenShard
@@ -87,18 +93,16 @@ class ParquetFormat(ShardFormat):
             raise ValueError('ParquetFormat writes records of a kind: use for_records(kind, names)')
         columns = _columns(self._schema)
         arrow_schema = _arrow_schema(self._schema, columns, self._names, self._binary)
+        leaves, stored = _leaf_names(arrow_schema)
         count = 0
         with files.created_whole(path, temp_dir) as raw:
             f = _HashingWriter(raw)
             with pq.ParquetWriter(
                 f,
                 arrow_schema,
-                compression={
-                    name: 'NONE' if name == _IMAGE_BYTES else 'SNAPPY'
-                    for name in _leaf_names(arrow_schema)
-                },
-                use_dictionary=[n for n in _leaf_names(arrow_schema) if n != _IMAGE_BYTES],
-                write_statistics=[n for n in _leaf_names(arrow_schema) if n != _IMAGE_BYTES],
+                compression={**dict.fromkeys(leaves, 'SNAPPY'), **dict.fromkeys(stored, 'NONE')},
+                use_dictionary=leaves,
+                write_statistics=leaves,
                 write_page_checksum=True,
             ) as writer:
                 for rows in _groups(records, ROWS_PER_GROUP):  # each a {key: value} of a record
@@ -152,14 +156,17 @@ def column_name(key) -> str:
 
 
 def _columns(schema):
-    """{key: column} of a schema: the image's bytes and key go into the `image` struct too."""
-    found = {key: column_name(key) for key in schema if key != features.ENCODED}
+    """{key: column} of a schema: the image's bytes and key go into the `image` struct too, a
+    detection record's objects into `objects` (parquet_objects.py)."""
+    nested = parquet_objects.columns(schema)
+    found = {key: column_name(key) for key in schema if key not in (features.ENCODED, *nested)}
     if features.ENCODED in schema:
         found[features.ENCODED] = _IMAGE_BYTES
-    clashes = {c for c in found.values() if list(found.values()).count(c) > 1}
+    named = [*found.values(), *([parquet_objects.COLUMN] if nested else [])]
+    clashes = {c for c in named if named.count(c) > 1}
     if clashes:
         raise ValueError(f'features that would share Parquet columns: {sorted(clashes)}')
-    return found
+    return {**found, **nested}
 
 
 def _arrow_type(key, type_, binary):
@@ -181,8 +188,12 @@ def _arrow_schema(schema, columns, names, binary):
     fields = []
     if features.ENCODED in schema:
         fields.append(pa.field(IMAGE, pa.struct([('bytes', pa.binary()), ('path', pa.string())])))
+    first = parquet_objects.first(columns)
     for key, type_ in schema.items():
-        if key != features.ENCODED:
+        if key == first:
+            own = lambda k: _arrow_type(k, schema[k], binary)
+            fields.append(pa.field(parquet_objects.COLUMN, parquet_objects.arrow_type(schema, own)))
+        elif key != features.ENCODED and not parquet_objects.holds(columns[key]):
             fields.append(pa.field(columns[key], _arrow_type(key, type_, binary)))
     stored = {'features': schema, 'columns': columns}
     metadata = {
@@ -196,35 +207,47 @@ def _arrow_schema(schema, columns, names, binary):
 
 def _hf_features(schema, columns, names, binary):
     """The `datasets` features of the columns, as `Features.to_dict()` writes them."""
-    levels = dict(names.levels) if names else {}
     found = {IMAGE: {'_type': 'Image'}} if features.ENCODED in schema else {}
+    first = parquet_objects.first(columns)
     for key, type_ in schema.items():
-        if key == features.ENCODED:
-            continue
-        base = type_.removesuffix(features.LIST)
-        level = key.removeprefix(features.LEVEL_PREFIX)
-        if key == features.LABEL and names:
-            one = {'names': list(names.labels), '_type': 'ClassLabel'}
-        elif key.startswith(features.LEVEL_PREFIX) and level in levels:
-            one = {'names': list(levels[level]), '_type': 'ClassLabel'}
-        else:
-            dtype = {'int64': 'int64', 'float': 'float32'}.get(base)
-            dtype = dtype or ('binary' if key in binary else 'string')
-            one = {'dtype': dtype, '_type': 'Value'}
-        found[columns[key]] = (
-            {'feature': one, '_type': 'List'} if type_.endswith(features.LIST) else one
-        )
+        if key == first:
+            feature = lambda k: _hf_feature(k, schema[k], names, binary)
+            found[parquet_objects.COLUMN] = parquet_objects.hf_feature(schema, names, feature)
+        elif key != features.ENCODED and not parquet_objects.holds(columns[key]):
+            found[columns[key]] = _hf_feature(key, type_, names, binary)
     return found
 
 
+def _hf_feature(key, type_, names, binary):
+    levels = dict(names.levels) if names else {}
+    base = type_.removesuffix(features.LIST)
+    level = key.removeprefix(features.LEVEL_PREFIX)
+    if key == features.LABEL and names:
+        one = {'names': list(names.labels), '_type': 'ClassLabel'}
+    elif key.startswith(features.LEVEL_PREFIX) and level in levels:
+        one = {'names': list(levels[level]), '_type': 'ClassLabel'}
+    else:
+        dtype = {'int64': 'int64', 'float': 'float32'}.get(base)
+        dtype = dtype or ('binary' if key in binary else 'string')
+        one = {'dtype': dtype, '_type': 'Value'}
+    return {'feature': one, '_type': 'List'} if type_.endswith(features.LIST) else one
+
+
 def _leaf_names(arrow_schema):
-    names = []
+    """(leaves compressed, with dictionaries and statistics; leaves stored as they are: encoded
+    images and masks)."""
+    leaves, stored = [], []
     for field in arrow_schema:
-        if field.type.num_fields and not hasattr(field.type, 'value_type'):  # a struct
-            names += [f'{field.name}.{child.name}' for child in field.type]
+        if not field.type.num_fields or hasattr(field.type, 'value_type'):  # not a struct
+            leaves.append(field.name)
+        elif field.name == parquet_objects.COLUMN:
+            nested, as_is = parquet_objects.leaf_names(field.type)
+            leaves, stored = leaves + nested, stored + as_is
         else:
-            names.append(field.name)
-    return names
+            names = [f'{field.name}.{child.name}' for child in field.type]
+            leaves += [n for n in names if n != _IMAGE_BYTES]
+            stored += [n for n in names if n == _IMAGE_BYTES]
+    return leaves, stored
 
 
 def _groups(records, size):
@@ -251,19 +274,22 @@ def _table(rows, schema, columns, arrow_schema, binary):
         found = [row[key] for row in rows]
         if type_.startswith('bytes') and key not in binary and key != features.ENCODED:
             found = _texts(found, key, type_.endswith(features.LIST))
-        data[columns[key]] = found
+        data[key] = found
+    keys = {column: key for key, column in columns.items()}
     arrays = []
     for field in arrow_schema:
         if field.name == IMAGE:
-            paths = [_text(name) for name in data[columns[features.FILENAME]]]
+            paths = [_text(name) for name in data[features.FILENAME]]
             arrays.append(
                 pa.StructArray.from_arrays(
-                    [pa.array(data[_IMAGE_BYTES], pa.binary()), pa.array(paths, pa.string())],
+                    [pa.array(data[features.ENCODED], pa.binary()), pa.array(paths, pa.string())],
                     names=['bytes', 'path'],
                 )
             )
+        elif field.name in keys:
+            arrays.append(pa.array(data[keys[field.name]], field.type))
         else:
-            arrays.append(pa.array(data[field.name], field.type))
+            arrays.append(parquet_objects.array(data, field.type))
     return pa.Table.from_arrays(arrays, schema=arrow_schema)
 
 
@@ -306,8 +332,10 @@ def _stored_schema(metadata, name):
 
 def _values(table, schema, columns):
     """The records' values ({key: value}) of a table's rows."""
-    data = {}
+    data = parquet_objects.values(table, columns)
     for key, column in columns.items():
+        if key in data:
+            continue
         if column == _IMAGE_BYTES:
             data[key] = table.column(IMAGE).combine_chunks().field('bytes').to_pylist()
         else:
