@@ -142,13 +142,15 @@ def _boxes(data):
 def values(table, columns) -> dict:
     """{key: [each row's values, a list]} of the keys `columns` ({key: column}, as stored)
     places in a table's `objects`; {} where it places none."""
-    found, read = {}, {}
+    found, read, struct = {}, {}, None
     for key, column in columns.items():
         if not holds(column):
             continue
         field, _, coordinate = column.removeprefix(_PREFIX).partition('.')
+        if struct is None:  # once: combining the chunks copies them, masks and all
+            struct = table.column(COLUMN).combine_chunks()
         if field not in read:
-            read[field] = table.column(COLUMN).combine_chunks().field(field).to_pylist()
+            read[field] = struct.field(field).to_pylist()
         if coordinate:
             at = _COORDINATES.index(coordinate)
             found[key] = [[box[at] for box in boxes] for boxes in read[field]]
