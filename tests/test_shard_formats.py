@@ -3,6 +3,7 @@ build's, read back by the tools and by each format's own readers (TFDS's as_data
 Hugging Face datasets, pyarrow), damage found, and a gs:// output written as a local one."""
 
 import json
+import os
 
 import datasets
 import numpy as np
@@ -178,6 +179,16 @@ def test_a_multi_label_parquet_build_has_lists_of_class_labels(tmp_path):
     assert feature['label_mood'].feature.names == ['cool', 'warm']
     row = loaded['train'][0]
     assert row['label_text'] == [multilabel_builds.COLOURS[i] for i in row['label']]
+    # Every column but the encoded images is Snappy-compressed, the list columns included.
+    shard = sorted(os.listdir(f'{out}/train'))[0]
+    group = pq.ParquetFile(f'{out}/train/{shard}').metadata.row_group(0)
+    compression = {
+        group.column(i).path_in_schema: group.column(i).compression
+        for i in range(group.num_columns)
+    }
+    assert compression.pop('image.bytes') == 'UNCOMPRESSED'
+    assert compression['label.list.element'] == 'SNAPPY'
+    assert set(compression.values()) == {'SNAPPY'}
 
 
 @pytest.mark.parametrize('fmt', FORMATS[1:])

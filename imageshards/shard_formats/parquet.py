@@ -238,7 +238,9 @@ def _leaf_names(arrow_schema):
     images and masks)."""
     leaves, stored = [], []
     for field in arrow_schema:
-        if not field.type.num_fields or hasattr(field.type, 'value_type'):  # not a struct
+        if hasattr(field.type, 'value_type'):  # a list: its values' column
+            leaves.append(f'{field.name}.list.element')
+        elif not field.type.num_fields:
             leaves.append(field.name)
         elif field.name == parquet_objects.COLUMN:
             nested, as_is = parquet_objects.leaf_names(field.type)
