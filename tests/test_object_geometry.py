@@ -216,3 +216,76 @@ def test_deeplabv3_plus_is_kerashubs_model_its_classes_found_at_a_quarter_then_u
     quarter = tf.nn.conv2d(features(images), kernel, 1, 'SAME')
     upsampled = tf.image.resize(quarter, canvas, method='bilinear')  # Keras' bilinear, 4x
     np.testing.assert_allclose(upsampled, library(images), rtol=1e-3, atol=1e-3)
+
+
+def test_augment_auto_is_the_objects_preset_and_a_spec_adjusts_or_turns_it_off():
+    assert objects_input.augmentation('auto') == {
+        'flip': True,
+        'scale_range': (0.75, 1.33),
+        'colour': 0.2,
+    }
+    defaults = objects_input.ObjectInput()
+    assert objects_input.augmentation(None) == {
+        'flip': defaults.flip,
+        'scale_range': defaults.scale_range,
+        'colour': defaults.colour,
+    }
+    no_flip = objects_input.augmentation('auto,flip_horizontal=0')
+    assert no_flip == {'flip': False, 'scale_range': (0.75, 1.33), 'colour': 0.2}
+    assert objects_input.augmentation('none') == {
+        'flip': False,
+        'scale_range': (1.0, 1.0),
+        'colour': 0.0,
+    }
+    chosen = objects_input.augmentation('flip_horizontal,scale_range=0.5:2,brightness_delta=0.1')
+    assert chosen == {'flip': True, 'scale_range': (0.5, 2.0), 'colour': 0.1}
+
+
+@pytest.mark.parametrize('spec', ['standard', 'objects,rotation_degrees=10', 'flip_vertical'])
+def test_augment_ops_that_would_not_move_the_boxes_are_refused_by_name(spec):
+    wanted = {'standard': 'erasing_probability', 'flip_vertical': 'flip_vertical'}
+    with pytest.raises(ValueError, match=wanted.get(spec, 'rotation_degrees')):
+        objects_input.augmentation(spec)
+
+
+def test_without_augmentation_a_training_example_is_the_evaluation_placement():
+    image, objects, _ = _scene()
+    png = tf.io.encode_png(tf.cast(image, tf.uint8)).numpy()
+    (ymin, xmin, ymax, xmax) = objects.boxes.numpy()[0].tolist()
+    example = tf.train.Example(
+        features=tf.train.Features(
+            feature={
+                'image/encoded': _bytes([png]),
+                'image/object/bbox/xmin': _floats([xmin]),
+                'image/object/bbox/ymin': _floats([ymin]),
+                'image/object/bbox/xmax': _floats([xmax]),
+                'image/object/bbox/ymax': _floats([ymax]),
+                'image/object/class/label': _ints([3]),
+                'image/object/is_crowd': _ints([0]),
+            }
+        )
+    ).SerializeToString()
+    placed, _, _, _ = geometry.place(image, objects, (64, 64))
+    seed = tf.constant([1, 2], tf.int64)
+    plain = objects_input.ObjectInput(canvas=(64, 64), **objects_input.augmentation('none'))
+    trained, _, _ = objects_input.augmented(tf.constant(example), seed, plain)
+    np.testing.assert_array_equal(trained.numpy(), placed.numpy())
+    jittered = objects_input.ObjectInput(canvas=(64, 64))  # the default: flips, scale, colour
+    for salt in range(4):  # one of four draws at least differs
+        other, _, _ = objects_input.augmented(tf.constant(example), seed + salt, jittered)
+        if not np.array_equal(other.numpy(), placed.numpy()):
+            break
+    else:
+        raise AssertionError('the default augmentation left four draws as they were')
+
+
+def _bytes(values):
+    return tf.train.Feature(bytes_list=tf.train.BytesList(value=values))
+
+
+def _floats(values):
+    return tf.train.Feature(float_list=tf.train.FloatList(value=values))
+
+
+def _ints(values):
+    return tf.train.Feature(int64_list=tf.train.Int64List(value=values))

@@ -57,6 +57,13 @@ PRESETS = {
     # aspect ratio and position): the ImageNet recipe's horizontal flip, and random erasing.
     # The rest is there to add, e.g. 'standard,rotation_degrees=10,brightness_delta=0.1'.
     'standard': AugmentConfig(flip_horizontal=True, erasing_probability=0.25),
+    # Detection and segmentation (trainer/objects_input.py): mirror half the images, scale
+    # jitter with a random crop, and colour jitter (brightness, contrast and saturation by up
+    # to brightness_delta); what `auto` is for those tasks.
+    'objects': AugmentConfig(flip_horizontal=True, scale_range=(0.75, 1.33), brightness_delta=0.2),
+    # The default: `none` for classification (whose random-resized crop is its own flag),
+    # `objects` for detection and segmentation.
+    'auto': AugmentConfig(),
 }
 
 

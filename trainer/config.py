@@ -228,7 +228,8 @@ def _add_input_flags(add):
     add(
         '--augment',
         default=options.augment,
-        help="'none', 'standard', or name[=value],... (see trainer/augment.py)",
+        help="'auto' (classification: none; detection and segmentation: 'objects'), 'none', "
+        "'standard', 'objects', or name[=value],... (see trainer/augment.py)",
     )
     add(
         '--crop-area',

@@ -30,7 +30,7 @@ AUTO = 'auto'
 class InputOptions:
     """Settings of the input pipeline (trainer/input_pipeline.py); the first nine are flags."""
 
-    augment: str = 'none'  # 'none', 'standard', or a spec (trainer/augment.py)
+    augment: str = AUTO  # 'auto', 'none', 'standard', or a spec (trainer/augment.py)
     crop_area: tuple | str = AUTO  # share of an image a training crop keeps (resolve_crop_area)
     eval_crop: float | str = AUTO  # evaluation's and serving's central crop (resolve_eval_crop)
     patches_per_image: int = 0  # > 0: K random patches per decoded image instead of one crop

@@ -21,8 +21,10 @@ import tensorflow as tf
 
 from imageshards.kinds import detection
 from imageshards.kinds import features
+from trainer import augment as augment_lib
 from trainer import objects_geometry as geometry
 from trainer import shard_reading
+from trainer.input_options import AUTO
 from trainer.input_options import InputOptions
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -31,6 +33,9 @@ DETECTION = 'detection'
 SEMANTIC = 'semantic_segmentation'
 INSTANCE = 'instance_segmentation'  # boxes, and a mask for each (trainer/instance_masks.py)
 TASKS = (DETECTION, INSTANCE, SEMANTIC)
+_DEFAULT = augment_lib.PRESETS['objects']  # what `--augment auto` does here
+# The parts of an --augment spec these tasks apply (ObjectInput's flip, scale_range, colour).
+APPLIED = ('flip_horizontal', 'scale_range', 'brightness_delta')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,9 +55,9 @@ class ObjectInput:
 
     task: str = DETECTION
     canvas: tuple = (320, 320)
-    scale_range: tuple = (0.75, 1.33)
-    flip: bool = True
-    colour: float = 0.2
+    scale_range: tuple = _DEFAULT.scale_range
+    flip: bool = _DEFAULT.flip_horizontal
+    colour: float = _DEFAULT.brightness_delta
     class_maps: bool = False
     masks: bool = False  # keep the instance masks in the Objects (what `imageshards preview` draws)
 
@@ -63,6 +68,32 @@ class ObjectInput:
     @property
     def reads_masks(self) -> bool:
         return self.keeps_masks or (self.task == SEMANTIC and not self.class_maps)
+
+
+def augmentation(spec) -> dict:
+    """ObjectInput's `flip`, `scale_range` and `colour` from an `--augment` spec
+    (trainer/augment.py): `auto` (the default) is the `objects` preset, and e.g.
+    `auto,flip_horizontal=0` keeps it without flips, as digits or text want (a mirrored 2 is no
+    2). The spec's `brightness_delta` is the colour jitter's strength. A spec asking for more
+    than these is refused, not ignored: the other ops do not move boxes and masks."""
+    parts = [part.strip() for part in str(spec or AUTO).split(',')]
+    config = augment_lib.parse_augment(','.join('objects' if p == AUTO else p for p in parts))
+    plain = augment_lib.AugmentConfig(fill_mode=config.fill_mode)
+    others = [
+        field.name
+        for field in dataclasses.fields(config)
+        if field.name not in APPLIED and getattr(config, field.name) != getattr(plain, field.name)
+    ]
+    if others:
+        raise ValueError(
+            f'--augment {spec}: detection and segmentation apply {", ".join(APPLIED)} '
+            f"(the colour jitter's strength), not {', '.join(others)}"
+        )
+    return {
+        'flip': config.flip_horizontal,
+        'scale_range': tuple(config.scale_range),
+        'colour': config.brightness_delta,
+    }
 
 
 def parse(serialized, settings) -> dict:

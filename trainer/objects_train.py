@@ -94,7 +94,10 @@ def task_for(config, info) -> Task:
         classes = tuple(kind.segmentation_classes) if kind.class_maps else ()
         classes = classes or (segmenter.BACKGROUND, *info.labels)
     settings = objects_input.ObjectInput(
-        task=name, canvas=tuple(config.image_size), class_maps=kind.class_maps
+        task=name,
+        canvas=tuple(config.image_size),
+        class_maps=kind.class_maps,
+        **objects_input.augmentation(config.input.augment),
     )
     if any(side % 32 for side in settings.canvas):
         raise ValueError(f'--image-size {config.image_size}: a {name} model needs multiples of 32')
