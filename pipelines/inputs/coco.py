@@ -93,8 +93,8 @@ def image_root(path, given):
 def read_categories(path) -> list:
     """[(id, name)] of a COCO file's categories (`path`: an AnnotationFile), by id; ValueError
     in one line where they are missing or do not name their classes once each."""
-    categories = []
-    for item in _items(path, 'categories.item'):
+    categories, found = [], _categories_at_end(path)
+    for item in _items(path, 'categories.item') if found is None else found:
         category_id, name = item.get('id'), item.get('name')
         if not isinstance(category_id, int) or isinstance(category_id, bool):
             raise ValueError(f'{path}: a category has no integer id: {_short(item)}')
@@ -111,6 +111,35 @@ def read_categories(path) -> list:
     return categories
 
 
+def _categories_at_end(path):
+    """The category records of a file that ends with them, as COCO's own files do (after the
+    annotations), from its last TAIL_BYTES; None where it does not, or is not a file one can
+    seek in (its categories are then streamed from the whole file). A `"categories"` there is
+    the document's last key where only its array and the document's closing brace follow it;
+    the rest of the file is checked as JSON where the pipeline reads its annotations."""
+    if path.source:  # an archive's member: a stream
+        return None
+    with path.open() as f:
+        try:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - TAIL_BYTES))
+            tail = f.read()
+        except (OSError, ValueError):  # io.UnsupportedOperation is both
+            return None
+    at = tail.rfind(b'"categories"')
+    if at < 0 or tail[at - 1 : at] == b'\\':
+        return None
+    try:
+        rest = tail[at + len(b'"categories"') :].decode('utf-8').lstrip()
+        rest = rest[1:].lstrip() if rest.startswith(':') else ''
+        found, end = json.JSONDecoder().raw_decode(rest)
+    except ValueError:  # not UTF-8, or not JSON: no array of the last key
+        return None
+    return found if isinstance(found, list) and rest[end:].strip() == '}' else None
+
+
+TAIL_BYTES = 1 << 20
+
+
 def _items(path, prefix):
     """The items at `prefix` of a JSON file, streamed; a file that is not JSON is one line."""
     try:
@@ -118,6 +147,25 @@ def _items(path, prefix):
             yield from ijson.items(f, prefix, use_float=True)
     except ijson.JSONError as e:
         raise ValueError(f'{path} is not valid JSON: {str(e).splitlines()[0][:200]}') from None
+
+
+def _section(path, name):
+    """The items of the file's top-level array `name`, streamed, the file read no further than
+    that array's end (a COCO file's images: its annotations, after them, are left unread); a
+    file that is not JSON is one line."""
+    try:
+        with path.open() as f:
+            events = ijson.parse(f, use_float=True)
+            yield from ijson.items(_until_end(events, name), f'{name}.item')
+    except ijson.JSONError as e:
+        raise ValueError(f'{path} is not valid JSON: {str(e).splitlines()[0][:200]}') from None
+
+
+def _until_end(events, name):
+    for prefix, event, value in events:
+        yield prefix, event, value
+        if event == 'end_array' and prefix == name:
+            return
 
 
 def _entries(path, confined, found, masks):
@@ -164,7 +212,7 @@ def peek_masks(path) -> bool:
 
 def _image_records(path):
     """The file's image records in file order; one larger than MAX_ITEM_BYTES as 'too large'."""
-    for item in _items(path, 'images.item'):
+    for item in _section(path, 'images'):
         yield item if len(_put_bytes(item)) <= MAX_ITEM_BYTES else 'too large'
 
 
@@ -173,7 +221,7 @@ def image_index(path) -> tuple:
     is, in 16 bytes an image (an image without a usable id is one no annotation can name; of
     images of one id, the first)."""
     ids = array.array('q')
-    for item in _items(path, 'images.item'):
+    for item in _section(path, 'images'):
         image_id = item.get('id') if isinstance(item, dict) else None
         if not isinstance(image_id, int) or isinstance(image_id, bool):
             image_id = -1 - len(ids)
