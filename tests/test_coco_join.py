@@ -9,6 +9,7 @@ import object_sets
 
 from imageshards import records
 from imageshards.shard_formats import registry as shard_formats
+from imageshards.storage import open_read
 from pipelines import launcher
 from pipelines.core.settings import InputSettings
 from pipelines.inputs import coco as coco_reader
@@ -97,3 +98,21 @@ def test_a_build_without_masks_keeps_the_boxes_and_counts_the_masks(tmp_path, ca
     dataset = build(path, tmp_path / 'kept', '--masks')
     assert dataset['objects']['masks'] is True
     assert 'masks_not_kept' not in dataset['counts']['annotations']
+
+
+def test_the_categories_come_from_the_files_end_only_where_they_end_it(tmp_path):
+    categories = [{'id': 3, 'name': 'cat'}, {'id': 1, 'name': 'dog'}]
+    nested = {'images': [], 'categories': categories, 'info': {'categories': [{'id': 9}]}}
+    cases = [
+        ({'images': [], 'annotations': [], 'categories': categories}, True),  # COCO's order
+        ({'categories': categories, 'images': [], 'annotations': []}, False),
+        (nested, False),  # a "categories" of another object, last
+        ({'images': [{'file_name': '"categories": [] }'}], 'categories': categories}, True),
+    ]
+    for document, at_end in cases:
+        path = tmp_path / 'instances.json'
+        path.write_text(json.dumps(document))
+        annotations = coco_reader.AnnotationFile(str(path), open_read)
+        found = coco_reader._categories_at_end(annotations)  # pylint: disable=protected-access
+        assert (found == categories) if at_end else found is None
+        assert coco_reader.read_categories(annotations) == [(1, 'dog'), (3, 'cat')]
