@@ -85,7 +85,7 @@ def test_a_build_without_masks_keeps_the_boxes_and_counts_the_masks(tmp_path, ca
     assert counts['masks_not_kept'] == len(coco['annotations'])
     assert counts['written'] == len(coco['annotations'])
     assert dataset['objects']['masks'] is False
-    assert 'build again with --masks' in caplog.text
+    assert caplog.text.count('build again with --masks') == 2  # the reader's, the summary's
     records = detection_records(tmp_path / 'out')
     assert all('image/object/mask' not in values for values in records.values())
     # Without the flag, the file's first annotations decide: here, none of them has a mask.
@@ -116,3 +116,9 @@ def test_the_categories_come_from_the_files_end_only_where_they_end_it(tmp_path)
         found = coco_reader._categories_at_end(annotations)  # pylint: disable=protected-access
         assert (found == categories) if at_end else found is None
         assert coco_reader.read_categories(annotations) == [(1, 'dog'), (3, 'cat')]
+
+
+def test_masks_are_a_coco_files_choice(tmp_path, caplog):
+    object_sets.write_voc(str(tmp_path / 'voc'), images=2)
+    status = launcher.main(build_flags(tmp_path / 'voc', tmp_path / 'out', '--no-masks'))
+    assert status == 2 and '--no-masks is for a COCO file' in caplog.text
