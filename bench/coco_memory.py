@@ -1,5 +1,7 @@
 """Peak memory of reading a huge COCO annotation file: `json.load` (what Model Garden's converter
-and pycocotools do), a plain ijson streaming pass, and our streaming reader.
+and pycocotools do), a plain ijson streaming pass, and our streaming reader: `ours`, what the
+launcher lists (since the pipeline joins the annotations, its images alone), and `ours-join`,
+the pipeline's worker that reads the annotations into blocks of work items (ReadAnnotations).
 
 The file is Objects365-sized: 2,000,000 images and 25,000,000 annotations (small boxes, each
 with a four-corner polygon, image ids in no order), in COCO's order of sections (info, licenses,
@@ -13,7 +15,7 @@ Each reader runs in a child process of its own, which reports its own peak resid
 (the kernel's high-water mark, VmHWM) and CPU seconds.
 
     python -m bench.coco_memory [--dir bench/out/coco-huge] [--images 2000000]
-        [--annotations 25000000] [--only json,ijson,ours] [--ours-part 10]
+        [--annotations 25000000] [--only json,ijson,ours,ours-join] [--ours-part 10]
 """
 
 import argparse
@@ -136,6 +138,28 @@ def read_ours(path):
     }
 
 
+def read_join(path):
+    """The pipeline's side of our reader (pipelines/inputs/coco_join.py): the annotations read
+    into blocks of work items of 1,000 images (inline blocks, as on Dataflow)."""
+    # pylint: disable=import-outside-toplevel,protected-access
+    from pipelines.core import blocks
+    from pipelines.core.settings import InputSettings
+    from pipelines.inputs import coco
+    from pipelines.inputs import coco_join
+
+    found = coco.scan(path, InputSettings(image_root=os.path.dirname(path)))
+    images = sum(1 for _ in found.entries)
+    read = coco_join._ReadAnnotations(found.annotation_join, blocks.BlockStore())
+    found = {'blocks': 0, 'bytes': 0}
+    for output in read.process(path, list(range(0, images, 1000))):  # blocks dropped as made
+        if isinstance(output, tuple):
+            found['blocks'] += 1
+            found['bytes'] += len(output[1])
+        else:
+            found.update(output.value)
+    return found
+
+
 def _rss_mb(field):
     """This process's VmRSS (now) or VmHWM (its peak: unlike getrusage's ru_maxrss, not the
     forking parent's size carried across exec), in MiB."""
@@ -145,7 +169,7 @@ def _rss_mb(field):
         )
 
 
-READERS = {'json': read_json, 'ijson': read_ijson, 'ours': read_ours}
+READERS = {'json': read_json, 'ijson': read_ijson, 'ours': read_ours, 'ours-join': read_join}
 
 
 def _read_in_child(kind, path):
@@ -241,6 +265,8 @@ def main(argv=None):
             write_huge(part, args.images // args.ours_part, args.annotations // args.ours_part)
         measured = measure_reader('ours', part)
         print(json.dumps(dict(measured, file=os.path.basename(part))), flush=True)
+    if 'ours-join' in kinds:
+        print(json.dumps(measure_reader('ours-join', path)), flush=True)
 
 
 if __name__ == '__main__':

@@ -120,6 +120,8 @@ def as_flags(path, parser, what='flags'):
         if isinstance(action, argparse._StoreConstAction):  # pylint: disable=protected-access
             if value == action.const:  # store_true / store_false: the flag, or nothing
                 found.append(option)
+        elif isinstance(action, argparse.BooleanOptionalAction):  # --masks, or --no-masks
+            found.append(option if value else action.option_strings[1])
         elif isinstance(value, (list, tuple)):
             found.append(f'{option}={",".join(str(v) for v in value)}')
         else:

@@ -90,7 +90,7 @@ def make(facts, shards, rejections, duplicates, split_names, dropped=()):
     counts = _counts(facts, splits, shards, rejections, duplicates)
     if facts.annotations:
         counts['annotations'] = object_facts.counts(
-            facts.annotations['read'], splits, shards, dropped, rejections, duplicates
+            facts.annotations, splits, shards, dropped, rejections, duplicates
         )
     gap = accounting_gap(counts) or object_facts.gap(counts.get('annotations'))
     if gap:

@@ -6,7 +6,9 @@ sum of its parts.
                          rejected_by_reason: what rejected_annotations.jsonl lists, one line per
                          annotation (`box_outside_image`, `unknown_category`, ...), and those
                          lost with their image: `image_rejected` (its line in rejected.jsonl
-                         says how many) and `duplicate_image` (--dedup: duplicates.jsonl)
+                         says how many) and `duplicate_image` (--dedup: duplicates.jsonl);
+                         masks_not_kept, where a build without masks read annotations that
+                         have one (their boxes are kept: pipelines/inputs/coco_join.py)
     splits.S             objects, and object_counts {class: objects}, summed over its shards
 
 `read == written + rejected`, or the build is not marked complete.
@@ -36,11 +38,25 @@ def split_entry(shards, labels) -> dict:
     }
 
 
-def counts(read, splits, shards, dropped, rejections, duplicates) -> dict:
+def joined(listed, read) -> dict:
+    """The build's annotations read (`{read, rejected}`, as listed) with those the pipeline
+    read and joined to the inputs (`read`: JoinAnnotations' facts, a COCO file's): those of no
+    input (`rejected`'s lines) after the listing's, in the file's order."""
+    listed = dict(listed or {'read': 0, 'rejected': []})
+    for facts in read:
+        listed['read'] += facts['read']
+        listed['rejected'] = listed['rejected'] + facts['rejected']
+        if facts.get('masks_not_kept'):
+            listed['masks_not_kept'] = listed.get('masks_not_kept', 0) + facts['masks_not_kept']
+    return listed
+
+
+def counts(found, splits, shards, dropped, rejections, duplicates) -> dict:
     """counts.annotations of a build.
 
     Args:
-        read: the annotations the inputs' reader found.
+        found: what the inputs' reader found (BuildFacts.annotations): `read`, the annotations,
+            and `masks_not_kept`, those of them with a mask that the build does not keep.
         splits: dataset.json's splits (with `objects`).
         shards: WriteShards' shard entries (with `clipped`).
         dropped: rejected_annotations.jsonl's lines.
@@ -53,13 +69,16 @@ def counts(read, splits, shards, dropped, rejections, duplicates) -> dict:
     lost = sum(row.get('annotations', 0) for row in duplicates)
     if lost:
         by_reason[DUPLICATE_IMAGE] += lost
-    return {
-        'read': read,
+    annotations = {
+        'read': found['read'],
         'written': sum(split['objects'] for split in splits.values()),
         'rejected': sum(by_reason.values()),
         'clipped': sum(shard['clipped'] for shard in shards),
         'rejected_by_reason': dict(sorted(by_reason.items())),
     }
+    if found.get('masks_not_kept'):
+        annotations['masks_not_kept'] = found['masks_not_kept']
+    return annotations
 
 
 def listed(annotations) -> int:

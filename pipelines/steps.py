@@ -1,17 +1,20 @@
 """The build's pipeline: its steps, in order, each handed what it needs of the BuildContext.
 
-    ReadListing -> ValidateImages -> [DropDuplicates] -> [PlaceGroups] -> AssignShards
-        -> WriteShards -> Finalize
+    ReadListing -> [JoinAnnotations] -> ValidateImages -> [DropDuplicates] -> [PlaceGroups]
+        -> AssignShards -> WriteShards -> Finalize
         [WriteShards' summaries of the analysed split -> AnalyzeShards -> Finalize,
          and WriteTransformOutput (Dataflow, --analysis-in-pipeline; locally, the launcher
          writes it after the pipeline: pipelines/local/graph_process.py);
          with groups, --near-duplicates or --splits-from: ReadPreviousSplits -> PlaceGroups,
-         and AssignShards' shards -> CountLeaks -> Finalize]
+         and AssignShards' shards -> CountLeaks -> Finalize;
+         a COCO file's annotations: JoinAnnotations' facts -> Finalize]
 
 Between validation and writing, image metadata moves in packed blocks
 (pipelines/core/blocks.py), passed as block refs: the blocks themselves on Dataflow, byte
 ranges of files under OUT/.imageshards-tmp/blocks/ on the local runner.
 """
+
+import typing
 
 import apache_beam as beam
 
@@ -25,6 +28,7 @@ from pipelines.assignment.grouping import PlaceGroups
 from pipelines.assignment.previous import ReadPreviousSplits
 from pipelines.core import blocks
 from pipelines.core.settings import TransformBy
+from pipelines.inputs.coco_join import JoinAnnotations
 from pipelines.inputs.listing import work_items
 from pipelines.validation.dedup import DropDuplicates
 from pipelines.validation.validate import ValidateImages
@@ -62,6 +66,7 @@ def build_pipeline(pipeline, context, store=None) -> beam.PCollection:
         context.finishing,
         shards=written.shards,
         rejections=validated.rejected,
+        annotations=validated.annotations,
         duplicates=duplicates,
         shard_layout=assigned.layout,
         analysis=analysis,
@@ -97,17 +102,30 @@ def _grouped_outputs(grouped, assigned, store):
 
 def _validated(pipeline, context, store, rank_groups):
     """The Validated outputs of every listed input, their blocks keyed by `rank_groups` if
-    given."""
-    items = (
-        pipeline
-        | 'ReadListing' >> ReadListing(context.listing_path)
-        # Work items are few and small; spreading them lets every worker validate.
-        | 'SpreadWork' >> beam.Reshuffle()
-    )
+    given, and what the pipeline read of their annotations where it joins them (a COCO file's:
+    pipelines/inputs/coco_join.py; else nothing)."""
     # (start, end) of a line of the listing file: one work item
-    return items | 'ValidateImages' >> ValidateImages(
-        context.listing_path, context.validation, store, rank_groups
+    items = pipeline | 'ReadListing' >> ReadListing(context.listing_path)
+    join = context.listing.annotation_join
+    annotations = None
+    if join:  # each work item with the blocks of its images' annotations
+        items, annotations = items | 'JoinAnnotations' >> JoinAnnotations(
+            context.listing_path, join, store
+        )
+    # Work items are few and small; spreading them lets every worker validate.
+    validated = (
+        items
+        | 'SpreadWork' >> beam.Reshuffle()
+        | 'ValidateImages'
+        >> ValidateImages(context.listing_path, context.validation, store, rank_groups, join)
     )
+    return _Validated(*validated, annotations)
+
+
+class _Validated(typing.NamedTuple):
+    blocks: beam.PCollection
+    rejected: beam.PCollection
+    annotations: beam.PCollection  # what JoinAnnotations read, for Finalize; None: no join
 
 
 def _deduplicated(pipeline, context, refs, store):

@@ -9,6 +9,7 @@ import subprocess
 import tarfile
 import tempfile
 
+import object_sets
 import pytest
 from apache_beam.options.pipeline_options import GoogleCloudOptions
 from apache_beam.options.pipeline_options import SetupOptions
@@ -115,6 +116,22 @@ def test_dry_run_builds_the_job_with_the_package_staged_and_leaves_no_files(gcs,
     assert {'setup.py', 'pipelines/build.py', 'imageshards/kinds/features.py'} <= names
     # The listing written for the job is gone again: a real run needs no --overwrite.
     assert gcs.names('shards') == []
+
+
+@pytest.mark.usefixtures('scratch_tempdir')
+def test_a_coco_dry_run_joins_the_annotations_in_the_job(gcs, tmp_path):
+    object_sets.write_coco(str(tmp_path / 'coco'), images=3)
+    root = gcs.upload_tree(tmp_path / 'coco', 'coco')
+    job = _dry_run(
+        gcs,
+        *('--input', f'{root}/annotations/instances.json', '--image-root', f'{root}/images'),
+        *('--output', gcs.uri('coco-shards')),
+    )
+    transforms = job.proto_pipeline.components.transforms.values()
+    names = {t.unique_name for t in transforms}
+    assert {name.split('/')[0] for name in names} >= MAIN_STEPS | {'JoinAnnotations'}
+    assert 'JoinAnnotations/ReadAnnotations' in names
+    assert gcs.names('coco-shards') == []
 
 
 @pytest.mark.usefixtures('scratch_tempdir')

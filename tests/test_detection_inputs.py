@@ -14,8 +14,6 @@ from PIL import Image
 
 from imageshards_cli import verify
 from pipelines import launcher
-from pipelines.core.settings import InputSettings
-from pipelines.inputs import coco as coco_reader
 
 from build_commands import build_flags
 
@@ -162,28 +160,6 @@ def test_an_image_record_without_its_size_is_checked_against_its_decoded_size(tm
     (row,) = jsonl(out / 'rejected_annotations.jsonl')
     assert (row['key'], row['annotation']) == ('sub/img000.jpg', 'annotation 901')
     assert '60x40' in row['detail']
-
-
-def test_the_coco_reader_joins_across_spill_files_whatever_the_files_order(tmp_path, monkeypatch):
-    coco = object_sets.write_coco(str(tmp_path), images=11)
-    reordered = {
-        'annotations': coco['annotations'],
-        'categories': coco['categories'],
-        'images': coco['images'],
-    }
-    path = tmp_path / 'annotations' / 'reordered.json'
-    path.write_text(json.dumps(reordered))
-    monkeypatch.setattr(coco_reader, 'IMAGES_PER_SPILL', 3)
-    entries = list(
-        coco_reader.scan(str(path), InputSettings(image_root=str(tmp_path / 'images'))).entries
-    )
-    assert [entry.key for entry in entries] == [image['file_name'] for image in coco['images']]
-    for entry, image in zip(entries, coco['images']):
-        wanted = [a['id'] for a in coco['annotations'] if a['image_id'] == image['id']]
-        assert [o['ref'] for o in entry.annotation['objects']] == [
-            f'annotation {i}' for i in wanted
-        ]
-        assert entry.annotation['size'] == [image['height'], image['width']]
 
 
 @pytest.mark.parametrize(

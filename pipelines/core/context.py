@@ -56,6 +56,9 @@ class ListingSummary(typing.NamedTuple):
     # A kind of objects: {'read': annotations its reader found, 'rejected': [lines of
     # rejected_annotations.jsonl of those of no input (a COCO annotation of an unknown image)]}
     annotations: dict = {}
+    # How the pipeline joins annotations to the inputs (a COCO file's, read by a worker:
+    # pipelines/inputs/coco_join.py), plain data; None: the listing holds them
+    annotation_join: dict = None
 
     @property
     def num_skipped(self) -> int:

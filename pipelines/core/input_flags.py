@@ -3,6 +3,8 @@
 archive, and the names of integer labels (pipelines/inputs/forms.py, manifest_columns.py,
 label_files.py, class_names.py read them)."""
 
+import argparse
+
 from imageshards import flags
 from pipelines.core import settings
 from pipelines.core.settings import InputSettings
@@ -73,4 +75,12 @@ def add_input_flags(parser) -> None:
         metavar='FOLDER',
         help="where a COCO annotation file's images are (their file_name below it; default: "
         "the file's folder, and its ../images/ or ../train2017/-like sibling named after it)",
+    )
+    parser.add_argument(
+        '--masks',
+        default=InputSettings.masks,
+        action=argparse.BooleanOptionalAction,
+        help="a COCO file's objects keep their masks (polygons, RLE) in the records, or not "
+        "(--no-masks: boxes only); default: masks where the file's first 1,000 annotations "
+        'have one (a polygon of an object that is not a crowd, or an RLE)',
     )

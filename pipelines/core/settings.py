@@ -100,6 +100,8 @@ class InputSettings:
         image_root: where a COCO annotation file's images are; None: found beside it.
         source_splits: a set's own splits (VOC's ImageSets, YOLO's folders) place its images;
             False where --splits is given, which then splits every image.
+        masks: a COCO file's objects keep their masks (--masks) or not (--no-masks); None: as
+            the file's first annotations say (pipelines/inputs/coco.py).
     """
 
     form: str = AUTO
@@ -115,6 +117,7 @@ class InputSettings:
     follow_symlinks: bool = False
     image_root: str = None
     source_splits: bool = True
+    masks: bool = None
 
     @classmethod
     def take_flags(cls, values) -> 'InputSettings':

@@ -21,7 +21,9 @@ read back in work items. Imports the foundation and the base (pipelines/core/) o
     label_files.py      a tree's or archive's labels from a file keyed by file name
     class_names.py      names for integer labels (--class-names)
     object_inputs.py    what the readers of detection sets share (entries, confinement)
-    coco.py             a COCO annotation file, streamed; annotations joined to their images
+    coco.py             a COCO annotation file, streamed: its categories and images listed
+    coco_join.py        a COCO file's annotations joined to their images by the pipeline's
+                        workers (JoinAnnotations), not the launcher
     voc.py              a Pascal VOC folder: XML boxes, segmentation PNGs, ImageSets splits
     yolo.py             a YOLO data.yaml: its image folders and label text files
     object_archives.py  any of these three in archives (tar, .tar.gz, zip), read as extracted

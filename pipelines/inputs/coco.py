@@ -1,12 +1,13 @@
 """COCO annotation files as inputs: `--input annotations/instances.json --image-root IMAGES`.
 
-The file is read as a stream (ijson), never whole: its categories first, then its images, whose
-ids are kept in one NumPy array, then its annotations, each written to a spill file of the
-images it can belong to (by the image's position in the file). Each image then becomes an
-InputEntry with its annotations, in the file's order; memory holds the ids and one spill file's
-annotations, however large the file (Objects365: 1.7M images, 25M boxes). An annotation of an
-image the file does not have is rejected (`unknown_image`) and listed; one of a category the
-file does not name (`unknown_category`) is listed with its image.
+The file is read as a stream (ijson), never whole. Here, in the launcher: its categories, its
+images (an InputEntry each, in the file's order, whatever its size), and its first annotations,
+which decide whether the build keeps masks unless --masks/--no-masks says (`peek_masks`). Its
+annotations are joined to their images in the pipeline, never here (pipelines/inputs/
+coco_join.py: a worker streams them, and each work item of the listing gets its images'), so
+that the launcher's work does not grow with them (Objects365: 1.7M images, 25M boxes). An
+annotation of an image the file does not have is rejected (`unknown_image`) and listed; one of a
+category the file does not name (`unknown_category`) is listed with its image.
 
 Categories become the build's classes in the order of their ids (contiguous from 0; dataset.json
 `category_ids` keeps the file's own where they differ). Polygons (several per object),
@@ -15,12 +16,10 @@ checks them against the image and pycocotools makes the masks (imageshards/kinds
 """
 
 import array
+import itertools
 import json
 import os
 import posixpath
-import shutil
-import struct
-import tempfile
 
 import ijson
 import numpy as np
@@ -29,7 +28,6 @@ from imageshards import storage
 from pipelines.core.settings import COCO
 from pipelines.inputs import object_inputs
 
-IMAGES_PER_SPILL = 20_000  # images whose annotations one spill file holds (its memory, read)
 MAX_ITEM_BYTES = 16 << 20  # an image or annotation record larger than this is refused
 
 
@@ -45,10 +43,22 @@ def scan(spec, inputs):
 
 class AnnotationFile:
     """A COCO annotation file: where it is (`str` of it, in messages), and `open(path)`, which
-    gives its bytes as a stream (of a file, or of an archive's member)."""
+    gives its bytes as a stream (of a file, or of an archive's member: `source`, its encoded
+    pipelines.core.sources.Source, by which the pipeline's workers read it too)."""
 
-    def __init__(self, path, opener):
-        self.path, self._opener = path, opener
+    def __init__(self, path, opener, source=''):
+        self.path, self._opener, self.source = path, opener, source
+
+    @classmethod
+    def of(cls, join) -> 'AnnotationFile':
+        """The file an InputScan's `annotation_join` names, opened where it is read."""
+        if not join['source']:
+            return cls(join['file'], storage.open_read)
+        from pipelines.core import reading  # pylint: disable=import-outside-toplevel
+        from pipelines.core import sources  # pylint: disable=import-outside-toplevel
+
+        source = sources.Source.decode(join['source'])
+        return cls(join['file'], lambda _: reading.SourceStream(source), join['source'])
 
     def open(self):
         return self._opener(self.path)
@@ -61,7 +71,7 @@ def read_set(annotations, images, inputs):
     """The InputScan of the COCO file `annotations` (an AnnotationFile) whose images are below
     `images` (a StoredFolder, or an archive's folder)."""
     found = object_inputs.new_scan(images.where(), COCO)
-    found.entries = _entries(annotations, images.images('', inputs), found)
+    found.entries = _entries(annotations, images.images('', inputs), found, inputs.masks)
     return found
 
 
@@ -83,8 +93,8 @@ def image_root(path, given):
 def read_categories(path) -> list:
     """[(id, name)] of a COCO file's categories (`path`: an AnnotationFile), by id; ValueError
     in one line where they are missing or do not name their classes once each."""
-    categories = []
-    for item in _items(path, 'categories.item'):
+    categories, found = [], _categories_at_end(path)
+    for item in _items(path, 'categories.item') if found is None else found:
         category_id, name = item.get('id'), item.get('name')
         if not isinstance(category_id, int) or isinstance(category_id, bool):
             raise ValueError(f'{path}: a category has no integer id: {_short(item)}')
@@ -101,6 +111,35 @@ def read_categories(path) -> list:
     return categories
 
 
+def _categories_at_end(path):
+    """The category records of a file that ends with them, as COCO's own files do (after the
+    annotations), from its last TAIL_BYTES; None where it does not, or is not a file one can
+    seek in (its categories are then streamed from the whole file). A `"categories"` there is
+    the document's last key where only its array and the document's closing brace follow it;
+    the rest of the file is checked as JSON where the pipeline reads its annotations."""
+    if path.source:  # an archive's member: a stream
+        return None
+    with path.open() as f:
+        try:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - TAIL_BYTES))
+            tail = f.read()
+        except (OSError, ValueError):  # io.UnsupportedOperation is both
+            return None
+    at = tail.rfind(b'"categories"')
+    if at < 0 or tail[at - 1 : at] == b'\\':
+        return None
+    try:
+        rest = tail[at + len(b'"categories"') :].decode('utf-8').lstrip()
+        rest = rest[1:].lstrip() if rest.startswith(':') else ''
+        found, end = json.JSONDecoder().raw_decode(rest)
+    except ValueError:  # not UTF-8, or not JSON: no array of the last key
+        return None
+    return found if isinstance(found, list) and rest[end:].strip() == '}' else None
+
+
+TAIL_BYTES = 1 << 20
+
+
 def _items(path, prefix):
     """The items at `prefix` of a JSON file, streamed; a file that is not JSON is one line."""
     try:
@@ -110,82 +149,113 @@ def _items(path, prefix):
         raise ValueError(f'{path} is not valid JSON: {str(e).splitlines()[0][:200]}') from None
 
 
-def _entries(path, confined, found):
-    """The entries of the file's images (the scan `found` learns its classes first)."""
+def _section(path, name):
+    """The items of the file's top-level array `name`, streamed, the file read no further than
+    that array's end (a COCO file's images: its annotations, after them, are left unread); a
+    file that is not JSON is one line."""
+    try:
+        with path.open() as f:
+            events = ijson.parse(f, use_float=True)
+            yield from ijson.items(_until_end(events, name), f'{name}.item')
+    except ijson.JSONError as e:
+        raise ValueError(f'{path} is not valid JSON: {str(e).splitlines()[0][:200]}') from None
+
+
+def _until_end(events, name):
+    for prefix, event, value in events:
+        yield prefix, event, value
+        if event == 'end_array' and prefix == name:
+            return
+
+
+def _entries(path, confined, found, masks):
+    """The entries of the file's images, without their annotations (the scan `found` learns
+    its classes, options and how its annotations are joined first)."""
     categories = read_categories(path)
     found.classes = [name for _, name in categories]
     ids = [category for category, _ in categories]
     found.kind_options = {'category_ids': ids if ids != list(range(len(ids))) else []}
-    places, categories = (confined, set(found.classes)), dict(categories)
-    spill = tempfile.mkdtemp(prefix='imageshards-coco-')
+    masks = peek_masks(path) if masks is None else masks
+    if masks:
+        found.kind_options['masks'] = True
+    found.annotation_join = {
+        'form': COCO,
+        'file': path.path,
+        'source': path.source,
+        'categories': [list(c) for c in categories],
+        'masks': masks,
+    }
+    places, seen = (confined, set(found.classes)), set()  # hashes of the file names: 8 B each
+    for position, image in enumerate(_image_records(path)):
+        yield _once(_entry(position, image, places), seen)
+
+
+PEEK = 1000  # the annotations whose segmentations decide a build's masks, unless --masks says
+
+
+def peek_masks(path) -> bool:
+    """Whether the file's first annotations have masks: a polygon of an object that is not a
+    crowd, or an RLE. A COCO instances file gives every object that is not a crowd its polygon,
+    so these decide as the whole file would, without reading it; a build without masks that
+    meets one later keeps its box and counts the mask (coco_join.py)."""
+    items = _items(path, 'annotations.item')
     try:
-        ids, images = _spill_images(path, spill)
-        chunks = _spill_annotations(path, ids, categories, spill, found)
-        yield from _joined(images, chunks, places, found)
+        for item in itertools.islice(items, PEEK):
+            segmentation = item.get('segmentation') if isinstance(item, dict) else None
+            crowd = isinstance(item, dict) and bool(item.get('iscrowd'))
+            if isinstance(segmentation, dict) or (segmentation and not crowd):
+                return True
     finally:
-        shutil.rmtree(spill, ignore_errors=True)
+        items.close()
+    return False
 
 
-def _spill_images(path, spill):
-    """(the images' ids in file order, the spill file of their records)."""
+def _image_records(path):
+    """The file's image records in file order; one larger than MAX_ITEM_BYTES as 'too large'."""
+    for item in _section(path, 'images'):
+        yield item if len(_put_bytes(item)) <= MAX_ITEM_BYTES else 'too large'
+
+
+def image_index(path) -> tuple:
+    """(the images' ids sorted, each one's position in the file): where an annotation's image
+    is, in 16 bytes an image (an image without a usable id is one no annotation can name; of
+    images of one id, the first)."""
     ids = array.array('q')
-    images = os.path.join(spill, 'images')
-    with open(images, 'wb') as out:
-        for item in _items(path, 'images.item'):
-            image_id = item.get('id') if isinstance(item, dict) else None
-            if not isinstance(image_id, int) or isinstance(image_id, bool):
-                image_id = -1 - len(ids)  # no usable id: an image no annotation can name
-            ids.append(image_id)
-            _put(out, item if len(_put_bytes(item)) <= MAX_ITEM_BYTES else 'too large')
-    order = np.argsort(np.frombuffer(ids, np.int64), kind='stable')
-    return (np.frombuffer(ids, np.int64)[order], order), images
+    for item in _section(path, 'images'):
+        image_id = item.get('id') if isinstance(item, dict) else None
+        if not isinstance(image_id, int) or isinstance(image_id, bool):
+            image_id = -1 - len(ids)
+        ids.append(image_id)
+    ids = np.frombuffer(ids, np.int64)
+    order = np.argsort(ids, kind='stable')
+    return ids[order], order
 
 
-def _spill_annotations(path, ids, categories, spill, found):
-    """Writes each annotation (in the readers' form) to the spill file of its image's position;
-    returns the number of spill files. Annotations of no image are rejected on `found`."""
-    sorted_ids, positions = ids
-    files = {}
-    try:
-        batch = []
-        for item in _items(path, 'annotations.item'):
-            batch.append(item)
-            if len(batch) == 65_536:
-                _spill_batch(batch, sorted_ids, positions, categories, files, spill, found)
-                batch = []
-        _spill_batch(batch, sorted_ids, positions, categories, files, spill, found)
-    finally:
-        for f in files.values():
-            f.close()
-    return -(-len(sorted_ids) // IMAGES_PER_SPILL)
+def annotation_items(path):
+    """The file's annotations, streamed, in file order."""
+    return _items(path, 'annotations.item')
 
 
-def _spill_batch(batch, sorted_ids, positions, categories, files, spill, found):
-    if not batch:
-        return
+def positions(batch, index) -> tuple:
+    """(position of each annotation's image, whether the file has it) of a batch of them."""
+    sorted_ids, order = index
     wanted = np.array([_image_id(item) for item in batch], np.int64)
     at = np.searchsorted(sorted_ids, wanted).clip(0, max(len(sorted_ids) - 1, 0))
-    known = (sorted_ids[at] == wanted) if len(sorted_ids) else np.zeros(len(batch), bool)
-    for item, position, is_known in zip(batch, positions[at] if len(at) else at, known):
-        obj = _object(item, categories)
-        if not is_known:
-            found.annotation_rejections.append(
-                {
-                    'key': '',
-                    'annotation': obj['ref'],
-                    'reason': 'unknown_image',
-                    'detail': f"image_id {item.get('image_id')!r} is none of the file's images",
-                }
-            )
-            continue
-        chunk = int(position) // IMAGES_PER_SPILL
-        if chunk not in files:
-            files[chunk] = open(  # pylint: disable=consider-using-with
-                os.path.join(spill, str(chunk)), 'wb'
-            )
-        data = _put_bytes(obj)
-        data = data if len(data) <= MAX_ITEM_BYTES else _put_bytes(_too_large(obj))
-        files[chunk].write(_LENGTH.pack(int(position), len(data)) + data)
+    if not len(sorted_ids):
+        return at, np.zeros(len(batch), bool)
+    return order[at], sorted_ids[at] == wanted
+
+
+def unknown_image(item, obj) -> dict:
+    """The rejected_annotations.jsonl line of an annotation of an image the file lacks (one
+    that is not a JSON object names none)."""
+    image_id = item.get('image_id') if isinstance(item, dict) else None
+    return {
+        'key': '',
+        'annotation': obj['ref'],
+        'reason': 'unknown_image',
+        'detail': f"image_id {image_id!r} is none of the file's images",
+    }
 
 
 def _image_id(item):
@@ -193,7 +263,7 @@ def _image_id(item):
     return image_id if isinstance(image_id, int) and not isinstance(image_id, bool) else -(1 << 62)
 
 
-def _object(item, categories):
+def annotation_object(item, categories):
     """An annotation in the readers' form (imageshards/kinds/objects.py)."""
     if item.__class__ is not dict:
         return {'ref': 'annotation ?', 'label': None, 'box': None, 'bad': 'not an object'}
@@ -227,28 +297,14 @@ def _number(value):
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _too_large(obj):
+def too_large(obj):
+    """An annotation refused for its size, in the readers' form."""
     return {'ref': obj['ref'], 'label': obj['label'], 'box': None, 'bad': 'over 16 MB'}
 
 
-def _joined(images, chunks, places, found):
-    """The InputEntry of every image in file order, with its annotations; an image named
-    twice is read once (`duplicate_row`)."""
-    seen = set()  # hashes of the file names: a few bytes an image
-    with open(images, 'rb') as records:
-        position = 0
-        for chunk in range(chunks):
-            by_image = _chunk_objects(os.path.join(os.path.dirname(images), str(chunk)))
-            for _ in range(min(IMAGES_PER_SPILL, chunks * IMAGES_PER_SPILL - position)):
-                image = _get(records)
-                if image is _END:
-                    return
-                objs = [json.loads(data) for data in by_image.pop(position, ())]
-                yield _once(_entry(position, image, objs, places, found), seen)
-                position += 1
-
-
 def _once(entry, seen):
+    """The entry, refused as `duplicate_row` where an image record earlier in the file named
+    its file (it is read once)."""
     if entry.reject:
         return entry
     if hash(entry.key) in seen:
@@ -258,59 +314,22 @@ def _once(entry, seen):
     return entry
 
 
-def _chunk_objects(path):
-    """{position: [each annotation's JSON bytes]} of a spill file: bytes, not objects, until
-    its image's entry is made (a spill file's annotations in a fraction of the memory)."""
-    by_image = {}
-    if not os.path.exists(path):
-        return by_image
-    with open(path, 'rb') as f:
-        data = f.read()
-    at, head = 0, _LENGTH.size
-    while at < len(data):
-        position, length = _LENGTH.unpack_from(data, at)
-        by_image.setdefault(position, []).append(data[at + head : at + head + length])
-        at += head + length
-    return by_image
-
-
-# The spill files: each record's compact JSON after its image's position and its length (data
-# is parsed as data, never unpickled: tests/test_untrusted.py).
-_LENGTH = struct.Struct('<qI')
-_END = object()
-
-
 def _put_bytes(value):
     return json.dumps(value, separators=(',', ':')).encode('utf-8')
 
 
-def _put(out, value):
-    data = _put_bytes(value)
-    out.write(_LENGTH.pack(0, len(data)) + data)
+UNUSABLE = 'unusable_image_record'  # marks, until the join, an entry of an unusable record
 
 
-def _get(f):
-    head = f.read(_LENGTH.size)
-    if len(head) < _LENGTH.size:
-        return _END
-    _, length = _LENGTH.unpack(head)
-    return json.loads(f.read(length))
-
-
-def _entry(position, image, objs, places, found):
-    """The InputEntry of the image at `position` of the file."""
-    _, classes = places
+def _entry(position, image, places):
+    """The InputEntry of the image at `position` of the file, its objects still to be joined
+    to it in the pipeline (coco_join.py)."""
     ref = f'image at position {position}'
-    rejected = [_refusal(o, classes) for o in objs if _refusal(o, classes)]
-    objs = [o for o in objs if not _refusal(o, classes)]
-    if any('polygons' in o or 'rle' in o for o in objs):
-        found.kind_options['masks'] = True
-    annotation = {'objects': objs, 'rejected': rejected}
+    annotation = {'objects': [], 'rejected': []}
     if not isinstance(image, dict) or not isinstance(image.get('file_name'), str):
-        annotation = {'objects': [], 'rejected': [*rejected, *_lost(objs)]}
         entry = object_inputs.InputEntry(position, ref, ref, (), reject='bad_annotation')
         detail = 'the image record has no file_name' if isinstance(image, dict) else str(image)
-        return entry._replace(detail=detail[:200], annotation=annotation)
+        return entry._replace(detail=detail[:200], annotation={**annotation, UNUSABLE: True})
     # An image record without its width and height (some exporters leave them out) states no
     # size to check: the image's decoded size, as shown (EXIF applied), is then the truth, and
     # its boxes are checked against that, dropped or clipped with a reason (objects.check).
@@ -319,6 +338,24 @@ def _entry(position, image, objs, places, found):
         annotation['size'] = [int(height), int(width)]
     annotation['source_id'] = str(image.get('id', ''))
     return object_inputs.image_entry(position, image['file_name'], places, annotation)
+
+
+def joined(entry, objs, classes):
+    """`entry` (as listed: `_entry`'s) with the objects of its image (`objs`, in file order)
+    joined: those of no class of the file, or unusable, refused; its label the classes of
+    the rest. An entry of an unusable image record loses them all."""
+    if entry.annotation is None and not objs:  # an archive's member the set did not name
+        return entry
+    rejected = [_refusal(o, classes) for o in objs if _refusal(o, classes)]
+    objs = [o for o in objs if not _refusal(o, classes)]
+    listed = entry.annotation or {}  # none: refused by its name's length
+    if listed.get(UNUSABLE):
+        return entry._replace(annotation={'objects': [], 'rejected': [*rejected, *_lost(objs)]})
+    annotation = {**listed, 'objects': objs, 'rejected': rejected}
+    if entry.reject and entry.reject != 'duplicate_row':  # refused by its path: no label
+        return entry._replace(annotation=annotation)
+    label = tuple(sorted({o['label'] for o in objs}))
+    return entry._replace(label=label, annotation=annotation)
 
 
 def _refusal(obj, classes):

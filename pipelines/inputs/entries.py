@@ -140,6 +140,8 @@ class InputScan:
     classes: list = None  # the labels in the input's own order (a COCO file's categories)
     # Lines of rejected_annotations.jsonl of annotations of no input (complete with `entries`)
     annotation_rejections: list = dataclasses.field(default_factory=list)
+    # How the pipeline joins annotations to these inputs (a COCO file's: coco_join.py); None
+    annotation_join: dict = None
 
     def skip(self, reason, path) -> None:
         self.skipped[reason] += 1
@@ -258,6 +260,7 @@ class ListingCounts:
             scan.kind,
             dict(scan.kind_options),
             self._annotations(scan),
+            scan.annotation_join,
         )
 
     def _annotations(self, scan):

@@ -34,6 +34,7 @@ from imageshards.file_names import display
 from imageshards.storage import absolute
 from imageshards.storage import is_uri
 from pipelines.core import sources
+from pipelines.core.settings import COCO
 from pipelines.core.settings import OBJECT_FORMS
 from pipelines.core.settings import InputSettings
 from pipelines.inputs import forms
@@ -78,6 +79,9 @@ def scan_inputs(spec, inputs=None, index_archives=None):
     inputs = inputs or InputSettings()
     levels = tuple(inputs.label_levels)
     detected = forms.detect(spec, inputs.form, inputs.labels_file)
+    if inputs.masks is not None and detected.form != COCO:  # other sets say it themselves
+        flag = '--masks' if inputs.masks else '--no-masks'
+        raise ValueError(f'{flag} is for a COCO file; --input {spec} is {detected.form}')
     if detected.form == forms.MANIFEST:
         if vertex_objects.is_detection_file(absolute(spec)):
             return vertex_objects.scan(spec, inputs)

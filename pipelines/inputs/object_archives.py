@@ -108,6 +108,7 @@ def _entries(spec, detected, inputs, read, found):
     found.base, found.classes = read_set.base, read_set.classes
     found.kind_options = read_set.kind_options
     found.annotation_rejections = read_set.annotation_rejections
+    found.annotation_join = read_set.annotation_join
 
 
 def _voc_root(tree, spec):
@@ -166,7 +167,8 @@ def _coco_in_archive(tree, spec):
     from pipelines.inputs.coco import AnnotationFile
 
     name = _coco_file(tree, spec)
-    annotations = AnnotationFile(tree.where(name), lambda _: tree.open(name))
+    source = tree.member(name)[1].source.encode()  # how the pipeline's workers read it too
+    annotations = AnnotationFile(tree.where(name), lambda _: tree.open(name), source)
     # Its images where coco.image_root finds a file's: `images/` beside its folder, else its
     # folder (a file at the archive's top has nothing beside its folder).
     folder = posixpath.dirname(name)

@@ -78,6 +78,7 @@ class EarlyListing:
             result['kind_options'],
             result['classes'],
             result['annotation_rejections'],
+            result['annotation_join'],
         )
         counts = entries.ListingCounts.from_json(result['counts'])
         return os.path.join(self.folder, LISTING), counts, scan
@@ -179,6 +180,7 @@ def main(argv=None):
         'kind_options': scan.kind_options,
         'classes': scan.classes,
         'annotation_rejections': scan.annotation_rejections,
+        'annotation_join': scan.annotation_join,
         'logged': kept.logged,
     }
     with open(os.path.join(folder, RESULT), 'w', encoding='utf-8') as f:

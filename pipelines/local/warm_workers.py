@@ -60,6 +60,7 @@ _PR_SET_NAME = 15
 WORKER_MODULES = (
     'pipelines.inputs.archive_index',  # its own pipeline's, run before the build's
     'pipelines.inputs.listing',
+    'pipelines.inputs.coco_join',  # a COCO file's annotations, joined to their images
     'pipelines.validation.validate',
     'pipelines.validation.dedup',
     'pipelines.assignment.assign',

@@ -37,6 +37,7 @@ from pipelines.core import counters
 from pipelines.core import reading
 from pipelines.core import sources
 from pipelines.core.sources import SMALL_INPUT_BYTES
+from pipelines.inputs import coco_join
 from pipelines.inputs.listing import read_work_item_lines
 from pipelines.validation import images
 from pipelines.validation import labeling
@@ -56,11 +57,12 @@ class _ValidateWorkItem(beam.DoFn):
     Its arguments are those of ValidateImages.
     """
 
-    def __init__(self, listing_path, settings, store, rank_groups):
+    def __init__(self, listing_path, settings, store, rank_groups, join=None):
         self._listing_path = listing_path
         self._settings = settings
         self._store = store
         self._rank_groups = rank_groups
+        self._join = join
         self._pool = None
         self._in_flight = []  # (entries, [future of each's _validate]) of the items in flight
         self._payloads = self._puts = None  # the bundle's payload file and blocks' appender
@@ -95,8 +97,13 @@ class _ValidateWorkItem(beam.DoFn):
         leave once all its inputs are done, from a later call or at the bundle's end, so that an
         input whose read is retried after a fault of the network holds up no other item. One of
         inputs inside containers (one line, or a sequential source's several) is read in the
-        containers' order, through one Reader, a line at a time."""
+        containers' order, through one Reader, a line at a time. With a `join`, a work item
+        comes with the blocks of its images' annotations, joined to its entries here."""
+        if self._join:
+            item, refs = item
         lines = read_work_item_lines(self._listing_path, item)
+        if self._join:
+            lines = coco_join.joined_lines(lines, refs, self._join, self._store)
         first = next(lines, [])
         if not any(entry.source for entry in first):
             for entries in itertools.chain([first], lines):
@@ -327,11 +334,13 @@ class ValidateImages(beam.PTransform):
         store: the BlockStore that keeps the blocks.
         rank_groups: an assign.RankGroups: the blocks keyed as AssignShards(keyed=True)
             takes them, with no step between (no --dedup); None: block refs.
+        join: the listing's `annotation_join` where the work items come with the blocks of
+            their images' annotations (pipelines/inputs/coco_join.py); None: they do not.
     """
 
-    def __init__(self, listing_path, settings, store, rank_groups=None):
+    def __init__(self, listing_path, settings, store, rank_groups=None, join=None):
         super().__init__()
-        self._fn = _ValidateWorkItem(listing_path, settings, store, rank_groups)
+        self._fn = _ValidateWorkItem(listing_path, settings, store, rank_groups, join)
 
     def expand(self, items):
         outputs = items | 'Decode' >> beam.ParDo(self._fn).with_outputs(REJECTED, main='valid')

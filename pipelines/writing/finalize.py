@@ -6,6 +6,7 @@ place and writes rejected.jsonl, duplicates.jsonl, dataset.json, the TFDS metada
 looks finished; running it again writes the same files.
 """
 
+import dataclasses
 import json
 
 import apache_beam as beam
@@ -105,10 +106,16 @@ def _finalize(
     settings,
     analysis,
     analyzed,
+    annotations=None,
     **grouped,
 ):
     """Writes the build's files from its side inputs; yields dataset.json's `counts`."""
     del analyzed  # a side input only so that this step waits for the TFT output
+    facts = settings.facts
+    if annotations is not None:  # what the pipeline read of a COCO file (coco_join.py)
+        facts = dataclasses.replace(
+            facts, annotations=object_facts.joined(facts.annotations, annotations)
+        )
     output_dir = settings.output_dir
     dropped = sorted(
         (row for row in rejections if object_facts.is_annotation_row(row)),
@@ -119,7 +126,6 @@ def _finalize(
         key=lambda row: row['id'],
     )
     duplicates = sorted(duplicates, key=lambda row: row['id'])
-    facts = settings.facts
     if facts.annotations:  # those of no input first (a COCO annotation of an unknown image)
         dropped = facts.annotations['rejected'] + dropped
     summary = dataset_facts.make(
@@ -189,6 +195,7 @@ class Finalize(beam.PTransform):
         analysis,
         analyzed,
         grouped=None,
+        annotations=None,
     ):
         super().__init__()
         self._settings = settings
@@ -200,6 +207,8 @@ class Finalize(beam.PTransform):
             'analysis': beam.pvalue.AsList(analysis),
             'analyzed': beam.pvalue.AsList(analyzed),
         }
+        if annotations is not None:
+            self._side_inputs['annotations'] = beam.pvalue.AsList(annotations)
         if grouped:
             self._side_inputs.update(
                 tallies=beam.pvalue.AsList(grouped['tallies']),

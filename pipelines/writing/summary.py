@@ -31,6 +31,13 @@ def report(result, dataset, output_dir, seconds):
             f'  rejected by reason: {counts["rejected_by_reason"]} (see {layout.REJECTED_JSONL})'
         )
     print('\n'.join(lines))
+    not_kept = counts.get('annotations', {}).get('masks_not_kept')
+    if not_kept:  # said by the worker that read them too, where its log may not be seen
+        _LOG.warning(
+            '%s read with a mask that this build does not keep (their boxes are kept: '
+            'counts.annotations.masks_not_kept); build again with --masks to keep them',
+            console.plural(not_kept, 'annotation'),
+        )
     strays = overwrite.stray_shards(output_dir, dataset)
     if strays:
         _LOG.warning(

@@ -1,0 +1,208 @@
+"""A COCO file's annotations joined to its images in the pipeline, not in the launcher: the
+launcher lists the images alone (pipelines/inputs/coco.py), and
+
+    work items (ReadListing) -> KeyWorkItems: (first entry id, work item) ------------\\
+        first ids (a side input) -> ReadAnnotations: (first entry id, block ref) -> GroupByWorkItem
+        -> (work item, block refs) -> ValidateImages, which joins each entry's objects to it
+    ReadAnnotations' facts (annotations read, those of no image, masks not kept) -> Finalize
+
+One worker streams the file's annotations (a local file, an object store's, an archive's member:
+coco.AnnotationFile), finds each one's image by its id (16 bytes an image: coco.image_index),
+and puts it, in the readers' form, into a block of the work item that holds its image; blocks
+leave whenever SPILL_BYTES of them are held, through the build's block store (spilled to files
+on the local runner, whose shuffle would otherwise hold them in the launching process). A work
+item's entries are ids contiguous in listing order, so its first id names it. The objects of an
+image come out in the file's order, whatever blocks they arrived in, so records are those of a
+file joined whole.
+
+A build without masks (--no-masks, or a file whose first annotations have none) keeps the box of
+an annotation that has a segmentation; the mask is counted (counts.annotations.masks_not_kept)
+and the log says once to build again with --masks.
+"""
+
+import json
+import logging
+import struct
+import typing
+
+import apache_beam as beam
+import numpy as np
+
+from imageshards import storage
+from pipelines.inputs import coco
+
+_LOG = logging.getLogger(__name__)
+FACTS = 'annotation_facts'
+SPILL_BYTES = 32 << 20  # of blocks a reader holds before they leave
+BATCH = 65_536  # annotations whose images are looked up at once
+# A block's records: the position of the annotation's image, the annotation's in the file, and
+# the length of its compact JSON, then the JSON (parsed as data: tests/test_untrusted.py).
+_RECORD = struct.Struct('<qqI')
+
+
+class Joined(typing.NamedTuple):
+    """JoinAnnotations' outputs."""
+
+    items: beam.PCollection  # (work item, [block refs of its images' annotations])
+    facts: beam.PCollection  # one {read, rejected, masks_not_kept}: Finalize's
+
+
+class JoinAnnotations(beam.PTransform):
+    """Work items -> Joined (see the module's docstring).
+
+    Args:
+        listing_path: the listing file whose byte ranges the work items are.
+        join: the listing's `annotation_join` (coco.py): the file, its categories, masks.
+        store: the BlockStore that keeps the annotations' blocks.
+    """
+
+    def __init__(self, listing_path, join, store):
+        super().__init__()
+        self._listing_path, self._join, self._store = listing_path, join, store
+
+    def expand(self, items):
+        keyed = items | 'KeyWorkItems' >> beam.Map(_keyed, self._listing_path)
+        firsts = beam.pvalue.AsList(keyed | 'FirstIds' >> beam.Keys())
+        read = (
+            items.pipeline
+            | 'AnnotationFile' >> beam.Create([self._join['file']])
+            | 'ReadAnnotations'
+            >> beam.ParDo(_ReadAnnotations(self._join, self._store), firsts).with_outputs(
+                FACTS, main='blocks'
+            )
+        )
+        joined = (
+            {'item': keyed, 'blocks': read.blocks}
+            | 'GroupByWorkItem' >> beam.CoGroupByKey()
+            | 'JoinedWorkItems' >> beam.FlatMap(_joined_items)
+        )
+        return Joined(joined, read[FACTS])
+
+
+def _keyed(item, listing_path):
+    """(the id of a work item's first entry, the work item): read from the head of its line,
+    `[[id, ...` (pipelines/inputs/listing.py writes it so)."""
+    start, end = item
+    head = storage.read_range(listing_path, start, min(end, start + 64))
+    return int(head[2:].split(b',', 1)[0]), tuple(item)
+
+
+def _joined_items(grouped):
+    _, found = grouped
+    for item in found['item']:
+        yield item, list(found['blocks'])
+
+
+class _ReadAnnotations(beam.DoFn):
+    """The annotation file -> (first id of a work item, block ref of its images' annotations);
+    to FACTS, what it read."""
+
+    def __init__(self, join, store):
+        self._join, self._store = join, store
+
+    def process(self, unused_file, firsts):
+        annotations = coco.AnnotationFile.of(self._join)
+        firsts = np.array(sorted(firsts), np.int64)
+        reading = _Reading(self._join, coco.image_index(annotations), firsts)
+        puts = self._store.appender()
+        try:
+            batch = []
+            for item in coco.annotation_items(annotations):
+                batch.append(item)
+                if len(batch) == BATCH:
+                    reading.add(batch)
+                    batch = []
+                    if reading.held >= SPILL_BYTES:
+                        yield from _put(reading.take(), puts)
+            reading.add(batch)
+            yield from _put(reading.take(), puts)
+        finally:
+            puts.close()
+        yield beam.pvalue.TaggedOutput(FACTS, reading.facts())
+
+
+def _put(blocks, puts):
+    keys = list(blocks)
+    for key, ref in zip(keys, puts.put('annotations', [bytes(blocks[k]) for k in keys])):
+        yield int(key), ref
+
+
+class _Reading:
+    """What ReadAnnotations holds as it reads: blocks by work item, and its counts."""
+
+    def __init__(self, join, index, firsts):
+        self._categories = {category: name for category, name in join['categories']}
+        self._masks, self._index, self._firsts = join['masks'], index, firsts
+        self._where = join['file']
+        self._blocks, self.held = {}, 0
+        self._read, self._orphans, self._not_kept = 0, [], 0
+
+    def add(self, batch):
+        positions, known = coco.positions(batch, self._index)
+        items = np.searchsorted(self._firsts, positions, side='right') - 1
+        for item, position, is_known, key in zip(batch, positions, known, items):
+            obj = coco.annotation_object(item, self._categories)
+            number = self._read
+            self._read += 1
+            if not is_known:
+                self._orphans.append(coco.unknown_image(item, obj))
+                continue
+            if not self._masks and obj['label'] is not None and ('polygons' in obj or 'rle' in obj):
+                self._mask_not_kept(obj)
+            data = _compact(obj)
+            data = data if len(data) <= coco.MAX_ITEM_BYTES else _compact(coco.too_large(obj))
+            block = self._blocks.get(int(key))
+            if block is None:
+                block = self._blocks[int(key)] = bytearray()
+            block += _RECORD.pack(int(position), number, len(data))
+            block += data
+            self.held += _RECORD.size + len(data)
+
+    def _mask_not_kept(self, obj):
+        obj.pop('polygons', None)
+        obj.pop('rle', None)
+        if not self._not_kept:
+            _LOG.warning(
+                '%s: %s has a mask, and this build keeps boxes only (--no-masks, or none in '
+                "the file's first %d annotations): its box is kept, its mask counted in "
+                'counts.annotations.masks_not_kept; build again with --masks to keep them',
+                self._where,
+                obj['ref'],
+                coco.PEEK,
+            )
+        self._not_kept += 1
+
+    def take(self) -> dict:
+        blocks, self._blocks, self.held = self._blocks, {}, 0
+        return blocks
+
+    def facts(self) -> dict:
+        return {'read': self._read, 'rejected': self._orphans, 'masks_not_kept': self._not_kept}
+
+
+def _compact(value):
+    return json.dumps(value, separators=(',', ':')).encode('utf-8')
+
+
+def joined_lines(lines, refs, join, store):
+    """The entries of each line of a work item (`lines`), with the objects of their images
+    joined (coco.joined), from the blocks `refs` of that work item."""
+    by_position = {}
+    for ref in refs:
+        block, at = store.get(ref), 0
+        while at < len(block):
+            position, number, length = _RECORD.unpack_from(block, at)
+            at += _RECORD.size
+            by_position.setdefault(position, []).append((number, block[at : at + length]))
+            at += length
+    classes = {name for _, name in join['categories']}
+    for entries in lines:
+        yield [
+            coco.joined(entry, _objects(by_position.pop(entry.id, ())), classes)
+            for entry in entries
+        ]
+
+
+def _objects(found):
+    """The objects of an image, in the file's order."""
+    return [json.loads(data) for _, data in sorted(found, key=lambda pair: pair[0])]

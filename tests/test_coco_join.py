@@ -1,0 +1,124 @@
+"""A COCO file's annotations joined to its images by the pipeline, not the launcher: the
+launcher lists the images alone, the pipeline gives each its objects in the file's order
+whatever blocks they arrive in, and a build without masks keeps the boxes and counts the masks
+it leaves out."""
+
+import json
+
+import object_sets
+
+from imageshards import records
+from imageshards.shard_formats import registry as shard_formats
+from imageshards.storage import open_read
+from pipelines import launcher
+from pipelines.core.settings import InputSettings
+from pipelines.inputs import coco as coco_reader
+from pipelines.inputs import coco_join
+
+from build_commands import build_flags
+
+
+def build(source, out, *flags):
+    return launcher.run(build_flags(source, out, *flags, num_shards=1, seed=3, in_memory=True))
+
+
+def detection_records(out):
+    """{image key below the set's image folder: {feature: values}} of a build's records."""
+    found = {}
+    for path in sorted(out.glob('*/*.tfrecord')):
+        for _, record in records.shard_records(str(path), shard_formats.named('tfrecord')):
+            values = records.example_values(records.parse_example(record))
+            values = {key: value for key, (_, value) in values.items()}
+            key = values['image/filename'][0].decode().split('/images/', 1)[1]
+            found[key] = values
+    return found
+
+
+def test_the_launcher_lists_a_coco_files_images_and_leaves_its_annotations_to_the_pipeline(
+    tmp_path,
+):
+    coco = object_sets.write_coco(str(tmp_path), images=5)
+    path = tmp_path / 'annotations' / 'instances.json'
+    found = coco_reader.scan(str(path), InputSettings(image_root=str(tmp_path / 'images')))
+    entries = list(found.entries)
+    assert [entry.key for entry in entries] == [image['file_name'] for image in coco['images']]
+    for entry, image in zip(entries, coco['images']):
+        assert entry.annotation['objects'] == [] and entry.label == ()
+        assert entry.annotation['size'] == [image['height'], image['width']]
+    assert found.kind_options['masks'] and found.annotation_join['masks']
+    assert found.annotation_join['file'] == str(path)
+
+
+def test_the_pipeline_joins_objects_in_file_order_whatever_blocks_they_arrive_in(
+    tmp_path, monkeypatch
+):
+    coco = object_sets.write_coco(str(tmp_path), images=11)
+    annotations = coco['annotations'][::2] + coco['annotations'][1::2]  # images out of order
+    annotations.append({**annotations[0], 'id': 7777, 'image_id': 4242})  # of no image
+    annotations.append('not an annotation')
+    reordered = {'annotations': annotations, 'categories': coco['categories']}
+    reordered['images'] = coco['images']  # after the annotations, as some exporters write
+    path = tmp_path / 'annotations' / 'reordered.json'
+    path.write_text(json.dumps(reordered))
+    images = f'--image-root={tmp_path / "images"}'
+    build(path, tmp_path / 'whole', images)
+    monkeypatch.setattr(coco_join, 'BATCH', 3)
+    monkeypatch.setattr(coco_join, 'SPILL_BYTES', 1)  # a block each few annotations
+    counts = build(path, tmp_path / 'spilled', images)['counts']['annotations']
+    assert counts['read'] == len(annotations) and counts['written'] == len(annotations) - 2
+    assert counts['rejected_by_reason'] == {'unknown_image': 2}
+    for name in ('train/train-00000-of-00001.tfrecord', 'rejected_annotations.jsonl'):
+        whole, spilled = (tmp_path / out / name for out in ('whole', 'spilled'))
+        assert whole.read_bytes() == spilled.read_bytes()
+    records = detection_records(tmp_path / 'spilled')
+    for image in coco['images']:  # each image's objects in the file's order
+        refs = [a for a in annotations[:-2] if a['image_id'] == image['id']]
+        labels = [object_sets.COCO_IDS.index(a['category_id']) for a in refs]
+        assert records[image['file_name']]['image/object/class/label'] == labels
+
+
+def test_a_build_without_masks_keeps_the_boxes_and_counts_the_masks(tmp_path, caplog, monkeypatch):
+    coco = object_sets.write_coco(str(tmp_path), images=4)
+    path = tmp_path / 'annotations' / 'instances.json'
+    dataset = build(path, tmp_path / 'out', '--no-masks')
+    counts = dataset['counts']['annotations']
+    assert counts['masks_not_kept'] == len(coco['annotations'])
+    assert counts['written'] == len(coco['annotations'])
+    assert dataset['objects']['masks'] is False
+    assert caplog.text.count('build again with --masks') == 2  # the reader's, the summary's
+    records = detection_records(tmp_path / 'out')
+    assert all('image/object/mask' not in values for values in records.values())
+    # Without the flag, the file's first annotations decide: here, none of them has a mask.
+    monkeypatch.setattr(coco_reader, 'PEEK', 2)
+    for annotation in coco['annotations'][:2]:
+        del annotation['segmentation']
+    path.write_text(json.dumps(coco))
+    counts = build(path, tmp_path / 'peeked')['counts']['annotations']
+    assert counts['masks_not_kept'] == len(coco['annotations']) - 2
+    dataset = build(path, tmp_path / 'kept', '--masks')
+    assert dataset['objects']['masks'] is True
+    assert 'masks_not_kept' not in dataset['counts']['annotations']
+
+
+def test_the_categories_come_from_the_files_end_only_where_they_end_it(tmp_path):
+    categories = [{'id': 3, 'name': 'cat'}, {'id': 1, 'name': 'dog'}]
+    nested = {'images': [], 'categories': categories, 'info': {'categories': [{'id': 9}]}}
+    cases = [
+        ({'images': [], 'annotations': [], 'categories': categories}, True),  # COCO's order
+        ({'categories': categories, 'images': [], 'annotations': []}, False),
+        (nested, False),  # a "categories" of another object, last
+        ({'images': [{'file_name': '"categories": [] }'}], 'categories': categories}, True),
+    ]
+    for document, at_end in cases:
+        path = tmp_path / 'instances.json'
+        path.write_text(json.dumps(document))
+        annotations = coco_reader.AnnotationFile(str(path), open_read)
+        found = coco_reader._categories_at_end(annotations)  # pylint: disable=protected-access
+        assert (found == categories) if at_end else found is None
+        assert coco_reader.read_categories(annotations) == [(1, 'dog'), (3, 'cat')]
+
+
+def test_masks_are_a_coco_files_choice(tmp_path, caplog):
+    object_sets.write_voc(str(tmp_path / 'voc'), images=2)
+    status = launcher.main(build_flags(tmp_path / 'voc', tmp_path / 'out', '--no-masks'))
+    assert status == 2 and '--no-masks is for a COCO file' in caplog.text
