@@ -144,6 +144,19 @@ def rotated(seed, epoch, open_shard):
     return open_rotated
 
 
+def filled(source, records, seed, epoch, opts):
+    """`records` (an epoch's), then the same epoch's again and again, each pass's positions
+    after the pass before (crops of their own): where an epoch is to have more full batches
+    than its records make (a small split, trainer/small_splits.py, or a worker's small share
+    of uneven shards), every record is in it and its last batch is full, of the epoch's first
+    records once more. `source` is a Shards or a random_access.SplitReader."""
+    held = source.per_worker
+    again = lambda rounds: source.epoch_records(seed, epoch, 0, opts).map(
+        lambda record, position: (record, position + rounds * held)
+    )
+    return records.concatenate(tf.data.Dataset.range(1, 2**62).flat_map(again))
+
+
 def records_per_worker(info, split, workers) -> list:
     """[records of the split that each of `workers` input pipelines reads in training]."""
     if info.shard_format.random_access:
