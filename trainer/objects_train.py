@@ -18,6 +18,7 @@ import time
 import keras
 import tensorflow as tf
 
+from imageshards import console
 from trainer import best_epoch
 from trainer import callbacks
 from trainer import centernet
@@ -151,11 +152,12 @@ def train(config, info, checkpoint_dir, model_dir) -> dict:
     if finished is not None:
         return finished
     _LOG.info(
-        '%s (%s, %d classes) from %s, %s, %d steps per epoch, from epoch %d step %d',
+        '%s (%s, %d classes) from %s on %s, %s, %d steps per epoch, from epoch %d step %d',
         task.model,
         task.name,
         len(task.classes),
         config.recipe.init_from or 'random initial weights',
+        console.plural(strategy.num_replicas_in_sync, 'replica'),
         policy,
         steps,
         *divmod(done, steps),
@@ -179,6 +181,7 @@ def train(config, info, checkpoint_dir, model_dir) -> dict:
     if distribute.is_chief():
         _LOG.info('exported the model of epoch %s to %s', metrics.get('best_epoch'), model_dir)
         job.write_metrics(config, metrics)
+    distribute.wait_for_all(strategy)  # each worker scored the test split alone, at its own pace
     return metrics
 
 
