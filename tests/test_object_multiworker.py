@@ -94,6 +94,7 @@ def test_both_train_the_same_steps_and_agree_on_the_losses(two_workers):
     for role in logs:
         assert {'val_map', 'val_mask_map', 'test_map', 'test_mask_map'} <= set(final[role])
         assert 'on 2 replicas' in logs[role]
+        assert "3 shards of split 'train' fall unevenly on 2 workers (4 to 8" in logs[role]
         # Each waited for the other at the end: neither saw the other leave early.
         assert 'unhealthy' not in logs[role], logs[role]
 

@@ -10,6 +10,7 @@ random-access build (ArrayRecord) reads a new permutation of the whole split ins
 """
 
 import dataclasses
+import logging
 import typing
 
 import tensorflow as tf
@@ -22,6 +23,7 @@ SHARD_ORDER_SALT = 1  # the per-epoch shuffle of the shard list
 RECORD_ORDER_SALT = 2  # the record shuffle buffer
 SHARD_START_SALT = 3  # where each rotated shard starts (with the shard's index)
 AUTOTUNE = tf.data.AUTOTUNE
+_LOG = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -163,3 +165,23 @@ def records_per_worker(info, split, workers) -> list:
         return random_access.records_per_worker(info.num_records(split), workers)
     counts = [shard['num_records'] for shard in info.split(split)['shards']]
     return [sum(worker_shards(counts, i, workers)) for i in range(workers)]
+
+
+def warn_if_uneven(info, split, pipelines, pipeline_batch):
+    """Warns when workers hold a batch or more records than others of the training split.
+
+    Every worker runs the steps the one with the fewest records can fill, so the others do
+    not reach the end of their shards within an epoch.
+    """
+    held = records_per_worker(info, split, pipelines)
+    if max(held) - min(held) >= pipeline_batch:
+        _LOG.warning(
+            '%d shards of split %r fall unevenly on %d workers (%d to %d records each): an '
+            'epoch covers the smallest share only; build with --num-shards a multiple of %d',
+            len(info.split(split)['shards']),
+            split,
+            pipelines,
+            min(held),
+            max(held),
+            pipelines,
+        )
