@@ -5,7 +5,8 @@ epoch), several shards interleaved, then a record shuffle buffer seeded by (seed
 few shards, each shard starts at a record fixed by (seed, epoch, shard) and wraps around. A
 random-access build (ArrayRecord) reads a new permutation of the whole split instead
 (trainer/random_access.py). Every input pipeline of a multi-worker run reads its own shards
-(`worker_shards`). trainer/input_pipeline.py (classification) and trainer/objects_input.py
+(`worker_shards`); an epoch cut to more batches than a pipeline's records make reads them
+again (`filled`). trainer/input_pipeline.py (classification) and trainer/objects_input.py
 (detection, segmentation) decode what this yields.
 """
 
