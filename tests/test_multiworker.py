@@ -1,25 +1,16 @@
 """Multi-worker training: a chief and a worker on loopback, MultiWorkerMirroredStrategy on CPU.
 
-Each process gets its own TF_CONFIG, as Vertex AI gives each replica, and the same flags. The
-build has 3 shards per split, so that the chief reads twice as many training records as the
-worker (uneven splits are what hang multi-worker runs). What the processes do is observed from
-outside: TensorFlow's TFRecord reader logs every file it opens (at VLOG level 2), and the
-worker runs with umask 077, so that any file it created in the shared job directory would
-lack the group and other read bits that the chief's (umask 022) have.
+tests/workers_for_tests.py runs the two processes and observes them from outside (the shards
+each opens, who created what in the job directory). The build has 3 shards per split, so that
+the chief reads twice as many training records as the worker (uneven splits are what hang
+multi-worker runs).
 """
 
-import ast
 import json
-import os
 import re
-import signal
-import socket
-import stat
-import subprocess
-import sys
-import time
 
 import pytest
+import workers_for_tests as workers
 
 from trainer import best_epoch
 from trainer import dataset_info
@@ -41,60 +32,6 @@ FLAGS = [
     '--checkpoint-every',
     '3',
 ]
-UMASKS = {'chief': 0o022, 'worker': 0o077}
-READING = re.compile(r'tf_record_dataset_op\.cc:\d+\] Reading file: (\S+)')
-
-
-def _free_ports(count):
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(('127.0.0.1', 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
-
-
-def _start(role, cluster, data, tmp_path, extra_flags=()):
-    scratch = tmp_path / f'{role}-tmp'
-    scratch.mkdir()
-    env = dict(
-        os.environ,
-        TF_CONFIG=json.dumps({'cluster': cluster, 'task': {'type': role, 'index': 0}}),
-        PYTHONPATH=os.pathsep.join(sys.path),
-        TMPDIR=str(scratch),  # where a non-chief's throw-away checkpoints and export go
-        TF_CPP_MIN_LOG_LEVEL='0',
-        TF_CPP_VMODULE='tf_record_dataset_op=2',  # "Reading file: PATH" for every shard opened
-    )
-    log = open(tmp_path / f'{role}.log', 'w')  # closed by _wait
-    # --verbose: TensorFlow's C++ log lines, which the test reads, are shown only then.
-    command = [sys.executable, '-m', 'trainer.task', '--verbose', '--data', str(data)]
-    process = subprocess.Popen(
-        [*command, '--job-dir', str(tmp_path / 'job'), *FLAGS, *extra_flags],
-        env=env,
-        cwd=tmp_path,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        umask=UMASKS[role],
-    )
-    process.log = log
-    return process
-
-
-def _wait(processes, timeout):
-    """Waits for all; if one fails, stops the rest (they would wait for it forever)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        codes = {role: p.poll() for role, p in processes.items()}
-        if all(code is not None for code in codes.values()) or any(codes.values()):
-            break
-        time.sleep(0.2)
-    for p in processes.values():
-        if p.poll() is None:
-            p.send_signal(signal.SIGKILL)
-        p.wait()
-        p.log.close()
-    return {role: p.returncode for role, p in processes.items()}
 
 
 @pytest.fixture(scope='module')
@@ -106,38 +43,29 @@ def two_workers(color_builds, tmp_path_factory):
     tree = str(color_builds['tree'])
     launcher.run(['--input', tree, '--output', str(data), '--splits', 'train=0.75,val=0.25',
                '--num-shards', '3', '--direct_running_mode=in_memory'])  # fmt: skip
-    chief_port, worker_port = _free_ports(2)
-    cluster = {'chief': [f'127.0.0.1:{chief_port}'], 'worker': [f'127.0.0.1:{worker_port}']}
-    processes = {role: _start(role, cluster, data, tmp_path) for role in UMASKS}
-    codes = _wait(processes, timeout=300)
-    logs = {role: (tmp_path / f'{role}.log').read_text() for role in UMASKS}
+    processes = workers.start_both(data, tmp_path, FLAGS)
+    codes = workers.wait(processes, timeout=300)
+    logs = workers.read_logs(tmp_path)
     assert codes == {'chief': 0, 'worker': 0}, logs
     pids = {role: p.pid for role, p in processes.items()}
     return dataset_info.load(str(data)), tmp_path, logs, pids
 
 
-def _files_read(log, split):
-    return {path for path in READING.findall(log) if f'/{split}/' in path}
-
-
 @pytest.mark.slow
 def test_each_worker_trains_on_its_own_shards_and_validates_on_all(two_workers):
     info, _, logs, _ = two_workers
-    chief, worker = (_files_read(logs[role], 'train') for role in ('chief', 'worker'))
+    chief, worker = (workers.files_read(logs[role], 'train') for role in ('chief', 'worker'))
     assert chief and worker
     assert not chief & worker, f'both workers read {sorted(chief & worker)}'
     assert chief | worker == set(info.shard_paths('train'))
     for role in logs:
-        assert _files_read(logs[role], 'val') == set(info.shard_paths('val'))
+        assert workers.files_read(logs[role], 'val') == set(info.shard_paths('val'))
 
 
 @pytest.mark.slow
 def test_both_train_the_same_steps_and_agree_on_the_metrics(two_workers):
     _, _, logs, _ = two_workers
-    final = {
-        role: ast.literal_eval(re.search(r'final metrics: (\{.*\})', logs[role]).group(1))
-        for role in logs
-    }
+    final = {role: workers.final_metrics(logs[role]) for role in logs}
     assert final['chief']['steps'] == final['worker']['steps'] == 2 * 4
     for key in ('loss', 'accuracy', 'val_loss', 'val_accuracy'):
         assert final['chief'][key] == pytest.approx(final['worker'][key])
@@ -156,7 +84,7 @@ def test_each_worker_validates_on_every_record(tf, two_workers):
     correct records out of all.
     """
     info, tmp_path, logs, _ = two_workers
-    final = ast.literal_eval(re.search(r'final metrics: (\{.*\})', logs['chief']).group(1))
+    final = workers.final_metrics(logs['chief'])
     model = build_model(
         'small_cnn', info.num_classes, (16, 16), transform_output=tft_output.load(info)
     )
@@ -177,7 +105,7 @@ def test_each_worker_validates_on_every_record(tf, two_workers):
 def test_only_the_chief_writes_to_the_job_directory(two_workers):
     _, tmp_path, logs, pids = two_workers
     job = tmp_path / 'job'
-    written = {path.relative_to(job).as_posix(): path for path in job.rglob('*')}
+    written, by_worker = workers.written_by_others(job)
     for name in ('metrics.json', 'model/saved_model.pb', 'checkpoints/checkpoint'):
         assert name in written
     events = [name for name in written if '.tfevents.' in name]
@@ -185,7 +113,6 @@ def test_only_the_chief_writes_to_the_job_directory(two_workers):
     # An events file's name ends in the pid of the process that wrote it.
     assert all(name.split('.')[-3] == str(pids['chief']) for name in events), events
     # The worker's umask would leave a file it created without group and other read bits.
-    by_worker = [name for name, path in written.items() if not path.stat().st_mode & stat.S_IROTH]
     assert not by_worker, f'written by the worker: {by_worker}'
     assert json.loads(written['metrics.json'].read_text())['steps'] == 2 * 4
     assert f'checkpoint {job}/checkpoints/ckpt-8' in logs['chief']
@@ -194,11 +121,10 @@ def test_only_the_chief_writes_to_the_job_directory(two_workers):
 @pytest.mark.slow
 def test_the_workers_checkpoints_and_export_are_thrown_away(two_workers):
     _, tmp_path, logs, _ = two_workers
-    scratch = re.search(r'checkpoints and the export go to (\S+)', logs['worker']).group(1)
+    scratch = workers.scratch_of(logs['worker'])  # and gone
     assert scratch.startswith(str(tmp_path / 'worker-tmp'))
     saved = re.findall(r'INFO checkpoint (\S+)', logs['worker'])
     assert saved == [f'{scratch}/checkpoints/ckpt-{step}' for step in (3, 4, 6, 8)]
-    assert not os.path.exists(scratch)
     assert 'checkpoints and the export go to' not in logs['chief']
 
 
@@ -214,17 +140,12 @@ def test_two_workers_train_one_head_per_label_level(tmp_path):
     launcher.run(['--input', str(manifest), '--output', str(data),
                   '--splits', 'train=0.75,val=0.25',
                   '--num-shards', '2', '--direct_running_mode=in_memory'])  # fmt: skip
-    chief_port, worker_port = _free_ports(2)
-    cluster = {'chief': [f'127.0.0.1:{chief_port}'], 'worker': [f'127.0.0.1:{worker_port}']}
-    flags = ['--label-levels', 'family,species']
-    processes = {role: _start(role, cluster, data, tmp_path, flags) for role in UMASKS}
-    codes = _wait(processes, timeout=300)
-    logs = {role: (tmp_path / f'{role}.log').read_text() for role in UMASKS}
+    flags = [*FLAGS, '--label-levels', 'family,species']
+    processes = workers.start_both(data, tmp_path, flags)
+    codes = workers.wait(processes, timeout=300)
+    logs = workers.read_logs(tmp_path)
     assert codes == {'chief': 0, 'worker': 0}, logs
-    final = {
-        role: ast.literal_eval(re.search(r'final metrics: (\{.*\})', logs[role]).group(1))
-        for role in logs
-    }
+    final = {role: workers.final_metrics(logs[role]) for role in logs}
     assert final['chief']['steps'] == final['worker']['steps'] == 2 * 4
     for key in ('family_loss', 'species_accuracy', 'val_family_accuracy'):
         assert final['chief'][key] == pytest.approx(final['worker'][key])

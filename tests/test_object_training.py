@@ -8,6 +8,7 @@ import json
 import pathlib
 import shutil
 
+import keras
 import numpy as np
 import object_sets
 import pytest
@@ -164,6 +165,36 @@ def test_semantic_segmentation_of_a_build_with_masks_scores_mean_iou(coco_build,
     assert metrics['selected_by'] == 'val_mean_iou'
     assert 0.0 < metrics['test_mean_iou'] <= 1.0
     assert 'background' in metrics['test_iou_per_class']
+
+
+def test_mixed_precision_trains_in_float16_and_keeps_float32_weights_and_outputs(
+    coco_build, tf, tmp_path, caplog
+):
+    """--mixed-precision on (auto on a GPU): the layers compute in float16 with a scaled loss;
+    the weights, the checkpoints and what the served model answers stay float32."""
+    config = _config(coco_build, tmp_path / 'mixed', '--epochs', '1', '--mixed-precision', 'on')
+    caplog.set_level('INFO', logger='trainer.objects_train')
+    try:
+        metrics = train_lib.train(config)
+    finally:
+        keras.mixed_precision.set_global_policy('float32')  # the tests after this one's
+    assert 'mixed_float16' in caplog.text
+    assert metrics['steps'] == metrics['steps_per_epoch']
+    for key in ('loss', 'heatmap_loss', 'boxes_loss', 'masks_loss'):
+        assert np.isfinite(metrics[key]), key
+    assert 0.0 <= metrics['test_mask_map'] <= 1.0
+    dtypes = tf.train.load_checkpoint(str(tmp_path / 'mixed' / 'checkpoints'))
+    dtypes = dtypes.get_variable_to_dtype_map()
+    kernels = [name for name in dtypes if name.startswith('best/weights/') and 'kernel' in name]
+    assert kernels and {dtypes[name] for name in kernels} == {tf.float32}
+    assert tf.float16 not in dtypes.values()
+    assert 'optimizer/dynamic_scale/.ATTRIBUTES/VARIABLE_VALUE' in dtypes  # a resume keeps it
+    info = dataset_info.load(str(coco_build))
+    served = tf.saved_model.load(config.resolved_model_dir).signatures['serving_default']
+    answer = served(image_bytes=tf.stack(_test_images(tf, info)))
+    for key in ('detection_boxes', 'detection_scores', 'detection_masks'):
+        assert answer[key].dtype == tf.float32, key
+        assert np.isfinite(answer[key].numpy()).all(), key
 
 
 def test_a_model_of_another_task_is_refused_in_one_line(coco_build, tmp_path):

@@ -156,6 +156,24 @@ def test_adamw_decays_kernels_not_biases_nor_batchnorm_scales(tf):
     np.testing.assert_allclose(kernel.numpy(), before['logits/kernel'] * (1 - 0.1 * 0.5), rtol=1e-6)
 
 
+def test_under_mixed_precision_a_step_skipped_on_overflow_is_counted(tf):
+    """The trainer counts its steps by the optimizer's: a skipped step must count too."""
+    keras.mixed_precision.set_global_policy('mixed_float16')
+    try:
+        optimizer = recipe.optimizer(_recipe(), [recipe.Phase(0, 1, False, 0.1)], 10)
+    finally:
+        keras.mixed_precision.set_global_policy('float32')
+    assert isinstance(optimizer, recipe.CountingLossScaleOptimizer)
+    weight = keras.Variable([1.0, 2.0])
+    optimizer.build([weight])
+    optimizer.apply([tf.constant([np.inf, 0.0])], [weight])  # overflowed: skipped
+    np.testing.assert_array_equal(weight.numpy(), [1.0, 2.0])
+    assert int(optimizer.iterations.numpy()) == 1
+    assert float(optimizer.dynamic_scale.numpy()) == 2.0**14
+    optimizer.apply([tf.constant([1.0, 1.0])], [weight])
+    assert int(optimizer.iterations.numpy()) == 2 and weight.numpy()[0] != 1.0
+
+
 def test_the_loss_smooths_labels_weights_classes_and_leaves_missing_ones_out(tf):
     probabilities = tf.constant([[0.7, 0.2, 0.1], [0.1, 0.8, 0.1], [0.3, 0.3, 0.4]])
     labels = tf.constant([0, 1, -1], tf.int64)

@@ -86,6 +86,19 @@ def set_precision(mode):
     return policy
 
 
+def wait_for_all(strategy):
+    """Returns once every worker has called it (at once under a single worker).
+
+    A run whose workers end with work of their own, outside collectives (a detector's test
+    split scored by pycocotools on each worker, trainer/objects_train.py), ends them unevenly: a
+    worker that exits while the chief is still at work is reported by the chief's coordination
+    service as crashed, and a collective after that (a save) would fail. One all-reduce, which
+    no worker leaves before all have joined it, keeps them together to the end.
+    """
+    if cluster_spec()[2] > 1:
+        strategy.reduce(tf.distribute.ReduceOp.SUM, tf.constant(1.0), axis=None)
+
+
 @contextlib.contextmanager
 def output_dirs(config):
     """Yields (checkpoint dir, model dir) this worker writes to.

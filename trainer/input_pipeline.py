@@ -66,7 +66,7 @@ class _Plan(InputOptions):
     epochs: int = 0  # 0: repeat without end
     skip_batches: int = 0  # batches of this dataset in start_epoch already trained on (resume)
     # Cut each epoch to this many batches (0: every full batch); more than its records make:
-    # its records again fill them (_filled).
+    # its records again fill them (shard_reading.filled).
     batches_per_epoch: int = 0
 
 
@@ -174,7 +174,7 @@ def _training_epoch(source, epoch, batch_size, seed, image_size, config, parse, 
     records = source.epoch_records(seed, epoch, start, opts)
     held = source.per_worker * max(1, opts.patches_per_image)
     if 0 < held < opts.batches_per_epoch * batch_size:
-        records = _filled(source, records, seed, epoch, opts)
+        records = shard_reading.filled(source, records, seed, epoch, opts)
     crop_seed = lambda position: tf.stack(
         [tf.cast(seed, tf.int64) * CROP_MULTIPLIER + epoch, position]
     )
@@ -211,18 +211,6 @@ def _training_epoch(source, epoch, batch_size, seed, image_size, config, parse, 
             deterministic=opts.deterministic,
         )
     return batches
-
-
-def _filled(source, records, seed, epoch, opts):
-    """`records` (an epoch's), then the same epoch's again and again, each pass's positions
-    after the pass before (crops of their own): where an epoch is to have more full batches
-    than its records make (a small split, trainer/small_splits.py), every record is in it and
-    its last batch is full, of the epoch's first records once more."""
-    held = source.per_worker
-    again = lambda rounds: source.epoch_records(seed, epoch, 0, opts).map(
-        lambda record, position: (record, position + rounds * held)
-    )
-    return records.concatenate(tf.data.Dataset.range(1, 2**62).flat_map(again))
 
 
 def _augment(batch, config, seed):

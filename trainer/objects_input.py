@@ -198,6 +198,11 @@ def training_dataset(info, split, batch_size, settings, targets, *, seed=0, **re
     def epoch_batches(epoch):
         resumed = tf.cast(epoch == start_epoch, tf.int64) * reading.get('skip_batches', 0)
         records = source.epoch_records(seed, epoch, resumed * batch_size, opts)
+        if 0 < source.per_worker < per_epoch_batches * batch_size:
+            # A worker's share of uneven shards (or a split) short of the epoch's batches: its
+            # records again fill them, or it would run out before the others and leave them
+            # waiting in their next collective.
+            records = shard_reading.filled(source, records, seed, epoch, opts)
         image_seed = lambda position: tf.stack(
             [tf.cast(seed, tf.int64) * SEED_MULTIPLIER + epoch, position]
         )

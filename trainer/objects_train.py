@@ -18,6 +18,7 @@ import time
 import keras
 import tensorflow as tf
 
+from imageshards import console
 from trainer import best_epoch
 from trainer import callbacks
 from trainer import centernet
@@ -30,6 +31,7 @@ from trainer import objects_export
 from trainer import objects_input
 from trainer import recipe
 from trainer import segmenter
+from trainer import shard_reading
 from trainer import warm_start
 from trainer.config import SMALL_CNN
 
@@ -132,14 +134,7 @@ def train(config, info, checkpoint_dir, model_dir) -> dict:
     strategy = distribute.choose_strategy()
     policy = distribute.set_precision(config.mixed_precision)
     task = task_for(config, info)
-    steps = config.steps_per_epoch or input_pipeline.steps_per_epoch(
-        info, config.train_split, config.batch_size, distribute.cluster_spec()[2]
-    )
-    if steps < 1:
-        raise ValueError(
-            f'split {config.train_split!r} has {info.num_records(config.train_split)} records: '
-            f'not one batch of {config.batch_size} to train on'
-        )
+    steps = _epoch_steps(config, info)
     phases = recipe.phases(config.recipe, config.epochs)
     model, compile_args, targets = _set_up(config, task, strategy, phases, steps)
     scorer = _scorer(task, info, config, config.val_split)
@@ -154,11 +149,12 @@ def train(config, info, checkpoint_dir, model_dir) -> dict:
     if finished is not None:
         return finished
     _LOG.info(
-        '%s (%s, %d classes) from %s, %s, %d steps per epoch, from epoch %d step %d',
+        '%s (%s, %d classes) from %s on %s, %s, %d steps per epoch, from epoch %d step %d',
         task.model,
         task.name,
         len(task.classes),
         config.recipe.init_from or 'random initial weights',
+        console.plural(strategy.num_replicas_in_sync, 'replica'),
         policy,
         steps,
         *divmod(done, steps),
@@ -182,7 +178,27 @@ def train(config, info, checkpoint_dir, model_dir) -> dict:
     if distribute.is_chief():
         _LOG.info('exported the model of epoch %s to %s', metrics.get('best_epoch'), model_dir)
         job.write_metrics(config, metrics)
+    distribute.wait_for_all(strategy)  # each worker scored the test split alone, at its own pace
     return metrics
+
+
+def _epoch_steps(config, info):
+    """The steps of an epoch, the same on every worker: --steps-per-epoch, or those the
+    smallest share of the training split fills; warns where workers' shares are uneven."""
+    pipelines = distribute.cluster_spec()[2]  # one input pipeline per worker
+    steps = config.steps_per_epoch or input_pipeline.steps_per_epoch(
+        info, config.train_split, config.batch_size, pipelines
+    )
+    if steps < 1:
+        raise ValueError(
+            f'split {config.train_split!r} has {info.num_records(config.train_split)} records: '
+            f'not one batch of {config.batch_size} to train on'
+        )
+    if pipelines > 1:
+        shard_reading.warn_if_uneven(
+            info, config.train_split, pipelines, config.batch_size // pipelines
+        )
+    return steps
 
 
 def _set_up(config, task, strategy, phases, steps):

@@ -17,7 +17,8 @@ everything trains at --learning-rate.
 In each phase the rate rises linearly from 0 over the first --warmup-epochs (at most half the
 phase), then falls along a cosine to 0 at the phase's end (Model Garden's warm-up and cosine
 decay; `--lr-schedule constant` stays at the peak). The optimizer is AdamW: decoupled weight
-decay, not of biases nor BatchNorm's scale and offset. The rate is a function of the
+decay, not of biases nor BatchNorm's scale and offset (under mixed precision, with a dynamic
+loss scale: `CountingLossScaleOptimizer`). The rate is a function of the
 optimizer's step alone, and which phase an epoch belongs to a function of the epoch, so a run
 resumed from a checkpoint goes on exactly where it stopped, also across the phase switch.
 """
@@ -129,13 +130,32 @@ class PhasedSchedule(keras.optimizers.schedules.LearningRateSchedule):
 
 
 def optimizer(recipe, run_phases, steps_per_epoch, min_schedule_steps=0):
-    """AdamW on the recipe's schedule (`schedule`)."""
+    """AdamW on the recipe's schedule (`schedule`); under mixed_float16, in a
+    CountingLossScaleOptimizer (compile would wrap it in Keras' own)."""
     adamw = keras.optimizers.AdamW(
         learning_rate=schedule(recipe, run_phases, steps_per_epoch, min_schedule_steps),
         weight_decay=recipe.weight_decay,
     )
     adamw.exclude_from_weight_decay(var_names=list(NOT_DECAYED))
+    if keras.mixed_precision.global_policy().name == 'mixed_float16':
+        return CountingLossScaleOptimizer(adamw)
     return adamw
+
+
+class CountingLossScaleOptimizer(keras.optimizers.LossScaleOptimizer):
+    """Keras' LossScaleOptimizer, which also counts the steps it skips.
+
+    Under mixed_float16 a step whose scaled gradients overflow is skipped and the loss scale
+    halved; the scale starts at 2**15, so a run's first steps often are. Keras 3 then leaves the
+    step counter (`iterations`) as it was, where Keras 2 advanced it. The trainer reads the
+    steps it has trained from that counter (where a resume starts, the checkpoints' numbers,
+    whether a job is done): a run counted fewer steps than it trained, and a rerun of a
+    finished job trained again. Counted, a skipped step is a step, as a batch trained on is.
+    """
+
+    def _stateful_handle_non_finite_grads(self):
+        super()._stateful_handle_non_finite_grads()
+        self.iterations.assign_add(1)
 
 
 def layers_with_weights(model) -> list:

@@ -5,11 +5,13 @@ epoch), several shards interleaved, then a record shuffle buffer seeded by (seed
 few shards, each shard starts at a record fixed by (seed, epoch, shard) and wraps around. A
 random-access build (ArrayRecord) reads a new permutation of the whole split instead
 (trainer/random_access.py). Every input pipeline of a multi-worker run reads its own shards
-(`worker_shards`). trainer/input_pipeline.py (classification) and trainer/objects_input.py
+(`worker_shards`); an epoch cut to more batches than a pipeline's records make reads them
+again (`filled`). trainer/input_pipeline.py (classification) and trainer/objects_input.py
 (detection, segmentation) decode what this yields.
 """
 
 import dataclasses
+import logging
 import typing
 
 import tensorflow as tf
@@ -22,6 +24,7 @@ SHARD_ORDER_SALT = 1  # the per-epoch shuffle of the shard list
 RECORD_ORDER_SALT = 2  # the record shuffle buffer
 SHARD_START_SALT = 3  # where each rotated shard starts (with the shard's index)
 AUTOTUNE = tf.data.AUTOTUNE
+_LOG = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,9 +147,42 @@ def rotated(seed, epoch, open_shard):
     return open_rotated
 
 
+def filled(source, records, seed, epoch, opts):
+    """`records` (an epoch's), then the same epoch's again and again, each pass's positions
+    after the pass before (crops of their own): where an epoch is to have more full batches
+    than its records make (a small split, trainer/small_splits.py, or a worker's small share
+    of uneven shards), every record is in it and its last batch is full, of the epoch's first
+    records once more. `source` is a Shards or a random_access.SplitReader."""
+    held = source.per_worker
+    again = lambda rounds: source.epoch_records(seed, epoch, 0, opts).map(
+        lambda record, position: (record, position + rounds * held)
+    )
+    return records.concatenate(tf.data.Dataset.range(1, 2**62).flat_map(again))
+
+
 def records_per_worker(info, split, workers) -> list:
     """[records of the split that each of `workers` input pipelines reads in training]."""
     if info.shard_format.random_access:
         return random_access.records_per_worker(info.num_records(split), workers)
     counts = [shard['num_records'] for shard in info.split(split)['shards']]
     return [sum(worker_shards(counts, i, workers)) for i in range(workers)]
+
+
+def warn_if_uneven(info, split, pipelines, pipeline_batch):
+    """Warns when workers hold a batch or more records than others of the training split.
+
+    Every worker runs the steps the one with the fewest records can fill, so the others do
+    not reach the end of their shards within an epoch.
+    """
+    held = records_per_worker(info, split, pipelines)
+    if max(held) - min(held) >= pipeline_batch:
+        _LOG.warning(
+            '%d shards of split %r fall unevenly on %d workers (%d to %d records each): an '
+            'epoch covers the smallest share only; build with --num-shards a multiple of %d',
+            len(info.split(split)['shards']),
+            split,
+            pipelines,
+            min(held),
+            max(held),
+            pipelines,
+        )

@@ -183,7 +183,9 @@ def _epoch_steps(config, info):
             f' records: nothing to train on'
         )
     if pipelines > 1:
-        _warn_if_uneven(info, config.train_split, pipelines, config.batch_size // pipelines)
+        shard_reading.warn_if_uneven(
+            info, config.train_split, pipelines, config.batch_size // pipelines
+        )
     return epoch
 
 
@@ -261,26 +263,6 @@ def _fit(run, config, info, strategy, progress, checkpoints, skipped):
                 info.shard_paths(config.val_split) if validation is not None else []
             )
             raise corrupt_shards.name_corrupt_shards(e, shards, info.shard_format) from e
-
-
-def _warn_if_uneven(info, split, pipelines, pipeline_batch):
-    """Warns when workers hold a batch or more records than others of the training split.
-
-    Every worker runs the steps the one with the fewest records can fill, so the others do
-    not reach the end of their shards within an epoch.
-    """
-    held = shard_reading.records_per_worker(info, split, pipelines)
-    if max(held) - min(held) >= pipeline_batch:
-        _LOG.warning(
-            '%d shards of split %r fall unevenly on %d workers (%d to %d records each): an '
-            'epoch covers the smallest share only; build with --num-shards a multiple of %d',
-            len(info.split(split)['shards']),
-            split,
-            pipelines,
-            min(held),
-            max(held),
-            pipelines,
-        )
 
 
 def _training_data(config, info, strategy, segment, skipped, steps):
