@@ -26,6 +26,7 @@ import numpy as np
 
 from imageshards import storage
 from pipelines.core.settings import COCO
+from pipelines.inputs import json_guard
 from pipelines.inputs import object_inputs
 
 MAX_ITEM_BYTES = 16 << 20  # an image or annotation record larger than this is refused
@@ -144,7 +145,7 @@ def _items(path, prefix):
     """The items at `prefix` of a JSON file, streamed; a file that is not JSON is one line."""
     try:
         with path.open() as f:
-            yield from ijson.items(f, prefix, use_float=True)
+            yield from ijson.items(json_guard.Guarded(f, str(path)), prefix, use_float=True)
     except ijson.JSONError as e:
         raise ValueError(f'{path} is not valid JSON: {str(e).splitlines()[0][:200]}') from None
 
@@ -155,7 +156,7 @@ def _section(path, name):
     file that is not JSON is one line."""
     try:
         with path.open() as f:
-            events = ijson.parse(f, use_float=True)
+            events = ijson.parse(json_guard.Guarded(f, str(path)), use_float=True)
             yield from ijson.items(_until_end(events, name), f'{name}.item')
     except ijson.JSONError as e:
         raise ValueError(f'{path} is not valid JSON: {str(e).splitlines()[0][:200]}') from None
