@@ -6,6 +6,7 @@ COCO's and VOC's)."""
 
 import io
 import json
+import pathlib
 
 import datasets
 import numpy as np
@@ -135,6 +136,19 @@ def test_the_objects_column_is_a_struct_of_the_records_object_lists(builds):
             assert Image.open(io.BytesIO(png)).size == (row['width'], row['height'])
         sizes.append(len(objects['bbox']))
     assert 0 in sizes and max(sizes) == 3  # images without objects, and with several
+
+
+def test_the_encoded_images_and_masks_are_stored_as_they_are_and_the_rest_compressed(builds):
+    (shard,) = sorted(pathlib.Path(builds['coco', 'parquet']).glob('train/*.parquet'))
+    group = pq.ParquetFile(shard).metadata.row_group(0)
+    codecs = {
+        group.column(i).path_in_schema: group.column(i).compression
+        for i in range(group.num_columns)
+    }
+    stored = ('image.bytes', 'objects.mask.list.element')
+    assert [codecs.pop(path) for path in stored] == ['UNCOMPRESSED', 'UNCOMPRESSED']
+    assert codecs['objects.bbox.list.element.list.element'] == 'SNAPPY'
+    assert set(codecs.values()) == {'SNAPPY'}
 
 
 def test_hugging_face_datasets_shows_objects_with_the_builds_class_names(builds):
