@@ -194,10 +194,7 @@ def _epoch_steps(config, info):
             f'split {config.train_split!r} has {info.num_records(config.train_split)} records: '
             f'not one batch of {config.batch_size} to train on'
         )
-    if pipelines > 1:
-        shard_reading.warn_if_uneven(
-            info, config.train_split, pipelines, config.batch_size // pipelines
-        )
+    shard_reading.warn_if_uneven(info, config.train_split, pipelines, config.batch_size)
     return steps
 
 

@@ -168,12 +168,16 @@ def records_per_worker(info, split, workers) -> list:
     return [sum(worker_shards(counts, i, workers)) for i in range(workers)]
 
 
-def warn_if_uneven(info, split, pipelines, pipeline_batch):
-    """Warns when workers hold a batch or more records than others of the training split.
+def warn_if_uneven(info, split, pipelines, batch_size):
+    """Warns when workers' input pipelines hold a batch (of `batch_size` // pipelines) or more
+    records than others of the training split; nothing with one pipeline.
 
     Every worker runs the steps the one with the fewest records can fill, so the others do
     not reach the end of their shards within an epoch.
     """
+    if pipelines < 2:
+        return
+    pipeline_batch = batch_size // pipelines
     held = records_per_worker(info, split, pipelines)
     if max(held) - min(held) >= pipeline_batch:
         _LOG.warning(

@@ -182,10 +182,7 @@ def _epoch_steps(config, info):
             f'split {config.train_split!r} has {info.num_records(config.train_split)}'
             f' records: nothing to train on'
         )
-    if pipelines > 1:
-        shard_reading.warn_if_uneven(
-            info, config.train_split, pipelines, config.batch_size // pipelines
-        )
+    shard_reading.warn_if_uneven(info, config.train_split, pipelines, config.batch_size)
     return epoch
 
 
