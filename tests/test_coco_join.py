@@ -122,3 +122,12 @@ def test_masks_are_a_coco_files_choice(tmp_path, caplog):
     object_sets.write_voc(str(tmp_path / 'voc'), images=2)
     status = launcher.main(build_flags(tmp_path / 'voc', tmp_path / 'out', '--no-masks'))
     assert status == 2 and '--no-masks is for a COCO file' in caplog.text
+
+
+def test_a_set_of_several_work_items_gives_each_its_own_images_objects(tmp_path):
+    object_sets.write_coco(str(tmp_path), images=9)
+    path = tmp_path / 'annotations' / 'instances.json'
+    whole = build(path, tmp_path / 'whole')['counts']['annotations']
+    items = build(path, tmp_path / 'items', '--chunk-size', '2')['counts']['annotations']
+    assert items == whole and whole['written'] == whole['read'] > 0
+    assert detection_records(tmp_path / 'items') == detection_records(tmp_path / 'whole')

@@ -139,8 +139,11 @@ class _Reading:
 
     def add(self, batch):
         positions, known = coco.positions(batch, self._index)
+        # The first id of the work item holding each image, which keys its work item: not
+        # the work item's index, which would give the second work item's objects to none.
         items = np.searchsorted(self._firsts, positions, side='right') - 1
-        for item, position, is_known, key in zip(batch, positions, known, items):
+        keys = self._firsts[items] if len(self._firsts) else items
+        for item, position, is_known, key in zip(batch, positions, known, keys):
             obj = coco.annotation_object(item, self._categories)
             number = self._read
             self._read += 1
