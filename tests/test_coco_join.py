@@ -4,6 +4,7 @@ whatever blocks they arrive in, and a build without masks keeps the boxes and co
 it leaves out."""
 
 import json
+import tarfile
 
 import object_sets
 
@@ -11,6 +12,7 @@ from imageshards import records
 from imageshards.shard_formats import registry as shard_formats
 from imageshards.storage import open_read
 from pipelines import launcher
+from pipelines.core import blocks
 from pipelines.core.settings import InputSettings
 from pipelines.inputs import coco as coco_reader
 from pipelines.inputs import coco_join
@@ -131,3 +133,68 @@ def test_a_set_of_several_work_items_gives_each_its_own_images_objects(tmp_path)
     items = build(path, tmp_path / 'items', '--chunk-size', '2')['counts']['annotations']
     assert items == whole and whole['written'] == whole['read'] > 0
     assert detection_records(tmp_path / 'items') == detection_records(tmp_path / 'whole')
+
+
+class _LoggedStore(blocks.BlockStore):
+    """The build's own store, each read of an annotation block logged with its range."""
+
+    def __init__(self, store, ranges, log):
+        self._store, self._ranges, self._log = store, ranges, log
+
+    def get(self, ref):
+        self._log.append(('read', self._ranges[ref]))
+        return self._store.get(ref)
+
+
+def test_a_work_item_of_a_whole_archive_holds_one_range_of_annotations_at_a_time(
+    tmp_path, monkeypatch
+):
+    """The images of a .tar.gz are one work item, however many: its join reads the blocks of
+    one range of images when its lines reach them, each once, and the records are those of a
+    join of the whole work item at once."""
+    coco = object_sets.write_coco(str(tmp_path), images=10)
+    coco['annotations'] = coco['annotations'][::2] + coco['annotations'][1::2]  # blocks mixed
+    path = tmp_path / 'annotations' / 'instances.json'
+    path.write_text(json.dumps(coco))
+    with tarfile.open(tmp_path / 'images.tar.gz', 'w:gz') as tar:
+        tar.add(tmp_path / 'images', arcname='images')
+    flags = ('--image-root', tmp_path / 'images.tar.gz', '--chunk-size', '2')
+    build(path, tmp_path / 'whole', *flags)  # one range: the work item's ten images
+    monkeypatch.setattr(coco_join, 'RANGE', 3)
+    monkeypatch.setattr(coco_join, 'BATCH', 2)
+    monkeypatch.setattr(coco_join, 'SPILL_BYTES', 1)  # a range's blocks from several spills
+    joins, joined_lines = [], coco_join.joined_lines
+
+    def logged(lines, refs, join, store):
+        lines, refs, log = list(lines), list(refs), []
+        store = _LoggedStore(store, {ref: number for number, ref in refs}, log)
+        joined = {'log': log, 'ranges': [number for number, _ in refs], 'lines': []}
+        # Lines out of position order (none are): a range is read again, nothing lost.
+        joined['backwards'] = list(joined_lines(lines[::-1], refs, join, store))[::-1]
+        joins.append(joined)
+        log.clear()
+        for line in joined_lines(lines, refs, join, store):
+            log.append(('line', {entry.id // 3 for entry in line}))
+            joined['lines'].append(line)
+            yield line
+
+    monkeypatch.setattr(coco_join, 'joined_lines', logged)
+    counts = build(path, tmp_path / 'ranged', *flags)['counts']['annotations']
+    assert counts['written'] == counts['read'] == len(coco['annotations'])
+    for name in ('train/train-00000-of-00001.tfrecord', 'rejected_annotations.jsonl'):
+        whole, ranged = (tmp_path / out / name for out in ('whole', 'ranged'))
+        assert whole.read_bytes() == ranged.read_bytes()
+    [joined] = joins  # one work item, of five lines
+    ranges = joined['ranges']
+    assert len(joined['lines']) == 5 and set(ranges) == {0, 1, 2, 3}
+    assert len(ranges) > len(set(ranges))  # ranges of several blocks
+    assert joined['backwards'] == joined['lines']
+    read, reached = [], set()
+    for event, found in joined['log']:
+        if event == 'read':  # in range order: one range's blocks after another's
+            assert not read or found >= read[-1]
+            read.append(found)
+        else:  # a line leaves with every range it reached read, and none it has not
+            reached |= found
+            assert set(read) == reached & set(ranges)
+    assert sorted(read) == sorted(ranges)  # each block read once

@@ -2,8 +2,9 @@
 launcher lists the images alone (pipelines/inputs/coco.py), and
 
     work items (ReadListing) -> KeyWorkItems: (first entry id, work item) ------------\\
-        first ids (a side input) -> ReadAnnotations: (first entry id, block ref) -> GroupByWorkItem
-        -> (work item, block refs) -> ValidateImages, which joins each entry's objects to it
+        first ids (a side input) -> ReadAnnotations: (first entry id, (range, block ref))
+        -> GroupByWorkItem -> (work item, [(range, block ref)]) -> ValidateImages, which joins
+        each entry's objects to it (`joined_lines`)
     ReadAnnotations' facts (annotations read, those of no image, masks not kept) -> Finalize
 
 One worker streams the file's annotations (a local file, an object store's, an archive's member:
@@ -14,6 +15,14 @@ on the local runner, whose shuffle would otherwise hold them in the launching pr
 item's entries are ids contiguous in listing order, so its first id names it. The objects of an
 image come out in the file's order, whatever blocks they arrived in, so records are those of a
 file joined whole.
+
+A block holds the annotations of one range of RANGE image positions of its work item, and
+`joined_lines` reads a range's blocks when the work item's lines reach its images and lets them
+go when they pass them: a worker holds one range's annotations, not its work item's. A work item
+is usually a line of --chunk-size images, but one of a sequential archive (the images of a
+.tar.gz --image-root) is all of them: COCO train's, hundreds of MB of parsed JSON, held whole.
+The listing gives a work item's entries in position order (coco.py lists the file's images in
+order, listing.py writes them as they come); were one out of order, its range is read again.
 
 A build without masks (--no-masks, or a file whose first annotations have none) keeps the box of
 an annotation that has a segmentation; the mask is counted (counts.annotations.masks_not_kept)
@@ -34,6 +43,7 @@ from pipelines.inputs import coco
 _LOG = logging.getLogger(__name__)
 FACTS = 'annotation_facts'
 SPILL_BYTES = 32 << 20  # of blocks a reader holds before they leave
+RANGE = 4096  # image positions whose annotations share blocks: what a join holds at once
 BATCH = 65_536  # annotations whose images are looked up at once
 # A block's records: the position of the annotation's image, the annotation's in the file, and
 # the length of its compact JSON, then the JSON (parsed as data: tests/test_untrusted.py).
@@ -94,8 +104,8 @@ def _joined_items(grouped):
 
 
 class _ReadAnnotations(beam.DoFn):
-    """The annotation file -> (first id of a work item, block ref of its images' annotations);
-    to FACTS, what it read."""
+    """The annotation file -> (first id of a work item, (range, block ref of the annotations
+    of its images in that range)); to FACTS, what it read."""
 
     def __init__(self, join, store):
         self._join, self._store = join, store
@@ -122,13 +132,15 @@ class _ReadAnnotations(beam.DoFn):
 
 
 def _put(blocks, puts):
+    """(first id, (range, ref)) of each block: a small pair of plain data, as refs are."""
     keys = list(blocks)
-    for key, ref in zip(keys, puts.put('annotations', [bytes(blocks[k]) for k in keys])):
-        yield int(key), ref
+    refs = puts.put('annotations', [bytes(blocks[key]) for key in keys])
+    for (first, number), ref in zip(keys, refs):
+        yield first, (number, ref)
 
 
 class _Reading:
-    """What ReadAnnotations holds as it reads: blocks by work item, and its counts."""
+    """What ReadAnnotations holds as it reads: blocks by (work item, range), and its counts."""
 
     def __init__(self, join, index, firsts):
         self._categories = {category: name for category, name in join['categories']}
@@ -142,8 +154,8 @@ class _Reading:
         # The first id of the work item holding each image, which keys its work item: not
         # the work item's index, which would give the second work item's objects to none.
         items = np.searchsorted(self._firsts, positions, side='right') - 1
-        keys = self._firsts[items] if len(self._firsts) else items
-        for item, position, is_known, key in zip(batch, positions, known, keys):
+        firsts = self._firsts[items] if len(self._firsts) else items
+        for item, position, is_known, first in zip(batch, positions, known, firsts):
             obj = coco.annotation_object(item, self._categories)
             number = self._read
             self._read += 1
@@ -154,9 +166,10 @@ class _Reading:
                 self._mask_not_kept(obj)
             data = _compact(obj)
             data = data if len(data) <= coco.MAX_ITEM_BYTES else _compact(coco.too_large(obj))
-            block = self._blocks.get(int(key))
+            key = (int(first), int(position) // RANGE)
+            block = self._blocks.get(key)
             if block is None:
-                block = self._blocks[int(key)] = bytearray()
+                block = self._blocks[key] = bytearray()
             block += _RECORD.pack(int(position), number, len(data))
             block += data
             self.held += _RECORD.size + len(data)
@@ -189,7 +202,38 @@ def _compact(value):
 
 def joined_lines(lines, refs, join, store):
     """The entries of each line of a work item (`lines`), with the objects of their images
-    joined (coco.joined), from the blocks `refs` of that work item."""
+    joined (coco.joined), from the blocks of that work item (`refs`: (range, ref) pairs), read
+    a range at a time (see the module's docstring)."""
+    by_range = {}
+    for number, ref in refs:
+        by_range.setdefault(number, []).append(ref)
+    held = _RangeHeld(by_range, store)
+    classes = {name for _, name in join['categories']}
+    for entries in lines:
+        yield [coco.joined(entry, held.objects(entry.id), classes) for entry in entries]
+
+
+class _RangeHeld:
+    """The annotations of one range of image positions, read from its blocks when an image of
+    it is asked for; those of the range before are let go first."""
+
+    def __init__(self, by_range, store):
+        self._by_range, self._store = by_range, store
+        self._range, self._by_position = None, {}
+
+    def objects(self, position):
+        """The objects of the image at `position`, in the file's order."""
+        number = position // RANGE
+        if number != self._range:
+            self._by_position = {}  # let go before the next range is read
+            self._by_position = _by_position(self._by_range.get(number, ()), self._store)
+            self._range = number
+        found = self._by_position.pop(position, ())
+        return [json.loads(data) for _, data in sorted(found, key=lambda pair: pair[0])]
+
+
+def _by_position(refs, store):
+    """{image position: [(annotation's number in the file, its JSON)]} of blocks `refs`."""
     by_position = {}
     for ref in refs:
         block, at = store.get(ref), 0
@@ -198,14 +242,4 @@ def joined_lines(lines, refs, join, store):
             at += _RECORD.size
             by_position.setdefault(position, []).append((number, block[at : at + length]))
             at += length
-    classes = {name for _, name in join['categories']}
-    for entries in lines:
-        yield [
-            coco.joined(entry, _objects(by_position.pop(entry.id, ())), classes)
-            for entry in entries
-        ]
-
-
-def _objects(found):
-    """The objects of an image, in the file's order."""
-    return [json.loads(data) for _, data in sorted(found, key=lambda pair: pair[0])]
+    return by_position
