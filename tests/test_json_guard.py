@@ -1,11 +1,13 @@
 """A COCO file's strings, numbers and nesting bounded as it streams (json_guard.py): checked
 against sizes measured on the parsed document, whatever chunks the bytes come in, and a file
-past a limit stopped in one line, in the launcher's reading and in the pipeline's."""
+past a limit stopped in one line, in the launcher's reading and in the pipeline's; so is one
+that is not JSON, at the byte where the parser stopped."""
 
 import io
 import json
 import random
 
+import ijson
 import object_sets
 import pytest
 
@@ -114,7 +116,14 @@ def test_a_coco_file_past_a_limit_stops_the_build_in_one_line(
     tmp_path, caplog, where, value, words
 ):
     path = _coco_with(tmp_path, where, value)
-    flags = build_flags(path, tmp_path / 'out', '--no-analyze', num_shards=1, in_memory=True)
+    error = _build_error(path, tmp_path / 'out', caplog)
+    assert words in error and 'instances.json' in error
+    assert ('ReadAnnotations' in error) == (where == 'annotation')
+
+
+def _build_error(path, out, caplog):
+    """The one line a failed build of `path` says (it writes no records)."""
+    flags = build_flags(path, out, '--no-analyze', num_shards=1, in_memory=True)
     assert launcher.main(flags) != 0
     # Beam logs a failing step's error too; what a person sees is the build's own line.
     errors = [
@@ -122,7 +131,44 @@ def test_a_coco_file_past_a_limit_stops_the_build_in_one_line(
         for r in caplog.records
         if r.levelname == 'ERROR' and not r.name.startswith('apache_beam')
     ]
-    assert len(errors) == 1 and words in errors[0] and 'instances.json' in errors[0], errors
-    assert '\n' not in errors[0]
-    assert ('ReadAnnotations' in errors[0]) == (where == 'annotation')
-    assert not list((tmp_path / 'out').glob('*/*.tfrecord'))
+    assert len(errors) == 1 and '\n' not in errors[0], errors
+    assert not list(out.glob('*/*.tfrecord'))
+    return errors[0]
+
+
+def test_a_coco_file_invalid_amid_its_annotations_stops_the_build_at_its_byte(tmp_path, caplog):
+    """Its start and end are whole, so the launcher's reads pass; the pipeline's reader stops,
+    at the byte after the token the parser could not take (here the value of a key without
+    its colon)."""
+    path = _coco_with(tmp_path, 'annotation', 'mark')
+    data = path.read_bytes()
+    at = data.index(b'"extra": "mark"')
+    path.write_bytes(data[:at] + b'"extra" "mark"' + data[at + len(b'"extra": "mark"') :])
+    error = _build_error(path, tmp_path / 'out', caplog)
+    assert error.startswith(f'{path} is not valid JSON near byte {at + 14:,}: parse error: ')
+    assert 'ReadAnnotations' in error
+
+
+@pytest.mark.parametrize('chunk', [1, 7, 64, 4096, 1 << 16])
+def test_a_syntax_error_is_placed_at_its_byte_whatever_chunks_the_parser_reads(chunk):
+    items = [{'id': i, 'name': 'é' * (i % 5), 'values': [i * 1.5] * (i % 7)} for i in range(300)]
+    data = json.dumps({'annotations': items}, ensure_ascii=False).encode()  # cut UTF-8 too
+    for victim in random.Random(chunk).sample(range(300), 10):
+        at = data.index(f'{{"id": {victim},'.encode())
+        broken = data[:at] + b'{"id" ' + data[at + len(b'{"id": ') :]
+        end_of_value = at + len(b'{"id" ') + len(str(victim))
+        assert _syntax_error(broken, chunk).startswith(
+            f'doc.json is not valid JSON near byte {end_of_value:,}: parse error: object key'
+        )
+    assert 'at its end (byte 11): parse error: premature EOF' in _syntax_error(b'{"a": [1, 2')
+    # Where the bytes around it are also elsewhere in the chunk, the chunk's bytes are given.
+    ones = b'1, ' * 20 + b'1'
+    same = b'[[[' + ones + b']], {"b": [' + ones + b']], {"b": [' + ones + b']]]'
+    assert f'in bytes 0 to {len(same)}: parse error: after key' in _syntax_error(same)
+
+
+def _syntax_error(data, chunk=1 << 16):
+    guarded = json_guard.Guarded(io.BytesIO(data), 'doc.json')
+    with pytest.raises(ijson.JSONError) as error:
+        list(ijson.items(guarded, 'annotations.item', buf_size=chunk))
+    return guarded.syntax_error(error.value)

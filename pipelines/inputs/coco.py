@@ -16,6 +16,7 @@ checks them against the image and pycocotools makes the masks (imageshards/kinds
 """
 
 import array
+import contextlib
 import itertools
 import json
 import os
@@ -143,23 +144,30 @@ TAIL_BYTES = 1 << 20
 
 def _items(path, prefix):
     """The items at `prefix` of a JSON file, streamed; a file that is not JSON is one line."""
-    try:
-        with path.open() as f:
-            yield from ijson.items(json_guard.Guarded(f, str(path)), prefix, use_float=True)
-    except ijson.JSONError as e:
-        raise ValueError(f'{path} is not valid JSON: {str(e).splitlines()[0][:200]}') from None
+    with _guarded(path) as f:
+        yield from ijson.items(f, prefix, use_float=True)
 
 
 def _section(path, name):
     """The items of the file's top-level array `name`, streamed, the file read no further than
     that array's end (a COCO file's images: its annotations, after them, are left unread); a
     file that is not JSON is one line."""
-    try:
-        with path.open() as f:
-            events = ijson.parse(json_guard.Guarded(f, str(path)), use_float=True)
-            yield from ijson.items(_until_end(events, name), f'{name}.item')
-    except ijson.JSONError as e:
-        raise ValueError(f'{path} is not valid JSON: {str(e).splitlines()[0][:200]}') from None
+    with _guarded(path) as f:
+        events = ijson.parse(f, use_float=True)
+        yield from ijson.items(_until_end(events, name), f'{name}.item')
+
+
+@contextlib.contextmanager
+def _guarded(path):
+    """The file's bytes, bounded as they stream (json_guard.Guarded); the parser's error where
+    it is not JSON becomes one line naming the file and the byte (the launcher's reads and the
+    pipeline's ReadAnnotations alike: its start and end may be whole, and its middle not)."""
+    with path.open() as f:
+        guarded = json_guard.Guarded(f, str(path))
+        try:
+            yield guarded
+        except ijson.JSONError as e:
+            raise ValueError(guarded.syntax_error(e)) from None
 
 
 def _until_end(events, name):

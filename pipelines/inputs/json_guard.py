@@ -12,6 +12,11 @@ parser's to say.
 
 A quote ends a string unless an odd run of backslashes comes before it. Outside strings only
 the parser decides what is valid, so a backslash there (invalid JSON) counts as it would inside.
+
+Where the parser finds the JSON invalid, `syntax_error` says so in one line, with the byte:
+yajl (ijson's parser) says where in the bytes it was last given, by an excerpt of them around
+that place, which is found in the chunk `Guarded` last gave it (where the excerpt is found at
+several places, the line gives the chunk's bytes instead).
 """
 
 import numpy as np
@@ -38,6 +43,7 @@ class Guarded:
         self._string = 0  # bytes of the string open at the last chunk's end
         self._token = 0  # bytes of the token open at the last chunk's end
         self._depth = 0
+        self._given = (0, b'')  # (where in the stream, the bytes) of the last read
 
     def read(self, size=-1):
         if size is None or size < 0:
@@ -48,8 +54,28 @@ class Guarded:
                 self._check(np.frombuffer(self._ready, np.uint8))
                 self._offset += len(self._ready)
         data = self._ready[self._at : self._at + size]
+        self._given = (self._offset - len(self._ready) + self._at, data)
         self._at += len(data)
         return data
+
+    def syntax_error(self, error) -> str:
+        """One line of the parser's `error` (an ijson.JSONError raised reading this stream):
+        the file, the byte where the JSON is invalid, and what yajl says is wrong there."""
+        message = error.args[0] if error.args else str(error)
+        if isinstance(message, str):  # bytes where its excerpt cuts a UTF-8 character
+            message = message.encode('utf-8', 'surrogateescape')
+        lines = message.split(b'\n')
+        what = lines[0].decode('utf-8', 'replace')[:200]
+        start, data = self._given
+        excerpt = len(lines) > 2 and b'(right here)' in lines[2]
+        found = _excerpt_offsets(data, lines[1]) if excerpt else []
+        if not data:
+            where = f'at its end (byte {start:,})'
+        elif len(found) == 1:
+            where = f'near byte {start + found[0]:,}'
+        else:
+            where = f'in bytes {start:,} to {start + len(data):,}'
+        return f'{self._where} is not valid JSON {where}: {what}'
 
     def _check(self, chunk):
         quotes = self._unescaped_quotes(chunk)
@@ -154,6 +180,30 @@ class Guarded:
             f'{self._where}: {what} near byte {self._offset + at:,}: not a file this reads '
             f'(annotation files are untrusted input, bounded as they stream)'
         )
+
+
+def _excerpt_offsets(data, excerpt):
+    """The offsets `at` in `data` that yajl would show as `excerpt`: 40 - at spaces and
+    data[:at + 30] where `at` < 30, else 10 spaces and data[at - 30 : at + 30], its line
+    breaks shown as spaces."""
+    shown = data.replace(b'\n', b' ').replace(b'\r', b' ')
+    found = [at for at in range(min(30, len(shown) + 1)) if excerpt == _excerpt(shown, at)]
+    if not excerpt.startswith(b' ' * 10):
+        return found
+    body = excerpt[10:]
+    start = shown.find(body)
+    while start >= 0:  # the excerpt's bytes start 30 before the place (or end `data`)
+        at = start + 30
+        if at <= len(shown) and excerpt == _excerpt(shown, at):
+            found.append(at)
+        start = shown.find(body, start + 1)
+    return found
+
+
+def _excerpt(shown, at):
+    if at < 30:
+        return b' ' * (40 - at) + shown[: at + 30]
+    return b' ' * 10 + shown[at - 30 : at + 30]
 
 
 def _any_of(values, chars):
