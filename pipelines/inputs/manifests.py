@@ -100,7 +100,7 @@ def detect(manifest, choice=None):
     (vertex.CSV, vertex.JSONL)."""
     with storage.open_read(manifest, guess_compression=True) as f:
         first = b''
-        for raw in f:
+        for _, raw in vertex.lines(f, manifest):  # a first line over 16 MiB: refused, unread
             if raw.strip():
                 first = raw
                 break
