@@ -26,7 +26,7 @@ class Scorer:
     def __init__(self, task, info, split, batch_size):
         self.task, self.info, self.split = task, info, split
         self.batch_size = batch_size
-        self._truth = None
+        self._truth, self._predict = None, None
         self.masks = task.name == objects_input.INSTANCE
         if task.name != objects_input.SEMANTIC:
             self._truth = coco_metrics.ground_truth(info, split, task.classes, self.masks)
@@ -59,10 +59,11 @@ class Scorer:
                 self.info, self.split, self.batch_size, self.task.settings
             )
         canvas = self.task.settings.canvas
-        predict = tf.function(
+        predict = self._compiled(
+            model,
             lambda images, scaled, offset: detected(
                 model(images, training=False), scaled, offset, canvas
-            )
+            ),
         )
         for images, found in data:
             boxes, scores, classes, valid, masks = (
@@ -74,10 +75,18 @@ class Scorer:
                 shapes = None if masks is None else masks[i, :n]
                 yield int(index), boxes[i, :n], scores[i, :n], classes[i, :n], shapes
 
+    def _compiled(self, model, predict):
+        """`predict` as one tf.function per model, kept: a Scorer runs after every epoch, and a
+        new function each time traced the model again (TensorFlow's retracing warning); the
+        split's last, smaller batch shares the trace (`reduce_retracing`)."""
+        if self._predict is None or self._predict[0] is not model:
+            self._predict = (model, tf.function(predict, reduce_retracing=True))
+        return self._predict[1]
+
     def _mean_iou(self, model, data):
         classes = len(self.task.classes)
-        predict = tf.function(
-            lambda images: tf.argmax(model(images, training=False), -1, output_type=tf.int32)
+        predict = self._compiled(
+            model, lambda images: tf.argmax(model(images, training=False), -1, output_type=tf.int32)
         )
         counts = np.zeros((classes, classes), np.int64)
         for images, found in data:
