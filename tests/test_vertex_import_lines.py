@@ -1,13 +1,13 @@
 """Vertex AI JSONL import files (pipelines/inputs/vertex.py, vertex_objects.py) read a block at
-a time: a line at the bound (16 MiB) is a row like any other, a longer one stops the listing in
-one line naming the file and the line, before the rest of it is read."""
+a time (jsonl_lines.py): a line at the bound (16 MiB) is a row like any other, a longer one stops
+the listing in one line naming the file and the line, before the rest of it is read."""
 
 import json
 
 import pytest
 
+from pipelines.inputs import jsonl_lines
 from pipelines.inputs import listing
-from pipelines.inputs import vertex
 
 import images_for_tests as imgs
 
@@ -38,28 +38,19 @@ def _import_file(tmp_path, form, long_line_bytes):
 
 @pytest.mark.parametrize('form', ['classification', 'detection'])
 def test_a_line_at_the_bound_is_a_row_and_a_longer_one_is_refused_unread(tmp_path, form):
-    path = _import_file(tmp_path, form, vertex.MAX_LINE_BYTES)
+    path = _import_file(tmp_path, form, jsonl_lines.MAX_LINE_BYTES)
     entries = listing.list_inputs(str(path)).entries
     assert [(entry.key, entry.reject) for entry in entries] == [
         (f'img/{i}.jpg', '') for i in range(3)
     ]
     assert entries[1].label == ('daisy',)
-    longer = vertex.MAX_LINE_BYTES + 4 * vertex.READ_BYTES
+    longer = jsonl_lines.MAX_LINE_BYTES + 4 * jsonl_lines.READ_BYTES
     path = _import_file(tmp_path, form, longer)
-    words = f'import.jsonl: line 2 is longer than {vertex.MAX_LINE_BYTES:,} bytes'
+    words = f'import.jsonl: line 2 is longer than {jsonl_lines.MAX_LINE_BYTES:,} bytes'
     with pytest.raises(ValueError, match=words) as refused:
         listing.list_inputs(str(path))
     assert '\n' not in str(refused.value)
     with open(path, 'rb') as f:  # refused once the bound is passed: the rest left unread
         with pytest.raises(ValueError, match='line 2 is longer'):
-            list(vertex.lines(f, str(path)))
-        assert f.tell() <= vertex.MAX_LINE_BYTES + 2 * vertex.READ_BYTES < longer
-
-
-def test_lines_are_those_of_the_file_whatever_blocks_they_span(tmp_path, monkeypatch):
-    monkeypatch.setattr(vertex, 'READ_BYTES', 3)
-    data = b'{"a": 1}\n\n  \r\n{"b": [2, 3]}\nlast, without a line break'
-    (tmp_path / 'rows.jsonl').write_bytes(data)
-    with open(tmp_path / 'rows.jsonl', 'rb') as f:
-        found = list(vertex.lines(f, 'rows.jsonl'))
-    assert found == list(enumerate(data.splitlines(keepends=True), start=1))
+            list(jsonl_lines.lines(f, str(path)))
+        assert f.tell() <= jsonl_lines.MAX_LINE_BYTES + 2 * jsonl_lines.READ_BYTES < longer

@@ -22,6 +22,7 @@ read back in work items. Imports the foundation and the base (pipelines/core/) o
     class_names.py      names for integer labels (--class-names)
     object_inputs.py    what the readers of detection sets share (entries, confinement)
     json_guard.py       an untrusted JSON stream's strings, tokens and nesting bounded as read
+    jsonl_lines.py      an untrusted JSONL file's lines, read a block at a time, each bounded
     coco.py             a COCO annotation file, streamed: its categories and images listed
     coco_join.py        a COCO file's annotations joined to their images by the pipeline's
                         workers (JoinAnnotations), not the launcher

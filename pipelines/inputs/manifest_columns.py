@@ -8,6 +8,7 @@ import logging
 
 from imageshards import file_names
 from imageshards.kinds import features
+from pipelines.inputs import jsonl_lines
 from pipelines.inputs import vertex
 from pipelines.inputs.entries import MULTI_LABEL_COLUMN
 
@@ -131,8 +132,9 @@ def read_chosen_csv_rows(f, manifest, choice):
 
 
 def read_chosen_jsonl_rows(f, manifest, choice):
-    """The rows of a JSONL file whose keys --path-column and the others choose."""
-    for number, raw in enumerate(f, start=1):
+    """The rows of a JSONL file whose keys --path-column and the others choose, its lines read
+    a block at a time (a line over 16 MiB: refused, unread)."""
+    for number, raw in jsonl_lines.lines(f, manifest):
         if not raw.strip():
             continue
         found, problem = vertex.json_object(raw)

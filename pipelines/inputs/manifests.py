@@ -32,6 +32,7 @@ from imageshards import storage
 from imageshards.storage import absolute
 from pipelines.inputs import class_names as class_names_lib
 from pipelines.inputs import confinement as confinement_lib
+from pipelines.inputs import jsonl_lines
 from pipelines.inputs import manifest_columns
 from pipelines.inputs import manifest_members
 from pipelines.inputs import vertex
@@ -100,7 +101,7 @@ def detect(manifest, choice=None):
     (vertex.CSV, vertex.JSONL)."""
     with storage.open_read(manifest, guess_compression=True) as f:
         first = b''
-        for _, raw in vertex.lines(f, manifest):  # a first line over 16 MiB: refused, unread
+        for _, raw in jsonl_lines.lines(f, manifest):  # a first line over 16 MiB: refused, unread
             if raw.strip():
                 first = raw
                 break
@@ -209,8 +210,7 @@ def _read_csv_rows(f, manifest, columns):
 
 
 def _read_jsonl_rows(f, manifest, columns):
-    del manifest
-    for number, raw in enumerate(f, start=1):
+    for number, raw in jsonl_lines.lines(f, manifest):  # a line over 16 MiB: refused, unread
         if raw.strip():  # blank lines are no rows
             yield *_jsonl_row(raw, columns), number
 

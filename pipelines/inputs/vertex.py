@@ -10,10 +10,9 @@ becomes the row's split (`train`, `val`, `test`); `unassigned` or none leaves it
 An image listed on several rows gets the union of their labels, as Vertex AI imports it
 (pipelines/inputs/manifests.py). Rows come out as the manifests' own: {path, labels, split}.
 
-A JSONL file is read a block at a time (`lines`), never a line whole before its length is known:
-a line over MAX_LINE_BYTES (16 MiB, json_guard's bound on a COCO file's strings; a row is some
-KB) stops the build in one line naming the file and the line, as a 5 GB line would otherwise be
-held whole (vertex_objects.py reads the detection files so too).
+A JSONL file is read a block at a time (jsonl_lines.py), never a line whole before its length
+is known: a line over 16 MiB stops the build in one line naming the file and the line
+(vertex_objects.py reads the detection files so too).
 """
 
 import csv
@@ -21,7 +20,7 @@ import io
 import json
 
 from imageshards import file_names
-from pipelines.inputs import json_guard
+from pipelines.inputs import jsonl_lines
 from pipelines.inputs.entries import IMAGE_EXTENSIONS
 from pipelines.inputs.entries import MULTI_LABEL_COLUMN
 
@@ -41,8 +40,6 @@ _KNOWN_KEYS = (
     'classificationAnnotation',
     'dataItemResourceLabels',
 )
-MAX_LINE_BYTES = json_guard.MAX_STRING_BYTES  # a JSONL line: longer is refused, unread
-READ_BYTES = 1 << 20  # read at once, however long the lines
 
 
 def is_vertex_row(row):
@@ -83,33 +80,9 @@ def read_csv_rows(f, manifest, columns):
 def read_jsonl_rows(f, manifest, columns):
     """(row, problem, line) of each line of a Vertex AI JSONL import file."""
     del columns
-    for number, raw in lines(f, manifest):
+    for number, raw in jsonl_lines.lines(f, manifest):
         if raw.strip():
             yield *_jsonl_row(raw), number
-
-
-def lines(f, where):
-    """(number, bytes) of each line of the binary stream `f`, its line break kept, read
-    READ_BYTES at a time: a line longer than MAX_LINE_BYTES is refused (ValueError, naming
-    `where` and the line) as soon as that many of its bytes are read, never held whole."""
-    number, pending = 0, b''
-    for block in iter(lambda: f.read(READ_BYTES), b''):
-        *ended, pending = (pending + block).split(b'\n')
-        for line in ended:
-            number += 1
-            _bounded(line, where, number)
-            yield number, line + b'\n'
-        _bounded(pending, where, number + 1)
-    if pending:
-        yield number + 1, pending
-
-
-def _bounded(line, where, number):
-    if len(line) > MAX_LINE_BYTES:
-        raise ValueError(
-            f'{where}: line {number} is longer than {MAX_LINE_BYTES:,} bytes: not a row this '
-            'reads (import files are untrusted input, read a block at a time)'
-        )
 
 
 def csv_reader(f):

@@ -10,14 +10,15 @@ them). ML_USE becomes the row's split (`training` train, `validation` val, `test
 `unassigned` or none leaves it to --splits), unless --splits is given. The classes are the
 display names, sorted. A row that is not JSON, or names an image an earlier row named, is
 rejected with its reason; an image's path is confined as a manifest's rows are (below the
-file's folder or an --allow-root). Lines are read as vertex.lines reads them: one over 16 MiB
-stops the build in one line, unread.
+file's folder or an --allow-root). Lines are read a block at a time (jsonl_lines.py): one over
+16 MiB stops the build in one line, unread.
 """
 
 import json
 import posixpath
 
 from imageshards import storage
+from pipelines.inputs import jsonl_lines
 from pipelines.inputs import object_inputs
 from pipelines.inputs import vertex
 from pipelines.inputs.entries import InputEntry
@@ -31,7 +32,7 @@ def is_detection_file(manifest) -> bool:
     if not manifest.lower().endswith('.jsonl'):
         return False
     with storage.open_read(manifest, guess_compression=True) as f:
-        for _, raw in vertex.lines(f, manifest):
+        for _, raw in jsonl_lines.lines(f, manifest):
             if raw.strip():
                 try:
                     row = json.loads(raw)
@@ -55,7 +56,7 @@ def _entries(manifest, places, source_splits):
     seen = {}
     with storage.open_read(manifest, guess_compression=True) as f:
         entry_id = 0
-        for line, raw in vertex.lines(f, manifest):
+        for line, raw in jsonl_lines.lines(f, manifest):
             if not raw.strip():
                 continue
             yield _entry(entry_id, line, raw, manifest, places, seen, source_splits)
