@@ -20,6 +20,7 @@ from pipelines import launcher
 from trainer import coco_metrics
 from trainer import config as config_lib
 from trainer import dataset_info
+from trainer import model as model_lib
 from trainer import objects_evaluate
 from trainer import objects_train
 from trainer import segmenter
@@ -165,6 +166,18 @@ def test_semantic_segmentation_of_a_build_with_masks_scores_mean_iou(coco_build,
     assert metrics['selected_by'] == 'val_mean_iou'
     assert 0.0 < metrics['test_mean_iou'] <= 1.0
     assert 'background' in metrics['test_iou_per_class']
+    # Every class layer (the 1/4 scores and each stage's) is a head of the job's classes, so a
+    # run on the same classes starts from all of them and one on others from none.
+    task = objects_train.task_for(config, dataset_info.load(str(coco_build)))
+    model = objects_train.build(task)[0]
+    class_layers = {layer.name for layer in model.layers if model_lib.is_head(layer.name)}
+    assert class_layers == set(objects_train.heads(task)) == set(segmenter.HEADS)
+    assert len(class_layers) == 4
+    copied = warm_start.apply(model, config.job_dir, config, objects_train.heads(task))
+    assert not copied['new_layers']
+    others = {name: ['x', *classes[1:]] for name, classes in objects_train.heads(task).items()}
+    copied = warm_start.apply(model, config.job_dir, config, others)
+    assert sorted(copied['new_layers']) == sorted(class_layers)
 
 
 def test_mixed_precision_trains_in_float16_and_keeps_float32_weights_and_outputs(

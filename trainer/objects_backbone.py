@@ -29,6 +29,12 @@ def conv(x, channels, name, strides=1, kernel=3):
 
 def features(images, width=PYRAMID) -> 'keras.KerasTensor':
     """uint8 images [B, H, W, 3] -> float features [B, H/4, W/4, width] (H, W multiples of 32)."""
+    return features_and_stages(images, width)[0]
+
+
+def features_and_stages(images, width=PYRAMID) -> tuple:
+    """(`features`, [the stages' outputs at 1/4, 1/8, 1/16, 1/32 before the pyramid]): what a
+    head that reads each scale on its own takes (the segmenter's class scores)."""
     x = keras.layers.Rescaling(1 / 127.5, offset=-1.0, name='backbone_rescale')(images)
     x = conv(x, 24, 'backbone_stem', strides=2)
     levels = []
@@ -42,4 +48,4 @@ def features(images, width=PYRAMID) -> 'keras.KerasTensor':
         lateral = keras.layers.Conv2D(width, 1, name=f'pyramid_lateral{stage}')(levels[stage])
         up = keras.layers.UpSampling2D(2, interpolation='bilinear', name=f'pyramid_up{stage}')(top)
         top = keras.layers.Add(name=f'pyramid_add{stage}')([lateral, up])
-    return top
+    return top, levels

@@ -212,10 +212,8 @@ def _set_up(config, task, strategy, phases, steps):
 def heads(task) -> dict:
     """{layer name: class names} of the class heads of a Task's model (what --init-from copies
     only from a job on the same classes)."""
-    names = {
-        objects_input.SEMANTIC: ('class_logits',),
-        objects_input.DETECTION: ('heatmap_logits',),
-    }
+    semantic = (segmenter.LOGITS,) if task.model == deeplab.NAME else segmenter.HEADS
+    names = {objects_input.SEMANTIC: semantic, objects_input.DETECTION: ('heatmap_logits',)}
     names[objects_input.INSTANCE] = ('heatmap_logits', 'mask_logits')
     return {name: list(task.classes) for name in names[task.name]}
 
