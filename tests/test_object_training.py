@@ -101,6 +101,9 @@ def test_the_served_boxes_classes_scores_and_masks_are_the_evaluated_ones(detect
     model = objects_train.build(task)[0]
     copied = warm_start.apply(model, config.job_dir, config, objects_train.heads(task))
     assert not copied['new_layers']  # the exported weights
+    class_layers = {layer.name for layer in model.layers if model_lib.is_head(layer.name)}
+    assert class_layers == set(objects_train.heads(task))  # the heatmap's stage scores too
+    assert len(class_layers) == 5
     evaluated = list(objects_evaluate.Scorer(task, info, 'test', 4).detections(model))
     served = tf.saved_model.load(config.resolved_model_dir).signatures['serving_default']
     answer = served(image_bytes=tf.stack(_test_images(tf, info)))

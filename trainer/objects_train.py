@@ -213,8 +213,8 @@ def heads(task) -> dict:
     """{layer name: class names} of the class heads of a Task's model (what --init-from copies
     only from a job on the same classes)."""
     semantic = (segmenter.LOGITS,) if task.model == deeplab.NAME else segmenter.HEADS
-    names = {objects_input.SEMANTIC: semantic, objects_input.DETECTION: ('heatmap_logits',)}
-    names[objects_input.INSTANCE] = ('heatmap_logits', 'mask_logits')
+    names = {objects_input.SEMANTIC: semantic, objects_input.DETECTION: centernet.HEADS}
+    names[objects_input.INSTANCE] = (*centernet.HEADS, 'mask_logits')
     return {name: list(task.classes) for name in names[task.name]}
 
 
