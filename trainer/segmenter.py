@@ -6,9 +6,8 @@ The deeper scores are what tell one object from another: an object of 50 px is 1
 at 1/4, where a cell sees its edges, and 1-3 cells at 1/16 and 1/32, where a cell sees it whole.
 Through the pyramid alone (its 64 channels summed with the shallow laterals) the segmenter found
 the objects' extent but mostly not their class; with the scores from the 1/8, 1/16 and 1/32
-stages (a 1x1 convolution each, 3% more time a step) the smoke set's val mean IoU went from
-0.090 to 0.157 in the same 8 epochs (bench/RESULTS.md, "Segmentation: class scores from every
-stage").
+stages (a 1x1 convolution each) the smoke set's val mean IoU went from 0.090 to 0.157 in the
+same 8 epochs (bench/RESULTS.md, "Class scores from every stage").
 
 Its classes: a build's `segmentation_classes` where its records carry class maps (Pascal VOC's
 21, background first), else `background` and the build's labels (class maps drawn from the
