@@ -28,9 +28,8 @@ SIZE_WEIGHT = 0.1
 HEATMAP = 'heatmap'
 BOXES = 'boxes'  # size (h, w) and offset (y, x) in cells, per cell
 PRIOR = 0.01  # the heatmap's initial probability (its bias): positives lead from the first step
-STAGE_SCORES = 1, 2, 3  # the backbone's stages whose class scores the heatmap adds
 # The heatmap's class layers: heads, copied by --init-from only from a job on the same classes.
-HEADS = ('heatmap_logits', *(f'heatmap_stage{stage}_logits' for stage in STAGE_SCORES))
+HEADS = ('heatmap_logits', *backbone.stage_score_names('heatmap'))
 
 
 def build(num_classes, canvas, name='centernet', masks=False) -> keras.Model:
@@ -41,7 +40,11 @@ def build(num_classes, canvas, name='centernet', masks=False) -> keras.Model:
     heat = backbone.conv(x, backbone.PYRAMID, 'heatmap_hidden')
     bias = keras.initializers.Constant(-float(tf.math.log((1 - PRIOR) / PRIOR)))
     heat = keras.layers.Conv2D(num_classes, 1, bias_initializer=bias, name=HEADS[0])(heat)
-    heat = keras.layers.Add(name='heatmap_scores')([heat, *_stage_scores(stages, num_classes)])
+    # The stages' scores start at zero, so the heatmap starts at PRIOR.
+    deeper = backbone.stage_scores(
+        stages, num_classes, 'heatmap', use_bias=False, kernel_initializer='zeros'
+    )
+    heat = keras.layers.Add(name='heatmap_scores')([heat, *deeper])
     box = backbone.conv(x, backbone.PYRAMID, 'box_hidden')
     box = keras.layers.Conv2D(4, 1, name='box_regression')(box)
     outputs = {
@@ -51,19 +54,6 @@ def build(num_classes, canvas, name='centernet', masks=False) -> keras.Model:
     if masks:
         outputs[instance_masks.MASKS] = instance_masks.head(x, num_classes, backbone.conv)
     return keras.Model(images, outputs, name=name)
-
-
-def _stage_scores(stages, num_classes):
-    """Each deeper stage's class scores (1/8, 1/16, 1/32), upsampled to the heatmap's cells:
-    where a cell sees its object whole, which names its class (trainer/segmenter.py reads them
-    the same way). They start at zero, so the heatmap starts at PRIOR as before."""
-    for stage, name in zip(STAGE_SCORES, HEADS[1:]):
-        score = keras.layers.Conv2D(
-            num_classes, 1, use_bias=False, kernel_initializer='zeros', name=name
-        )(stages[stage])
-        yield keras.layers.UpSampling2D(2**stage, interpolation='bilinear', name=f'{name}_up')(
-            score
-        )
 
 
 def targets(num_classes, canvas, masks=False):

@@ -17,6 +17,7 @@ import keras
 
 STAGES = ((32, 2), (64, 2), (160, 2), (320, 2))  # (channels, convolutions) at 1/4 ... 1/32
 PYRAMID = 64  # channels of the pyramid's maps
+STAGE_SCORES = 1, 2, 3  # the stages (1/8, 1/16, 1/32) whose class scores the heads add
 
 
 def conv(x, channels, name, strides=1, kernel=3):
@@ -49,3 +50,22 @@ def features_and_stages(images, width=PYRAMID) -> tuple:
         up = keras.layers.UpSampling2D(2, interpolation='bilinear', name=f'pyramid_up{stage}')(top)
         top = keras.layers.Add(name=f'pyramid_add{stage}')([lateral, up])
     return top, levels
+
+
+def stage_score_names(prefix) -> tuple:
+    """The class layers of `stage_scores(..., prefix)`: heads (--init-from copies them only from
+    a job on the same classes)."""
+    return tuple(f'{prefix}_stage{stage}_logits' for stage in STAGE_SCORES)
+
+
+def stage_scores(stages, num_classes, prefix, **conv_options) -> list:
+    """Class scores of each deeper stage on its own (a 1x1 convolution, `conv_options` its
+    initializers), upsampled to 1/4 scale, for a head to add to its own (FCN's skip scores):
+    where a cell sees its object whole, which names its class, as the pyramid's 1/4 cells,
+    seeing edges, mostly do not (bench/RESULTS.md, "Class scores from every stage")."""
+    scores = []
+    for stage, name in zip(STAGE_SCORES, stage_score_names(prefix)):
+        score = keras.layers.Conv2D(num_classes, 1, name=name, **conv_options)(stages[stage])
+        up = keras.layers.UpSampling2D(2**stage, interpolation='bilinear', name=f'{name}_up')
+        scores.append(up(score))
+    return scores

@@ -77,8 +77,8 @@ class Scorer:
 
     def _compiled(self, model, predict):
         """`predict` as one tf.function per model, kept: a Scorer runs after every epoch, and a
-        new function each time traced the model again (TensorFlow's retracing warning); the
-        split's last, smaller batch shares the trace (`reduce_retracing`)."""
+        new function each time traced the model again; the split's last, smaller batch is
+        traced once with a relaxed shape (`reduce_retracing`), not once per size."""
         if self._predict is None or self._predict[0] is not model:
             self._predict = (model, tf.function(predict, reduce_retracing=True))
         return self._predict[1]

@@ -28,9 +28,8 @@ from trainer import objects_geometry as geometry
 
 BACKGROUND = 'background'
 LOGITS = 'class_logits'
-STAGE_SCORES = 1, 2, 3  # the backbone's stages (1/8, 1/16, 1/32) read on their own
 # The class layers: heads, copied by --init-from only from a job on the same classes.
-HEADS = (LOGITS, *(f'segment_stage{stage}_logits' for stage in STAGE_SCORES))
+HEADS = (LOGITS, *backbone.stage_score_names('segment'))
 
 
 def build(num_classes, canvas, name='segmenter') -> keras.Model:
@@ -38,11 +37,8 @@ def build(num_classes, canvas, name='segmenter') -> keras.Model:
     images = keras.Input((*canvas, 3), dtype='uint8', name='images')
     x, stages = backbone.features_and_stages(images)
     x = backbone.conv(x, backbone.PYRAMID, 'segment_hidden')
-    scores = [keras.layers.Conv2D(num_classes, 1, name=LOGITS)(x)]
-    for stage, name in zip(STAGE_SCORES, HEADS[1:]):
-        score = keras.layers.Conv2D(num_classes, 1, name=name)(stages[stage])
-        up = keras.layers.UpSampling2D(2**stage, interpolation='bilinear', name=f'{name}_up')
-        scores.append(up(score))
+    x = keras.layers.Conv2D(num_classes, 1, name=LOGITS)(x)
+    scores = [x, *backbone.stage_scores(stages, num_classes, 'segment')]
     x = keras.layers.Add(name='segment_scores')(scores)
     x = keras.layers.UpSampling2D(4, interpolation='bilinear', name='segment_up')(x)
     return keras.Model(
