@@ -57,9 +57,11 @@ LABELS_TXT_SUFFIX = '.labels.txt'
 PREVIEW_PNG = 'preview.png'
 REPORT_DIR = 'report'
 # Under TEMP_DIR: finished shards waiting for Finalize, the metadata blocks the local runner
-# spills, and where the tf.Transform output and TFT's own temporary files are staged.
+# spills, a COCO file's annotations waiting for their images on a distributed runner, and where
+# the tf.Transform output and TFT's own temporary files are staged.
 STAGED_SHARDS_DIR = 'shards'
 BLOCKS_DIR = 'blocks'
+ANNOTATIONS_DIR = 'annotations'
 TRANSFORM_STAGING = 'transform'
 TFT_TEMP_DIR = 'tft'
 

@@ -103,7 +103,7 @@ def _build(launch, config, scan, guard, started):
     )
     launch.prepare(context)
     store = launch.block_store(output_dir)
-    build_pipeline(launch.pipeline, context, store)
+    build_pipeline(launch.pipeline, context, store, launch.annotation_store(output_dir, store))
     with launch.watched({counters.VALIDATE: summary.num_inputs}, _UNITS):
         try:
             result = launch.run(listing_path)

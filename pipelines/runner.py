@@ -177,6 +177,18 @@ class Launch:
             return spill.SpillingStore(storage.join(output_dir, layout.TEMP_DIR, layout.BLOCKS_DIR))
         return spill.SpillingStore.temporary()
 
+    def annotation_store(self, output_dir, store) -> blocks.BlockStore:
+        """Where a COCO file's annotations wait for their images (pipelines/inputs/coco_join.py):
+        `store` where it spills; where it is inline (a distributed runner's), files under the
+        build's temporary folder, which Finalize removes. Inline, a work item's annotations
+        would travel as one element through the shuffles, and the work item of a .tar.gz's
+        images is all of them: COCO train's annotations, hundreds of MB, in one element."""
+        if isinstance(store, spill.SpillingStore):
+            return store
+        return spill.SpillingStore(
+            storage.join(output_dir, layout.TEMP_DIR, layout.ANNOTATIONS_DIR)
+        )
+
     def watched(self, totals, units) -> progress.Watch:
         """A context manager showing the workers' live counts of a local run (`totals`: {phase:
         total known before the run}; `units`: {phase: unit word}); elsewhere nothing."""

@@ -36,12 +36,14 @@ from pipelines.writing.finalize import Finalize
 from pipelines.writing.write import WriteShards
 
 
-def build_pipeline(pipeline, context, store=None) -> beam.PCollection:
+def build_pipeline(pipeline, context, store=None, annotation_store=None) -> beam.PCollection:
     """Adds the build's steps to `pipeline`; returns the PCollection of dataset.json's counts.
 
     Args:
         context: the BuildContext.
         store: the BlockStore that keeps metadata between steps (default: inline).
+        annotation_store: the one that keeps a COCO file's annotations until they are joined to
+            their images (default: `store`).
     """
     store = store or blocks.BlockStore()
     config, listing = context.config, context.listing
@@ -51,7 +53,12 @@ def build_pipeline(pipeline, context, store=None) -> beam.PCollection:
     )
     # Without --dedup or groups, validation keys its blocks for AssignShards: one pass less.
     keyed_early = not (config.dedup or context.grouping)
-    validated = _validated(pipeline, context, store, rank_groups if keyed_early else None)
+    validated = _validated(
+        pipeline,
+        context,
+        (store, annotation_store or store),
+        rank_groups if keyed_early else None,
+    )
     unique, duplicates = _deduplicated(pipeline, context, validated.blocks, store)
     grouped = _grouped(pipeline, context, unique, store, rank_groups)
     assigned = (grouped.keyed if grouped else unique) | 'AssignShards' >> AssignShards(
@@ -100,24 +107,27 @@ def _grouped_outputs(grouped, assigned, store):
     }
 
 
-def _validated(pipeline, context, store, rank_groups):
+def _validated(pipeline, context, stores, rank_groups):
     """The Validated outputs of every listed input, their blocks keyed by `rank_groups` if
     given, and what the pipeline read of their annotations where it joins them (a COCO file's:
-    pipelines/inputs/coco_join.py; else nothing)."""
+    pipelines/inputs/coco_join.py; else nothing). `stores`: (the build's, the annotations')."""
+    store, annotation_store = stores
     # (start, end) of a line of the listing file: one work item
     items = pipeline | 'ReadListing' >> ReadListing(context.listing_path)
     join = context.listing.annotation_join
     annotations = None
     if join:  # each work item with the blocks of its images' annotations
         items, annotations = items | 'JoinAnnotations' >> JoinAnnotations(
-            context.listing_path, join, store
+            context.listing_path, join, annotation_store
         )
     # Work items are few and small; spreading them lets every worker validate.
     validated = (
         items
         | 'SpreadWork' >> beam.Reshuffle()
         | 'ValidateImages'
-        >> ValidateImages(context.listing_path, context.validation, store, rank_groups, join)
+        >> ValidateImages(
+            context.listing_path, context.validation, store, rank_groups, join, annotation_store
+        )
     )
     return _Validated(*validated, annotations)
 

@@ -198,3 +198,36 @@ def test_a_work_item_of_a_whole_archive_holds_one_range_of_annotations_at_a_time
             reached |= found
             assert set(read) == reached & set(ranges)
     assert sorted(read) == sorted(ranges)  # each block read once
+
+
+def test_with_an_inline_store_as_on_dataflow_annotations_travel_as_refs_to_files(
+    tmp_path, monkeypatch
+):
+    """Where the build's store is inline (a distributed runner's: a ref is its block), the
+    annotations still wait in files under the build's temporary folder, so that a work item
+    travels with byte ranges of them; the records are those of the local runner's build, and
+    Finalize takes the files away."""
+    from pipelines import runner  # pylint: disable=import-outside-toplevel
+
+    coco = object_sets.write_coco(str(tmp_path), images=6)
+    path = tmp_path / 'annotations' / 'instances.json'
+    with tarfile.open(tmp_path / 'images.tar.gz', 'w:gz') as tar:
+        tar.add(tmp_path / 'images', arcname='images')
+    flags = ('--image-root', tmp_path / 'images.tar.gz')
+    build(path, tmp_path / 'spilled', *flags)
+    monkeypatch.setattr(runner.Launch, 'block_store', lambda self, output: blocks.BlockStore())
+    refs, joined_lines = [], coco_join.joined_lines
+
+    def logged(lines, found, join, store):
+        found = list(found)
+        refs.extend(ref for _, ref in found)
+        yield from joined_lines(lines, found, join, store)
+
+    monkeypatch.setattr(coco_join, 'joined_lines', logged)
+    counts = build(path, tmp_path / 'inline', *flags)['counts']['annotations']
+    assert counts['written'] == counts['read'] == len(coco['annotations'])
+    assert refs and all(isinstance(ref, tuple) and len(ref) == 3 for ref in refs)  # byte ranges
+    for name in ('train/train-00000-of-00001.tfrecord', 'rejected_annotations.jsonl'):
+        spilled, inline = (tmp_path / out / name for out in ('spilled', 'inline'))
+        assert spilled.read_bytes() == inline.read_bytes()
+    assert not (tmp_path / 'inline' / '.imageshards-tmp').exists()

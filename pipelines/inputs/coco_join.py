@@ -10,19 +10,23 @@ launcher lists the images alone (pipelines/inputs/coco.py), and
 One worker streams the file's annotations (a local file, an object store's, an archive's member:
 coco.AnnotationFile), finds each one's image by its id (16 bytes an image: coco.image_index),
 and puts it, in the readers' form, into a block of the work item that holds its image; blocks
-leave whenever SPILL_BYTES of them are held, through the build's block store (spilled to files
-on the local runner, whose shuffle would otherwise hold them in the launching process). A work
-item's entries are ids contiguous in listing order, so its first id names it. The objects of an
-image come out in the file's order, whatever blocks they arrived in, so records are those of a
-file joined whole.
+leave whenever SPILL_BYTES of them are held, through a store that spills them to files and
+passes byte ranges (pipelines/local/spill.py): the build's on the local runner, whose shuffle
+would otherwise hold them in the launching process; on a distributed runner, whose store is
+inline, one of files under OUT/.imageshards-tmp/annotations/ (runner.Launch.annotation_store),
+so that a work item travels through the shuffles with refs of a few bytes, not with its
+images' annotations. A work item's entries are ids contiguous in listing order, so its first
+id names it. The objects of an image come out in the file's order, whatever blocks they arrived
+in, so records are those of a file joined whole.
 
 A block holds the annotations of one range of RANGE image positions of its work item, and
 `joined_lines` reads a range's blocks when the work item's lines reach its images and lets them
 go when they pass them: a worker holds one range's annotations, not its work item's. A work item
 is usually a line of --chunk-size images, but one of a sequential archive (the images of a
-.tar.gz --image-root) is all of them: COCO train's, hundreds of MB of parsed JSON, held whole.
-The listing gives a work item's entries in position order (coco.py lists the file's images in
-order, listing.py writes them as they come); were one out of order, its range is read again.
+.tar.gz --image-root) is all of them: COCO train's annotations, hundreds of MB of parsed JSON,
+would be held whole. The listing gives a work item's entries in position order (coco.py lists
+the file's images in order, listing.py writes them as they come); were one out of order, its
+range is read again.
 
 A build without masks (--no-masks, or a file whose first annotations have none) keeps the box of
 an annotation that has a segmentation; the mask is counted (counts.annotations.masks_not_kept)

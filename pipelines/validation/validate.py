@@ -57,10 +57,10 @@ class _ValidateWorkItem(beam.DoFn):
     Its arguments are those of ValidateImages.
     """
 
-    def __init__(self, listing_path, settings, store, rank_groups, join=None):
+    def __init__(self, listing_path, settings, stores, rank_groups, join=None):
         self._listing_path = listing_path
         self._settings = settings
-        self._store = store
+        self._store, self._annotation_store = stores
         self._rank_groups = rank_groups
         self._join = join
         self._pool = None
@@ -103,7 +103,7 @@ class _ValidateWorkItem(beam.DoFn):
             item, refs = item
         lines = read_work_item_lines(self._listing_path, item)
         if self._join:
-            lines = coco_join.joined_lines(lines, refs, self._join, self._store)
+            lines = coco_join.joined_lines(lines, refs, self._join, self._annotation_store)
         first = next(lines, [])
         if not any(entry.source for entry in first):
             for entries in itertools.chain([first], lines):
@@ -336,11 +336,15 @@ class ValidateImages(beam.PTransform):
             takes them, with no step between (no --dedup); None: block refs.
         join: the listing's `annotation_join` where the work items come with the blocks of
             their images' annotations (pipelines/inputs/coco_join.py); None: they do not.
+        annotation_store: the BlockStore of those blocks (default: `store`).
     """
 
-    def __init__(self, listing_path, settings, store, rank_groups=None, join=None):
+    def __init__(
+        self, listing_path, settings, store, rank_groups=None, join=None, annotation_store=None
+    ):
         super().__init__()
-        self._fn = _ValidateWorkItem(listing_path, settings, store, rank_groups, join)
+        stores = store, annotation_store or store
+        self._fn = _ValidateWorkItem(listing_path, settings, stores, rank_groups, join)
 
     def expand(self, items):
         outputs = items | 'Decode' >> beam.ParDo(self._fn).with_outputs(REJECTED, main='valid')
