@@ -210,6 +210,7 @@ def test_deeplabv3_plus_is_kerashubs_model_its_classes_found_at_a_quarter_then_u
     )
     ours = deeplab.build(classes, canvas)
     assert ours.count_params() == library.count_params()  # the same weights, and no others
+    assert ours.output_shape == (None, 16, 24, classes)  # at 1/4: segmenter.class_map upsamples
     images = np.random.default_rng(0).uniform(-2, 2, (2, *canvas, 3)).astype(np.float32)
     features = keras.Model(backbone.inputs, backbone.get_layer('segmentation_head_relu').output)
     kernel = library.get_layer('segmentation_output').kernel

@@ -20,6 +20,7 @@ from pipelines import launcher
 from trainer import coco_metrics
 from trainer import config as config_lib
 from trainer import dataset_info
+from trainer import distribute
 from trainer import model as model_lib
 from trainer import objects_evaluate
 from trainer import objects_train
@@ -269,6 +270,40 @@ def test_perfect_masks_score_a_mask_map_of_one_and_boxes_as_masks_score_less(coc
     assert coco_metrics.evaluate(truth, boxes, info.labels, 'segm')['map'] < 0.9
 
 
+def test_a_segmenter_trains_in_bfloat16_where_the_cpu_computes_it_and_serves_float32(
+    coco_build, tf, tmp_path, caplog
+):
+    """--mixed-precision bfloat16: mixed_bfloat16 on a CPU with AVX512-BF16 or AMX (this
+    machine's), float32 on one without; the weights stay float32, the class map is served."""
+    flags = ('--epochs', '1', '--task', 'semantic_segmentation', '--mixed-precision', 'bfloat16')
+    config = _config(coco_build, tmp_path / 'bf16', *flags)
+    caplog.set_level('INFO', logger='trainer.objects_train')
+    try:
+        metrics = train_lib.train(config)
+    finally:
+        keras.mixed_precision.set_global_policy('float32')  # the tests after this one's
+    native = distribute.cpu_computes_bfloat16()
+    assert ('mixed_bfloat16' if native else 'float32') in caplog.text
+    assert np.isfinite(metrics['loss']) and 0.0 <= metrics['test_mean_iou'] <= 1.0
+    dtypes = tf.train.load_checkpoint(str(tmp_path / 'bf16' / 'checkpoints'))
+    dtypes = dtypes.get_variable_to_dtype_map()
+    assert {dtypes[name] for name in dtypes if name.startswith('best/weights/')} == {tf.float32}
+    info = dataset_info.load(str(coco_build))
+    served = tf.saved_model.load(config.resolved_model_dir).signatures['serving_default']
+    answer = served(image_bytes=tf.stack(_test_images(tf, info)))
+    assert answer['class_map'].shape[1:] == (64, 64)
+
+
+def test_the_cpus_own_bfloat16_is_read_from_its_flags(tmp_path):
+    cpuinfo = tmp_path / 'cpuinfo'
+    for flags, native in (('fpu avx512f avx512_bf16 sse', True), ('fpu amx_bf16', True)):
+        cpuinfo.write_text(f'processor\t: 0\nflags\t\t: {flags}\n')
+        assert distribute.cpu_computes_bfloat16(str(cpuinfo)) is native
+    cpuinfo.write_text('processor\t: 0\nflags\t\t: fpu avx512f avx512bw\n')
+    assert distribute.cpu_computes_bfloat16(str(cpuinfo)) is False
+    assert distribute.cpu_computes_bfloat16(str(tmp_path / 'none')) is False
+
+
 def test_mean_iou_counts_each_class_over_the_split_and_leaves_void_out():
     truth = np.array([[0, 0, 1, 1], [2, 2, 255, 255]])
     predicted = np.array([[0, 1, 1, 1], [2, 0, 0, 1]])
@@ -278,6 +313,40 @@ def test_mean_iou_counts_each_class_over_the_split_and_leaves_void_out():
     # background: 1 shared of 3 (2 true, 2 predicted); a: 2 of 3; b: 1 of 2
     assert found['iou_per_class'] == pytest.approx({'background': 1 / 3, 'a': 2 / 3, 'b': 1 / 2})
     assert found['mean_iou'] == pytest.approx((1 / 3 + 2 / 3 + 1 / 2) / 3)
+
+
+def _full_resolution_loss(truth, logits):
+    """Cross-entropy over each image's pixels that are not VOID, plus the batch's soft Dice
+    over the classes its truth holds, pixel by pixel: what `segmenter.loss` scores on cells."""
+    valid = truth != 255
+    labels = np.where(valid, truth, 0)
+    shifted = logits - logits.max(-1, keepdims=True)
+    log_p = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+    each = -np.take_along_axis(log_p, labels[..., None], -1)[..., 0] * valid
+    ce = each.sum((1, 2)) / valid.sum((1, 2))
+    p = np.exp(log_p) * valid[..., None]
+    one_hot = np.eye(logits.shape[-1])[labels] * valid[..., None]
+    overlap, sizes = (p * one_hot).sum((0, 1, 2)), (p + one_hot).sum((0, 1, 2))
+    present = one_hot.sum((0, 1, 2)) > 0
+    dice = ((2 * overlap + 1) / (sizes + 1))[present].mean()
+    return ce + 1 - dice
+
+
+def test_the_segmenters_loss_on_cells_is_the_full_resolution_loss_of_logits_constant_in_them():
+    rng = np.random.default_rng(3)
+    cells = rng.normal(0, 2, (2, 3, 5, 4)).astype(np.float32)  # logits at 1/4: [B, h, w, C]
+    truth = rng.integers(0, 3, (2, 12, 20))  # class 3 is in no pixel
+    truth[0, :5, :7] = 255  # VOID, across cell borders
+    truth[1, 4:8, 8:12] = 255  # a whole cell
+    full = np.repeat(np.repeat(cells, 4, axis=1), 4, axis=2)
+    found = segmenter.loss(truth.astype(np.int32), cells).numpy()
+    np.testing.assert_allclose(found, _full_resolution_loss(truth, full), rtol=1e-5)
+    # evaluation and serving read the classes of the logits upsampled as the models did before
+    # they ended at 1/4 (Keras' bilinear UpSampling2D)
+    upsampled = keras.layers.UpSampling2D(4, interpolation='bilinear')(cells)
+    np.testing.assert_array_equal(
+        segmenter.class_map(cells, (12, 20)).numpy(), np.argmax(upsampled, -1)
+    )
 
 
 def test_preview_draws_training_examples_with_their_boxes_and_masks_moved(coco_build, tmp_path):

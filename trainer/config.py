@@ -64,7 +64,7 @@ class TrainConfig:
     input: InputOptions = InputOptions()  # how the data is read (trainer/input_pipeline.py)
     recipe: Recipe = Recipe()  # how the model learns
     checkpoint_every: int = 500  # steps; checkpoints are also written at each epoch's end
-    mixed_precision: str = 'auto'  # auto: mixed_float16 when a GPU is present
+    mixed_precision: str = 'auto'  # auto: mixed_float16 when a GPU is present; or bfloat16
     xla: bool = False
     require_gpu: bool = False  # fail at the start when TensorFlow sees no GPU
     label_levels: tuple = ()  # one head per label level instead of the primary label
@@ -281,9 +281,10 @@ def _add_run_flags(add):
     )
     add(
         '--mixed-precision',
-        choices=('auto', 'on', 'off'),
+        choices=('auto', 'on', 'bfloat16', 'off'),
         default=TrainConfig.mixed_precision,
-        help='mixed_float16; auto: when a GPU is present',
+        help='on: mixed_float16; auto: that when a GPU is present; bfloat16: mixed_bfloat16 on '
+        'a GPU or a CPU with AVX512-BF16 or AMX (float32 on other CPUs)',
     )
     add('--xla', action='store_true', help='compile the train step with XLA (jit_compile)')
     add(

@@ -37,7 +37,8 @@ RESNET_18 = {
 
 
 def build(num_classes, canvas, name=NAME) -> keras.Model:
-    """uint8 images [B, *canvas, 3] -> logits [B, *canvas, num_classes] (float32)."""
+    """uint8 images [B, *canvas, 3] -> logits [B, *canvas / 4, num_classes] (float32), which
+    `segmenter.class_map` upsamples to the canvas."""
     import keras_hub  # noqa: PLC0415 (heavy, and only this model needs it)
 
     encoder = keras_hub.models.ResNetBackbone(**RESNET_18, image_shape=(*canvas, 3))
@@ -57,10 +58,11 @@ def build(num_classes, canvas, name=NAME) -> keras.Model:
     # the trainer's heads are (`--init-from` copies it only from the same classes). The library
     # upsamples 256 features to the input's size, then classifies each pixel; a 1x1 layer
     # without bias and bilinear upsampling are both linear and commute, so classifying at 1/4
-    # and upsampling the logits is the same function at a fraction of the work.
+    # and upsampling the logits is the same function at a fraction of the work: the model ends
+    # at 1/4, where the loss scores it (trainer/segmenter.py), and `segmenter.class_map`
+    # upsamples for evaluation and serving.
     features = keras.Model(backbone.inputs, backbone.get_layer('segmentation_head_relu').output)
     x = keras.layers.Conv2D(num_classes, 1, use_bias=False, name=segmenter.LOGITS)(features(x))
-    x = keras.layers.UpSampling2D(4, interpolation='bilinear', name='class_upsampling')(x)
     return keras.Model(
         images, keras.layers.Activation('linear', dtype='float32', name='classes')(x), name=name
     )

@@ -86,7 +86,8 @@ class Scorer:
     def _mean_iou(self, model, data):
         classes = len(self.task.classes)
         predict = self._compiled(
-            model, lambda images: tf.argmax(model(images, training=False), -1, output_type=tf.int32)
+            model,
+            lambda images: segmenter.class_map(model(images, training=False), images.shape[1:3]),
         )
         counts = np.zeros((classes, classes), np.int64)
         for images, found in data:

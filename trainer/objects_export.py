@@ -23,6 +23,7 @@ import tensorflow as tf
 from trainer import objects_evaluate
 from trainer import objects_geometry as geometry
 from trainer import objects_input
+from trainer import segmenter
 
 
 def placed(encoded, canvas):
@@ -51,7 +52,7 @@ def serving_fn(model, task):
         outputs = model(images, training=False)
         if task.name == objects_input.SEMANTIC:
             return {
-                'class_map': tf.argmax(outputs, -1, output_type=tf.int32),
+                'class_map': segmenter.class_map(outputs, canvas),
                 'class_names': names,
                 'image_size': tf.cast(tf.minimum(scaled - offset, canvas), tf.int32),
             }

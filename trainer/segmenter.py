@@ -1,6 +1,6 @@
 """The trainer's own semantic segmenter: the compact backbone's 1/4-scale features, a class per
 pixel (DeepLab's decoder, small), plus class scores read from each deeper stage on its own and
-upsampled (FCN's skip scores, Long et al., 2015), all summed and upsampled to the canvas.
+upsampled (FCN's skip scores, Long et al., 2015), all summed at 1/4 of the canvas.
 
 The deeper scores are what tell one object from another: an object of 50 px is 12 cells across
 at 1/4, where a cell sees its edges, and 1-3 cells at 1/16 and 1/32, where a cell sees it whole.
@@ -8,6 +8,15 @@ Through the pyramid alone (its 64 channels summed with the shallow laterals) the
 the objects' extent but mostly not their class; with the scores from the 1/8, 1/16 and 1/32
 stages (a 1x1 convolution each) the smoke set's val mean IoU went from 0.090 to 0.157 in the
 same 8 epochs (bench/RESULTS.md, "Class scores from every stage").
+
+The model ends at 1/4 (STRIDE), and the loss scores its logits there, against each cell's
+shares of the classes (`cell_classes`): what upsampling the logits first and scoring every
+pixel computes of logits that are constant within a cell, at 0.28 s a training step of 8 images
+at 320 against 0.49 s: with bfloat16 (trainer/distribute.py) the smoke config trains 15 epochs
+in about the time 8 took, val mean IoU 0.157 -> 0.267
+(bench/RESULTS.md, "The segmenter's loss at 1/4").
+Evaluation and serving upsample the logits bilinearly to the canvas (`class_map`), as the
+model's last layer did before.
 
 Its classes: a build's `segmentation_classes` where its records carry class maps (Pascal VOC's
 21, background first), else `background` and the build's labels (class maps drawn from the
@@ -28,19 +37,19 @@ from trainer import objects_geometry as geometry
 
 BACKGROUND = 'background'
 LOGITS = 'class_logits'
+STRIDE = 4  # a segmenter's logits are at 1/4 of the canvas; `class_map` upsamples them
 # The class layers: heads, copied by --init-from only from a job on the same classes.
 HEADS = (LOGITS, *backbone.stage_score_names('segment'))
 
 
 def build(num_classes, canvas, name='segmenter') -> keras.Model:
-    """uint8 images [B, *canvas, 3] -> logits [B, *canvas, num_classes] (float32)."""
+    """uint8 images [B, *canvas, 3] -> logits [B, *canvas / STRIDE, num_classes] (float32)."""
     images = keras.Input((*canvas, 3), dtype='uint8', name='images')
     x, stages = backbone.features_and_stages(images)
     x = backbone.conv(x, backbone.PYRAMID, 'segment_hidden')
     x = keras.layers.Conv2D(num_classes, 1, name=LOGITS)(x)
     scores = [x, *backbone.stage_scores(stages, num_classes, 'segment')]
     x = keras.layers.Add(name='segment_scores')(scores)
-    x = keras.layers.UpSampling2D(4, interpolation='bilinear', name='segment_up')(x)
     return keras.Model(
         images, keras.layers.Activation('linear', dtype='float32', name='classes')(x), name=name
     )
@@ -51,25 +60,44 @@ def targets(image, _objects, class_map):
     return tf.cast(tf.round(image), tf.uint8), tf.cast(class_map[..., 0], tf.int32)
 
 
-def loss(y_true, logits):
-    """Cross-entropy per image over its pixels that are not VOID, plus the batch's soft Dice
-    loss over the classes it holds (Milletari et al., 2016): with the background most of every
-    image, cross-entropy alone keeps a short run predicting background (8 epochs on the smoke
-    set: background IoU 0.96, the objects' mean 0.05)."""
+def class_map(logits, canvas):
+    """A segmenter's logits (at 1/STRIDE) -> int32 class maps [B, *canvas]: the logits upsampled
+    bilinearly, as the models did before their output moved to 1/4, then the best class."""
+    logits = tf.image.resize(logits, canvas, method='bilinear')
+    return tf.argmax(logits, -1, output_type=tf.int32)
+
+
+def cell_classes(y_true, cells) -> tf.Tensor:
+    """int class maps [B, H, W] -> each class's share of each cell's pixels [B, *cells, C]
+    (VOID pixels in no class): the truth that logits at 1/STRIDE are trained against."""
     y_true = tf.cast(y_true, tf.int32)
     valid = tf.cast(y_true != geometry.VOID, tf.float32)
-    labels = tf.where(y_true == geometry.VOID, 0, y_true)
-    each = tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits) * valid
-    pixels = tf.maximum(tf.reduce_sum(valid, axis=[1, 2]), 1.0)
-    return tf.reduce_sum(each, axis=[1, 2]) / pixels + _dice_loss(labels, logits, valid)
+    truth = tf.one_hot(tf.where(y_true == geometry.VOID, 0, y_true), cells[-1]) * valid[..., None]
+    stride = y_true.shape[1] // cells[0]
+    return tf.nn.avg_pool2d(truth, stride, stride, 'VALID')
 
 
-def _dice_loss(labels, logits, valid):
-    """1 - the mean soft Dice coefficient of the classes present in the batch's truth."""
-    probabilities = tf.nn.softmax(logits) * valid[..., None]
-    truth = tf.one_hot(labels, tf.shape(logits)[-1]) * valid[..., None]
-    overlap = tf.reduce_sum(probabilities * truth, axis=[0, 1, 2])
-    sizes = tf.reduce_sum(probabilities + truth, axis=[0, 1, 2])
+def loss(y_true, logits):
+    """Cross-entropy per image, plus the batch's soft Dice loss over the classes it holds
+    (Milletari et al., 2016), of the logits at 1/STRIDE against each cell's class shares
+    (`cell_classes`): the full-resolution loss of logits constant within a cell, at 0.28 s a
+    training step of 8 images at 320 where upsampling first to score every pixel took 0.49 s
+    (bench/RESULTS.md, "The segmenter's loss at 1/4"). With the background most of every
+    image, cross-entropy alone keeps a short run predicting background (8 epochs on the smoke
+    set: background IoU 0.96, the objects' mean 0.05)."""
+    truth = cell_classes(y_true, logits.shape[1:])
+    cover = tf.reduce_sum(truth, -1)  # the share of a cell's pixels that are not VOID
+    each = -tf.reduce_sum(truth * tf.nn.log_softmax(logits), -1)
+    pixels = tf.maximum(tf.reduce_sum(cover, axis=[1, 2]), 1e-6)
+    return tf.reduce_sum(each, axis=[1, 2]) / pixels + _dice_loss(truth, logits, cover)
+
+
+def _dice_loss(truth, logits, cover):
+    """1 - the mean soft Dice coefficient of the classes present in the batch's truth (sums in
+    pixels, STRIDE**2 a cell, so that the +1 smoothing weighs as at full resolution)."""
+    probabilities = tf.nn.softmax(logits)
+    overlap = tf.reduce_sum(probabilities * truth, axis=[0, 1, 2]) * STRIDE**2
+    sizes = tf.reduce_sum(probabilities * cover[..., None] + truth, axis=[0, 1, 2]) * STRIDE**2
     present = tf.cast(tf.reduce_sum(truth, axis=[0, 1, 2]) > 0, tf.float32)
     dice = (2 * overlap + 1) / (sizes + 1)
     return 1 - tf.reduce_sum(dice * present) / tf.maximum(tf.reduce_sum(present), 1.0)
