@@ -283,8 +283,8 @@ def _add_run_flags(add):
         '--mixed-precision',
         choices=('auto', 'on', 'bfloat16', 'off'),
         default=TrainConfig.mixed_precision,
-        help='on: mixed_float16; auto: that when a GPU is present; bfloat16: mixed_bfloat16 on '
-        'a GPU or a CPU with AVX512-BF16 or AMX (float32 on other CPUs)',
+        help='on: mixed_float16; auto: that when a GPU is present; bfloat16: as auto on a GPU, '
+        'mixed_bfloat16 on a CPU with AVX512-BF16 or AMX, float32 on other CPUs',
     )
     add('--xla', action='store_true', help='compile the train step with XLA (jit_compile)')
     add(

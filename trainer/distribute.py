@@ -81,16 +81,17 @@ def choose_strategy():
 def set_precision(mode):
     """Sets Keras' global policy for --mixed-precision `mode`; returns its name.
 
-    on: mixed_float16; auto: that where a GPU is present, else float32; bfloat16:
-    mixed_bfloat16 where a GPU is present or the CPU computes bfloat16 itself (AVX512-BF16 or
-    AMX: a training step of the compact segmenter 0.26 s against 0.32 s in float32 on this
-    project's 2-core machine, bench/RESULTS.md, "The segmenter's loss at 1/4"), else float32,
-    logged (a CPU without them emulates bfloat16, slower than float32); off: float32."""
+    on: mixed_float16; auto: that where a GPU is present, else float32; bfloat16: as auto where
+    a GPU is present (every GPU with tensor cores computes float16, only newer ones bfloat16),
+    else mixed_bfloat16 where the CPU computes bfloat16 itself (AVX512-BF16 or AMX: a training
+    step of the compact segmenter 0.26 s against 0.32 s in float32 on this project's 2-core
+    machine, bench/RESULTS.md, "The segmenter's loss at 1/4"), else float32, logged (a CPU
+    without them emulates bfloat16, slower than float32); off: float32."""
     gpu = bool(tf.config.list_physical_devices('GPU'))
     policy = 'float32'
-    if mode == 'on' or (mode == 'auto' and gpu):
+    if mode == 'on' or (mode in ('auto', 'bfloat16') and gpu):
         policy = 'mixed_float16'
-    elif mode == 'bfloat16' and (gpu or cpu_computes_bfloat16()):
+    elif mode == 'bfloat16' and cpu_computes_bfloat16():
         policy = 'mixed_bfloat16'
     elif mode == 'bfloat16':
         _LOG.info('--mixed-precision bfloat16: this CPU has no AVX512-BF16 or AMX: float32')
