@@ -54,10 +54,7 @@ def build_pipeline(pipeline, context, store=None, annotation_store=None) -> beam
     # Without --dedup or groups, validation keys its blocks for AssignShards: one pass less.
     keyed_early = not (config.dedup or context.grouping)
     validated = _validated(
-        pipeline,
-        context,
-        (store, annotation_store or store),
-        rank_groups if keyed_early else None,
+        pipeline, context, store, annotation_store or store, rank_groups if keyed_early else None
     )
     unique, duplicates = _deduplicated(pipeline, context, validated.blocks, store)
     grouped = _grouped(pipeline, context, unique, store, rank_groups)
@@ -107,11 +104,10 @@ def _grouped_outputs(grouped, assigned, store):
     }
 
 
-def _validated(pipeline, context, stores, rank_groups):
+def _validated(pipeline, context, store, annotation_store, rank_groups):
     """The Validated outputs of every listed input, their blocks keyed by `rank_groups` if
-    given, and what the pipeline read of their annotations where it joins them (a COCO file's:
-    pipelines/inputs/coco_join.py; else nothing). `stores`: (the build's, the annotations')."""
-    store, annotation_store = stores
+    given, and what the pipeline read of their annotations where it joins them (a COCO file's,
+    kept in `annotation_store`: pipelines/inputs/coco_join.py; else nothing)."""
     # (start, end) of a line of the listing file: one work item
     items = pipeline | 'ReadListing' >> ReadListing(context.listing_path)
     join = context.listing.annotation_join

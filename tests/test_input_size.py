@@ -151,7 +151,7 @@ def test_validation_keeps_no_bytes_of_a_large_image_for_later(tmp_path):
     large.write_bytes(imgs.encode(imgs.pixels(2, size=(400, 400)), 'PNG', compress_level=0))
     assert len(small.read_bytes()) <= SMALL_INPUT_BYTES < len(large.read_bytes())
     settings = ValidationSettings({'x': 0}, max_pixels=10**8, max_image_bytes=1 << 30)
-    work_item = validate._ValidateWorkItem('', settings, (None, None), None)  # pylint: disable=protected-access
+    work_item = validate._ValidateWorkItem('', settings, None, None)  # pylint: disable=protected-access
     outcomes = [
         work_item._validate(InputEntry(i, str(path), path.name, 'x'))  # pylint: disable=protected-access
         for i, path in enumerate((small, large))

@@ -87,7 +87,9 @@ class Scorer:
         classes = len(self.task.classes)
         predict = self._compiled(
             model,
-            lambda images: segmenter.class_map(model(images, training=False), images.shape[1:3]),
+            lambda images: segmenter.class_map(
+                model(images, training=False), self.task.settings.canvas
+            ),
         )
         counts = np.zeros((classes, classes), np.int64)
         for images, found in data:

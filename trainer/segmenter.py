@@ -67,14 +67,14 @@ def class_map(logits, canvas):
     return tf.argmax(logits, -1, output_type=tf.int32)
 
 
-def cell_classes(y_true, cells) -> tf.Tensor:
-    """int class maps [B, H, W] -> each class's share of each cell's pixels [B, *cells, C]
-    (VOID pixels in no class): the truth that logits at 1/STRIDE are trained against."""
+def cell_classes(y_true, num_classes, stride) -> tf.Tensor:
+    """int class maps [B, H, W] -> each class's share of the pixels of each stride x stride
+    cell [B, H / stride, W / stride, C] (VOID pixels in no class): the truth that logits at
+    1/stride are trained against."""
     y_true = tf.cast(y_true, tf.int32)
     valid = tf.cast(y_true != geometry.VOID, tf.float32)
-    truth = tf.one_hot(tf.where(y_true == geometry.VOID, 0, y_true), cells[-1]) * valid[..., None]
-    stride = y_true.shape[1] // cells[0]
-    return tf.nn.avg_pool2d(truth, stride, stride, 'VALID')
+    truth = tf.one_hot(tf.where(y_true == geometry.VOID, 0, y_true), num_classes)
+    return tf.nn.avg_pool2d(truth * valid[..., None], stride, stride, 'VALID')
 
 
 def loss(y_true, logits):
@@ -85,19 +85,20 @@ def loss(y_true, logits):
     (bench/RESULTS.md, "The segmenter's loss at 1/4"). With the background most of every
     image, cross-entropy alone keeps a short run predicting background (8 epochs on the smoke
     set: background IoU 0.96, the objects' mean 0.05)."""
-    truth = cell_classes(y_true, logits.shape[1:])
+    stride = y_true.shape[1] // logits.shape[1]  # the model's: STRIDE
+    truth = cell_classes(y_true, logits.shape[-1], stride)
     cover = tf.reduce_sum(truth, -1)  # the share of a cell's pixels that are not VOID
     each = -tf.reduce_sum(truth * tf.nn.log_softmax(logits), -1)
     pixels = tf.maximum(tf.reduce_sum(cover, axis=[1, 2]), 1e-6)
-    return tf.reduce_sum(each, axis=[1, 2]) / pixels + _dice_loss(truth, logits, cover)
+    return tf.reduce_sum(each, axis=[1, 2]) / pixels + _dice_loss(truth, logits, cover, stride)
 
 
-def _dice_loss(truth, logits, cover):
+def _dice_loss(truth, logits, cover, stride):
     """1 - the mean soft Dice coefficient of the classes present in the batch's truth (sums in
-    pixels, STRIDE**2 a cell, so that the +1 smoothing weighs as at full resolution)."""
+    pixels, stride**2 a cell, so that the +1 smoothing weighs as at full resolution)."""
     probabilities = tf.nn.softmax(logits)
-    overlap = tf.reduce_sum(probabilities * truth, axis=[0, 1, 2]) * STRIDE**2
-    sizes = tf.reduce_sum(probabilities * cover[..., None] + truth, axis=[0, 1, 2]) * STRIDE**2
+    overlap = tf.reduce_sum(probabilities * truth, axis=[0, 1, 2]) * stride**2
+    sizes = tf.reduce_sum(probabilities * cover[..., None] + truth, axis=[0, 1, 2]) * stride**2
     present = tf.cast(tf.reduce_sum(truth, axis=[0, 1, 2]) > 0, tf.float32)
     dice = (2 * overlap + 1) / (sizes + 1)
     return 1 - tf.reduce_sum(dice * present) / tf.maximum(tf.reduce_sum(present), 1.0)

@@ -57,10 +57,13 @@ class _ValidateWorkItem(beam.DoFn):
     Its arguments are those of ValidateImages.
     """
 
-    def __init__(self, listing_path, settings, stores, rank_groups, join=None):
+    def __init__(
+        self, listing_path, settings, store, rank_groups, join=None, annotation_store=None
+    ):
         self._listing_path = listing_path
         self._settings = settings
-        self._store, self._annotation_store = stores
+        self._store = store
+        self._annotation_store = annotation_store or store
         self._rank_groups = rank_groups
         self._join = join
         self._pool = None
@@ -343,8 +346,9 @@ class ValidateImages(beam.PTransform):
         self, listing_path, settings, store, rank_groups=None, join=None, annotation_store=None
     ):
         super().__init__()
-        stores = store, annotation_store or store
-        self._fn = _ValidateWorkItem(listing_path, settings, stores, rank_groups, join)
+        self._fn = _ValidateWorkItem(
+            listing_path, settings, store, rank_groups, join, annotation_store
+        )
 
     def expand(self, items):
         outputs = items | 'Decode' >> beam.ParDo(self._fn).with_outputs(REJECTED, main='valid')
