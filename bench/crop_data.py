@@ -92,9 +92,9 @@ def _jpeg(image, quality=88):
 class _Maker:
     """Draws windows and writes images; keeps every image's truth."""
 
-    def __init__(self, out, seed):
+    def __init__(self, out, seed, photos=None):
         self.rng = np.random.default_rng(seed)
-        self.photos = photographs()
+        self.photos = photographs() if photos is None else photos
         self.out = out
         self.images = []  # {'path', 'photo', 'window', 'kind', 'cluster'}
         os.makedirs(os.path.join(out, 'images'), exist_ok=True)
@@ -235,16 +235,18 @@ def pixel_copy(image, kind, rng):
     raise ValueError(f'unknown kind {kind!r}')
 
 
-def make(out, scenes=700, seed=1):
-    """Writes the dataset into `out` (reused where it is complete); returns truth.json's content."""
+def make(out, scenes=700, seed=1, photos=None, name=None):
+    """Writes the dataset into `out` (reused where it is complete); returns truth.json's content.
+    `photos` (RGB PIL images, called `name`) replace the photographs where given: the generator
+    run on other pictures (bench/crop_calibration.py)."""
     stamp = os.path.join(out, 'truth.json')
-    wanted = {'scenes': scenes, 'seed': seed}
+    wanted = {'scenes': scenes, 'seed': seed} | ({'photos': name} if name else {})
     if os.path.exists(stamp):
         with open(stamp, encoding='utf-8') as f:
             truth = json.load(f)
         if truth['made_with'] == wanted:
             return truth
-    maker = _Maker(out, seed)
+    maker = _Maker(out, seed, photos)
     for cluster in range(scenes):
         scene = maker.scene()
         photo, window, _, _, image = scene
