@@ -7,14 +7,16 @@ holds on a loaded machine where images/s do not. Variants: today's settings (int
 IDCT, fancy upsampling, the window widened to the iMCU grid and sliced, bilinear on float32
 pixels), the exact window asked of TensorFlow, the resize on the uint8 pixels as before,
 `fancy_upscaling=False`, the accurate IDCT, area and
-nearest resizing, the DCT-scaled decode (preprocess.decode_scaled_window), and the decode
-alone (no resize).
+nearest resizing, the DCT-scaled decode (preprocess.decode_scaled_window), the decode
+alone (no resize), the 16 rows down to the crop's bottom alone (libjpeg entropy-decodes every
+row above a crop's bottom edge, so this is about what no crop can save), and Keras'
+image_dataset_from_directory's per-file work (the whole image decoded, resized on uint8).
 
 `psnr`: per DCT ratio, the PSNR of for_training's scaled crops and of a plain bilinear resize
 of the same window's full decode (before the scaling), each against that full decode resized
 with an antialiasing filter (the reference).
 
-    python -m bench.crop_decode --shards bench/out/shards-20000 --rounds 8
+    python -m bench.crop_decode --shards bench/out/shards-20000 --rounds 8 [--crop-area 0.5,1]
     python -m bench.crop_decode psnr --shards SHARDS --count 200
 """
 
@@ -47,12 +49,23 @@ def _records(shards, count):
 
 
 def _crop(
-    size, fancy=True, method='bilinear', dct_method=FAST, scaled=False, resized=True, grid=True
+    size,
+    area,
+    fancy=True,
+    method='bilinear',
+    dct_method=FAST,
+    scaled=False,
+    resized=True,
+    grid=True,
+    rows=False,
 ):
     def crop(encoded, index):
-        window = preprocess.random_window(
-            tf.image.extract_jpeg_shape(encoded)[:2], tf.stack([tf.constant(7, tf.int64), index])
-        )
+        shape = tf.image.extract_jpeg_shape(encoded)[:2]
+        seed = tf.stack([tf.constant(7, tf.int64), index])
+        window = preprocess.random_window(shape, seed, area)
+        if rows:  # the crop's last 16 rows, the width whole: what libjpeg entropy-decodes
+            bottom = window[0] + window[2]
+            window = tf.stack([tf.maximum(bottom - 16, 0), 0, tf.minimum(bottom, 16), shape[1]])
         if scaled:
             pixels = preprocess.decode_scaled_window(encoded, window, size, dct_method)
         elif grid:  # widened to the iMCU grid, then sliced (preprocess.decode_and_crop)
@@ -72,6 +85,19 @@ def _crop(
         return tf.cast(tf.image.resize(pixels, size, method=method), tf.uint8)
 
     return crop
+
+
+def _keras(size, decoded_only=False):
+    """What keras.utils.image_dataset_from_directory does to each file: the whole image
+    decoded (`tf.io.decode_image`, libjpeg's default IDCT), resized on its uint8 pixels."""
+
+    def whole(encoded, unused_index):
+        pixels = tf.io.decode_image(encoded, channels=3, expand_animations=False)
+        if decoded_only:
+            return tf.zeros([*size, 3], tf.uint8) + tf.cast(pixels[0, 0, 0] > 0, tf.uint8)
+        return tf.cast(tf.image.resize(pixels, size), tf.uint8)
+
+    return whole
 
 
 def _cpu_per_image(encoded, crop):
@@ -95,16 +121,22 @@ def time_variants(args):
     tf.config.threading.set_intra_op_parallelism_threads(1)
     size = (args.size, args.size)
     encoded = _records(args.shards, args.count)
+    area = tuple(float(share) for share in args.crop_area.split(','))
     variants = {
-        "today's (fast IDCT, fancy upsampling, bilinear on float32)": _crop(size),
-        'bilinear on the uint8 pixels (before)': _crop(size, method='bilinear, uint8 input'),
-        'the exact window (TensorFlow copies its rows)': _crop(size, grid=False),
-        'fancy_upscaling=False': _crop(size, fancy=False),
-        'accurate IDCT': _crop(size, dct_method=preprocess.DCT_METHOD),
-        'area resize': _crop(size, method='area'),
-        'nearest resize': _crop(size, method='nearest'),
-        'DCT-scaled decode (switch over ratios)': _crop(size, scaled=True),
-        'decode alone, no resize': _crop(size, resized=False),
+        "today's (fast IDCT, fancy upsampling, bilinear on float32)": _crop(size, area),
+        'bilinear on the uint8 pixels (before)': _crop(size, area, method='bilinear, uint8 input'),
+        'the exact window (TensorFlow copies its rows)': _crop(size, area, grid=False),
+        'fancy_upscaling=False': _crop(size, area, fancy=False),
+        'accurate IDCT': _crop(size, area, dct_method=preprocess.DCT_METHOD),
+        'area resize': _crop(size, area, method='area'),
+        'nearest resize': _crop(size, area, method='nearest'),
+        'DCT-scaled decode (switch over ratios)': _crop(size, area, scaled=True),
+        'decode alone, no resize': _crop(size, area, resized=False),
+        "the crop's last 16 rows alone (~ entropy decoding)": _crop(
+            size, area, rows=True, resized=False
+        ),
+        "keras' whole image, resized on uint8": _keras(size),
+        "keras' whole-image decode alone": _keras(size, decoded_only=True),
     }
     costs = collections.defaultdict(list)
     names = list(variants)
@@ -156,6 +188,11 @@ def main(argv=None):
     parser.add_argument('--count', type=int, default=600, help='records')
     parser.add_argument('--size', type=int, default=224, help='output side')
     parser.add_argument('--rounds', type=int, default=6)
+    parser.add_argument(
+        '--crop-area',
+        default='0.08,1',
+        help="time: the crops' area range (make_dataset's default below 1.28M images: 0.5,1)",
+    )
     args = parser.parse_args(argv)
     if args.what == 'psnr':
         psnr(args)
