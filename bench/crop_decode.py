@@ -10,7 +10,8 @@ pixels), the exact window asked of TensorFlow, the resize on the uint8 pixels as
 nearest resizing, the DCT-scaled decode (preprocess.decode_scaled_window), the decode
 alone (no resize), the 16 rows down to the crop's bottom alone (libjpeg entropy-decodes every
 row above a crop's bottom edge, so this is about what no crop can save), and Keras'
-image_dataset_from_directory's per-file work (the whole image decoded, resized on uint8).
+image_dataset_from_directory's per-file work (the whole image decoded, resized on uint8); and
+the harness alone (the window chosen, nothing decoded), to subtract from each.
 
 `psnr`: per DCT ratio, the PSNR of for_training's scaled crops and of a plain bilinear resize
 of the same window's full decode (before the scaling), each against that full decode resized
@@ -100,6 +101,18 @@ def _keras(size, decoded_only=False):
     return whole
 
 
+def _harness(size, area):
+    """The window chosen and a constant of the output's size returned, nothing decoded: what
+    every variant pays besides its decode and resize."""
+
+    def nothing(encoded, index):
+        shape = tf.image.extract_jpeg_shape(encoded)[:2]
+        window = preprocess.random_window(shape, tf.stack([tf.constant(7, tf.int64), index]), area)
+        return tf.zeros([*size, 3], tf.uint8) + tf.cast(window[0] > 0, tf.uint8)
+
+    return nothing
+
+
 def _cpu_per_image(encoded, crop):
     """CPU us per image of `crop` over every record, on one thread."""
     indices = tf.range(encoded.shape[0], dtype=tf.int64)
@@ -137,6 +150,7 @@ def time_variants(args):
         ),
         "keras' whole image, resized on uint8": _keras(size),
         "keras' whole-image decode alone": _keras(size, decoded_only=True),
+        'nothing decoded (the window and the harness)': _harness(size, area),
     }
     costs = collections.defaultdict(list)
     names = list(variants)
