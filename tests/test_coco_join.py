@@ -3,6 +3,7 @@ launcher lists the images alone, the pipeline gives each its objects in the file
 whatever blocks they arrive in, and a build without masks keeps the boxes and counts the masks
 it leaves out."""
 
+import io
 import json
 import tarfile
 
@@ -118,6 +119,43 @@ def test_the_categories_come_from_the_files_end_only_where_they_end_it(tmp_path)
         found = coco_reader._categories_at_end(annotations)  # pylint: disable=protected-access
         assert (found == categories) if at_end else found is None
         assert coco_reader.read_categories(annotations) == [(1, 'dog'), (3, 'cat')]
+
+
+class _OnlyRead:
+    """An archive's member as the launcher and the workers get it: bytes that stream, no seek."""
+
+    def __init__(self, path):
+        self._file = open(path, 'rb')  # pylint: disable=consider-using-with
+
+    def read(self, size=-1):
+        return self._file.read(size)
+
+    def seek(self, *unused):
+        raise io.UnsupportedOperation('seek')
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *unused):
+        self._file.close()
+
+
+def test_an_archived_files_categories_come_from_its_last_bytes_read_through(tmp_path):
+    categories = [{'id': 3, 'name': 'cat'}, {'id': 1, 'name': 'dog'}]
+    # Over twice TAIL_BYTES of images before them: the tail is kept across several reads.
+    name = 'x' * 200
+    images = [{'id': i, 'file_name': f'{i}{name}.jpg'} for i in range(12_000)]
+    for document, at_end in (
+        ({'images': images, 'annotations': [], 'categories': categories}, True),
+        ({'categories': categories, 'images': images, 'annotations': []}, False),
+    ):
+        path = tmp_path / 'instances.json'
+        path.write_text(json.dumps(document))
+        assert path.stat().st_size > 2 * coco_reader.TAIL_BYTES
+        member = coco_reader.AnnotationFile(str(path), _OnlyRead, source='an archive member')
+        found = coco_reader._categories_at_end(member)  # pylint: disable=protected-access
+        assert (found == categories) if at_end else found is None
+        assert coco_reader.read_categories(member) == [(1, 'dog'), (3, 'cat')]
 
 
 def test_masks_are_a_coco_files_choice(tmp_path, caplog):

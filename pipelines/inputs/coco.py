@@ -96,7 +96,7 @@ def read_categories(path) -> list:
     """[(id, name)] of a COCO file's categories (`path`: an AnnotationFile), by id; ValueError
     in one line where they are missing or do not name their classes once each."""
     categories, found = [], _categories_at_end(path)
-    for item in _items(path, 'categories.item') if found is None else found:
+    for item in _section(path, 'categories') if found is None else found:
         category_id, name = item.get('id'), item.get('name')
         if not isinstance(category_id, int) or isinstance(category_id, bool):
             raise ValueError(f'{path}: a category has no integer id: {_short(item)}')
@@ -115,18 +115,11 @@ def read_categories(path) -> list:
 
 def _categories_at_end(path):
     """The category records of a file that ends with them, as COCO's own files do (after the
-    annotations), from its last TAIL_BYTES; None where it does not, or is not a file one can
-    seek in (its categories are then streamed from the whole file). A `"categories"` there is
+    annotations), from its last TAIL_BYTES (`_tail`); None where it does not (its categories
+    are then streamed from the file's start to their array's end). A `"categories"` there is
     the document's last key where only its array and the document's closing brace follow it;
     the rest of the file is checked as JSON where the pipeline reads its annotations."""
-    if path.source:  # an archive's member: a stream
-        return None
-    with path.open() as f:
-        try:
-            f.seek(max(0, f.seek(0, os.SEEK_END) - TAIL_BYTES))
-            tail = f.read()
-        except (OSError, ValueError):  # io.UnsupportedOperation is both
-            return None
+    tail = _tail(path)
     at = tail.rfind(b'"categories"')
     if at < 0 or tail[at - 1 : at] == b'\\':
         return None
@@ -137,6 +130,24 @@ def _categories_at_end(path):
     except ValueError:  # not UTF-8, or not JSON: no array of the last key
         return None
     return found if isinstance(found, list) and rest[end:].strip() == '}' else None
+
+
+def _tail(path) -> bytes:
+    """The file's last TAIL_BYTES: after a seek where one can seek in it, else (an archive's
+    member) read through, its bytes let pass unparsed (parsing is 80 times the reading: a
+    8 MB file's categories took 159 ms with ijson, its bytes 2 ms to read)."""
+    if not path.source:
+        with path.open() as f:
+            try:
+                f.seek(max(0, f.seek(0, os.SEEK_END) - TAIL_BYTES))
+                return f.read()
+            except (OSError, ValueError):  # io.UnsupportedOperation is both
+                pass
+    tail = b''
+    with path.open() as f:
+        while chunk := f.read(TAIL_BYTES):
+            tail = (tail + chunk)[-TAIL_BYTES:]
+    return tail
 
 
 TAIL_BYTES = 1 << 20
