@@ -6,6 +6,7 @@ hostile annotation files stop the build in one line without running or expanding
 import io
 import json
 import os
+import tarfile
 
 import numpy as np
 import object_sets
@@ -14,6 +15,8 @@ from PIL import Image
 
 from imageshards_cli import verify
 from pipelines import launcher
+from pipelines.inputs import voc
+from pipelines.inputs import yolo
 
 from build_commands import build_flags
 
@@ -215,6 +218,43 @@ def test_yolo_lines_that_cannot_be_used_are_listed(tmp_path):
     assert reasons == ['bad_line', 'bad_line', 'box_outside_image', 'unknown_category']
     counts = dataset['counts']['annotations']
     assert counts['read'] == counts['written'] + counts['rejected'] and counts['rejected'] == 4
+
+
+def test_a_label_file_over_its_bound_is_not_read_and_its_objects_are_listed(tmp_path, monkeypatch):
+    object_sets.write_yolo(str(tmp_path), per_split=2)
+    label = tmp_path / 'labels' / 'train' / 'train_1.txt'
+    label.write_text(label.read_text() + '\n' * 5000)  # blank lines: a label file, but large
+    monkeypatch.setattr(yolo, 'MAX_LABEL_BYTES', 4000)  # the others hold a few lines
+    out = tmp_path / 'out'
+    dataset = build(tmp_path / 'data.yaml', out, '--no-analyze')
+    rows = jsonl(out / 'rejected_annotations.jsonl')
+    assert [(row['reason'], row['annotation'].endswith('train_1.txt')) for row in rows] == [
+        ('bad_annotation', True)
+    ]
+    assert 'more than 4,000 bytes of labels; not read past them' in rows[0]['detail']
+    counts = dataset['counts']['annotations']
+    assert counts['read'] == counts['written'] + counts['rejected'] and counts['rejected'] == 1
+
+
+@pytest.mark.parametrize('archived', [False, True])
+def test_an_annotation_file_over_its_bound_stops_the_build_in_one_line(
+    tmp_path, caplog, monkeypatch, archived
+):
+    object_sets.write_voc(str(tmp_path / 'VOC'), images=2, segmented=())
+    xml = tmp_path / 'VOC' / 'Annotations' / '2008_000001.xml'
+    xml.write_text(xml.read_text() + ' ' * 3000)
+    monkeypatch.setattr(voc, 'MAX_XML_BYTES', 2000)
+    source = tmp_path / 'VOC'
+    if archived:  # the member's size, from the archive's index, decides: it is never read
+        source = tmp_path / 'VOC.tar'
+        with tarfile.open(source, 'w') as tar:
+            tar.add(tmp_path / 'VOC', arcname='VOC')
+    assert launcher.main(build_flags(source, tmp_path / 'out', in_memory=True)) == 2
+    errors = [r.getMessage() for r in caplog.records if r.levelname == 'ERROR']
+    assert len(errors) == 1 and '\n' not in errors[0]
+    assert (
+        '2008_000001.xml' in errors[0] and 'more than 2,000 bytes; not read past them' in errors[0]
+    )
 
 
 def test_dedup_drops_a_copy_with_its_annotations_counted(tmp_path):

@@ -36,6 +36,7 @@ from pipelines.core.settings import COCO
 from pipelines.core.settings import VOC
 from pipelines.core.settings import YOLO
 from pipelines.inputs import archive_inputs
+from pipelines.inputs import object_inputs
 from pipelines.inputs import tar_and_zip
 from pipelines.inputs.confinement import Refused
 from pipelines.inputs.entries import InputEntry
@@ -77,8 +78,6 @@ def scan(spec, detected, inputs, index_archives=None):
     forms.Detected; `index_archives`: what gives archives' members, as for a tree's archives.
     The archives are indexed as its entries are first asked for, as a tree's archives are (a
     launcher whose listing another process makes reads none of them)."""
-    from pipelines.inputs import object_inputs
-
     found = object_inputs.new_scan(detected.base, detected.form)
     found.entries = _entries(
         spec, detected, inputs, index_archives or archive_inputs.read_here, found
@@ -146,7 +145,6 @@ def _coco_set(spec, trees, inputs, in_archive):
     """The InputScan of a COCO set: its file in an archive (`in_archive`: `trees[0]`'s), or its
     images in one (--image-root: `trees[-1]`'s), or both."""
     from pipelines.inputs import coco
-    from pipelines.inputs.object_inputs import StoredFolder
 
     path, images = storage.absolute(spec), None
     if in_archive:
@@ -158,7 +156,7 @@ def _coco_set(spec, trees, inputs, in_archive):
     if tar_and_zip.kind(inputs.image_root or ''):
         images = trees[-1].folder(trees[-1].top_folder())
     elif inputs.image_root or images is None:
-        images = StoredFolder(coco.image_root(path, inputs.image_root))
+        images = object_inputs.StoredFolder(coco.image_root(path, inputs.image_root))
     return coco.read_set(annotations, images, inputs)
 
 
@@ -278,11 +276,14 @@ class ArchiveTree:
         """(container, ArchiveMember) of a member that can be read, or None."""
         return self._members.get(name)
 
-    def read(self, name) -> bytes:
-        """A member's bytes: those its index holds, else read from the archive."""
+    def read(self, name, limit=object_inputs.FILE_BYTES) -> bytes:
+        """A member's bytes: those its index holds, else read from the archive; TooLarge,
+        unread, where its size is over `limit`."""
         if name not in self._members:
             raise ValueError(f'{self.where(name)}: the archive has no such member')
         member = self._members[name][1]
+        if member.size > limit:
+            raise object_inputs.TooLarge(self.where(name), limit)
         if member.data is not None and len(member.data) == member.size:
             return member.data
         with self.open(name) as f:
@@ -349,8 +350,8 @@ class ArchiveFolder:
     def files(self, relative) -> list:
         return self._tree.files(self._name(relative))
 
-    def read(self, relative) -> bytes:
-        return self._tree.read(self._name(relative))
+    def read(self, relative, limit=object_inputs.FILE_BYTES) -> bytes:
+        return self._tree.read(self._name(relative), limit)
 
     def open(self, relative):
         return self._tree.open(self._name(relative))

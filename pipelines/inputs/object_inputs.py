@@ -20,6 +20,26 @@ from pipelines.inputs.entries import InputEntry
 from pipelines.inputs.entries import InputScan
 
 MAX_NAME_BYTES = 4096  # of an image's file name in an annotation file
+# The most of an annotation file read whole (a VOC XML, a YOLO data.yaml or label file, a
+# labelmap.txt or list of images): untrusted input, never read past this into memory.
+FILE_BYTES = 64 << 20
+
+
+class TooLarge(ValueError):
+    """An annotation file over the most read of it (`limit`), read no further."""
+
+    def __init__(self, where, limit):
+        super().__init__(f'{where}: more than {limit:,} bytes; not read past them')
+        self.limit = limit
+
+
+def read_file(path, limit=FILE_BYTES) -> bytes:
+    """A file's bytes, read whole (of a gs:// object, in one request); TooLarge where it holds
+    more than `limit`: a local file unread (its size first), another no further than limit + 1."""
+    try:
+        return storage.read_input(path, limit)
+    except storage.TooLarge:
+        raise TooLarge(path, limit) from None
 
 
 def new_scan(base, form) -> InputScan:
@@ -45,8 +65,9 @@ class StoredFolder:
         """Every file below the folder `relative`, as paths relative to it."""
         return storage.relative_files(self.where(relative))
 
-    def read(self, relative) -> bytes:
-        return storage.read(self.where(relative))
+    def read(self, relative, limit=FILE_BYTES) -> bytes:
+        """`relative`'s bytes, read whole; TooLarge where it holds more than `limit`."""
+        return read_file(self.where(relative), limit)
 
     def open(self, relative):
         """A file object of `relative`'s bytes, read as a stream."""

@@ -115,9 +115,7 @@ def _entries(folder, places, found, classes, source_splits):
 
 def read_annotation(folder, relative, image_id):
     """(the annotation in the readers' form, the image's file name) of a VOC XML file."""
-    path, data = folder.where(relative), folder.read(relative)
-    if len(data) > MAX_XML_BYTES:
-        raise ValueError(f'{path}: {len(data):,} bytes; a VOC annotation is under 1 MB')
+    path, data = folder.where(relative), folder.read(relative, MAX_XML_BYTES)
     try:
         tree = ElementTree.fromstring(data, forbid_dtd=True)
     except (ParseError, defusedxml.DefusedXmlException) as e:

@@ -34,7 +34,7 @@ def scan(spec, inputs):
     path = storage.absolute(spec)
     if not storage.exists(path):
         raise ValueError(f'--input data.yaml does not exist: {spec}')
-    data = read_yaml(path, storage.read(path))
+    data = read_yaml(path, object_inputs.read_file(path))
     root = storage.join(posixpath.dirname(path), str(data.get('path') or '.'))
     root = posixpath.normpath(root) if not storage.is_uri(root) else root.rstrip('/')
     return read_set(object_inputs.StoredFolder(root), data, path, inputs)
@@ -139,11 +139,12 @@ def read_labels(folder, relative, names) -> dict:
     annotation = {'normalized': True, 'objects': [], 'rejected': []}
     if not folder.exists(relative):
         return annotation
-    path, data = folder.where(relative), folder.read(relative)
-    if len(data) > MAX_LABEL_BYTES:
-        annotation['rejected'].append(
-            {'ref': path, 'reason': 'bad_annotation', 'detail': f'{len(data):,} bytes of labels'}
-        )
+    path = folder.where(relative)
+    try:
+        data = folder.read(relative, MAX_LABEL_BYTES)
+    except object_inputs.TooLarge:
+        detail = f'more than {MAX_LABEL_BYTES:,} bytes of labels; not read past them'
+        annotation['rejected'].append({'ref': path, 'reason': 'bad_annotation', 'detail': detail})
         return annotation
     for number, line in enumerate(data.decode('utf-8', 'replace').splitlines(), 1):
         if line.strip():
