@@ -38,6 +38,7 @@ objects_train.py    a detection build's run (the task follows the build): a dete
   instance_masks.py  its mask head for instance segmentation: targets, loss, a mask per box
   segmenter.py      the semantic segmenter, its loss and mean IoU
   deeplab.py        KerasHub's DeepLabV3+ (ResNet-18 layout) as the semantic segmenter
+  retinanet.py      KerasHub's RetinaNet (ResNet-18 layout) as the library detector
   objects_evaluate.py  scoring a split: COCO box and mask mAP (coco_metrics.py) or mean IoU
   objects_export.py  the SavedModel answering boxes, scores, classes, masks (or class maps)
 dataset_info.py     a build's dataset.json, read with tf.io.gfile

@@ -180,6 +180,14 @@ def detect(outputs, max_detections=MAX_DETECTIONS):
     size = tf.cast(tf.stack([h, w, h, w]), tf.float32)
     boxes = tf.stack([cy - half_h, cx - half_w, cy + half_h, cx + half_w], -1) / size
     boxes = tf.clip_by_value(boxes, 0.0, 1.0)
+    return suppress(boxes, scores, class_id, classes, max_detections)
+
+
+def suppress(boxes, scores, class_id, classes, max_detections=MAX_DETECTIONS):
+    """Candidates (boxes [B, K, 4] yxyx fractions, scores [B, K], class ids [B, K] of
+    `classes`) -> (boxes [B, M, 4], scores [B, M], classes int32 [B, M], valid int32 [B]):
+    per-class non-maximum suppression (IoU NMS_IOU, scores down to MIN_SCORE), padded after
+    `valid` (trainer/retinanet.py's detections too)."""
     per_class = tf.one_hot(class_id, classes) * scores[..., None]
     nms = tf.image.combined_non_max_suppression(
         boxes[:, :, None, :],

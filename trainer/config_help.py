@@ -7,7 +7,8 @@ MODEL_HELP = (
     '(resnet50, efficientnet_b0, ResNet50V2, MobileNetV3Small, EfficientNetV2B0, ConvNeXtTiny, '
     '...; case and underscores do not matter), its own preprocessing included: random initial '
     'weights unless --init-from. A detection build trains centernet (a compact CenterNet '
-    'detector) or, for semantic segmentation, segmenter (a compact one) or deeplabv3_plus '
+    "detector) or retinanet (KerasHub's RetinaNet on a ResNet-18 layout, at multiples of 128 "
+    'px) or, for semantic segmentation, segmenter (a compact one) or deeplabv3_plus '
     "(KerasHub's DeepLabV3+ on a ResNet-18 layout); small_cnn means the task's compact model there"
 )
 TASK_HELP = (

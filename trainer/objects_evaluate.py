@@ -17,6 +17,7 @@ from trainer import coco_metrics
 from trainer import instance_masks
 from trainer import objects_geometry as geometry
 from trainer import objects_input
+from trainer import retinanet
 from trainer import segmenter
 
 
@@ -102,7 +103,10 @@ def detected(outputs, scaled, offset, canvas):
     scores, classes, valid, box masks [B, M, S, S] or None): what evaluation scores and the
     served model answers. A box is clipped to the image's part of the canvas before its mask is
     read, so that the mask spans the box that is given."""
-    boxes, scores, classes, valid = centernet.detect(outputs)
+    if retinanet.CLASSES in outputs:
+        boxes, scores, classes, valid = retinanet.detect(outputs, canvas)
+    else:
+        boxes, scores, classes, valid = centernet.detect(outputs)
     covered = tf.minimum(scaled - offset, tf.constant(canvas, tf.float32)) / canvas
     boxes = tf.minimum(boxes, tf.tile(covered, [1, 2])[:, None, :])
     masks = None

@@ -30,6 +30,7 @@ from trainer import objects_evaluate
 from trainer import objects_export
 from trainer import objects_input
 from trainer import recipe
+from trainer import retinanet
 from trainer import segmenter
 from trainer import shard_reading
 from trainer import warm_start
@@ -38,7 +39,7 @@ from trainer.config import SMALL_CNN
 _LOG = logging.getLogger(__name__)
 # The models of each task, the first its default (small_cnn, --model's default, names it).
 MODELS = {
-    objects_input.DETECTION: ('centernet',),
+    objects_input.DETECTION: ('centernet', retinanet.NAME),
     objects_input.INSTANCE: ('centernet',),  # with its mask head (trainer/instance_masks.py)
     objects_input.SEMANTIC: ('segmenter', deeplab.NAME),
 }
@@ -101,13 +102,23 @@ def task_for(config, info) -> Task:
         class_maps=kind.class_maps,
         **objects_input.augmentation(config.input.augment),
     )
-    if any(side % 32 for side in settings.canvas):
-        raise ValueError(f'--image-size {config.image_size}: a {name} model needs multiples of 32')
+    multiple = 2 ** retinanet.LEVELS[1] if model == retinanet.NAME else 32
+    if any(side % multiple for side in settings.canvas):
+        raise ValueError(
+            f'--image-size {config.image_size}: a {name} {model} needs multiples of {multiple}'
+        )
     return Task(name, settings, classes, model)
 
 
 def build(task):
     """(the Keras model, its compile arguments, its targets function) of a Task."""
+    if task.model == retinanet.NAME:
+        model = retinanet.build(len(task.classes), task.settings.canvas)
+        return (
+            model,
+            retinanet.compile_args(),
+            retinanet.targets(len(task.classes), task.settings.canvas),
+        )
     if task.name != objects_input.SEMANTIC:
         masks = task.name == objects_input.INSTANCE
         model = centernet.build(len(task.classes), task.settings.canvas, masks=masks)
@@ -213,7 +224,8 @@ def heads(task) -> dict:
     """{layer name: class names} of the class heads of a Task's model (what --init-from copies
     only from a job on the same classes)."""
     semantic = (segmenter.LOGITS,) if task.model == deeplab.NAME else segmenter.HEADS
-    names = {objects_input.SEMANTIC: semantic, objects_input.DETECTION: centernet.HEADS}
+    detection = retinanet.HEADS if task.model == retinanet.NAME else centernet.HEADS
+    names = {objects_input.SEMANTIC: semantic, objects_input.DETECTION: detection}
     names[objects_input.INSTANCE] = (*centernet.HEADS, 'mask_logits')
     return {name: list(task.classes) for name in names[task.name]}
 
