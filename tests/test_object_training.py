@@ -95,6 +95,30 @@ def _test_images(tf, info):
     ]
 
 
+def served_and_evaluated(tf, task, info, model, model_dir):
+    """(the detections evaluation scores on the test split, the exported model's answer to its
+    images): as many, and some detections among them."""
+    evaluated = list(objects_evaluate.Scorer(task, info, 'test', 4).detections(model))
+    served = tf.saved_model.load(model_dir).signatures['serving_default']
+    answer = served(image_bytes=tf.stack(_test_images(tf, info)))
+    assert len(evaluated) == len(answer['num_detections']) == info.num_records('test')
+    assert sum(len(found[1]) for found in evaluated) > 0
+    return evaluated, answer
+
+
+def assert_served_as_evaluated(answer, task, index, boxes, scores, classes) -> int:
+    """The served boxes, scores, classes and class names of image `index` are the evaluated
+    ones; returns how many."""
+    n = int(answer['num_detections'][index])
+    assert n == len(boxes)
+    np.testing.assert_allclose(answer['detection_boxes'][index, :n], boxes, atol=1e-5)
+    np.testing.assert_allclose(answer['detection_scores'][index, :n], scores, atol=1e-5)
+    assert answer['detection_classes'][index, :n].numpy().tolist() == classes.tolist()
+    names = [name.decode() for name in answer['detection_class_names'][index, :n].numpy()]
+    assert names == [task.classes[c] for c in classes]
+    return n
+
+
 def test_the_served_boxes_classes_scores_and_masks_are_the_evaluated_ones(detector, coco_build, tf):
     config, _ = detector
     info = dataset_info.load(str(coco_build))
@@ -105,21 +129,11 @@ def test_the_served_boxes_classes_scores_and_masks_are_the_evaluated_ones(detect
     class_layers = {layer.name for layer in model.layers if model_lib.is_head(layer.name)}
     assert class_layers == set(objects_train.heads(task))  # the heatmap's stage scores too
     assert len(class_layers) == 5
-    evaluated = list(objects_evaluate.Scorer(task, info, 'test', 4).detections(model))
-    served = tf.saved_model.load(config.resolved_model_dir).signatures['serving_default']
-    answer = served(image_bytes=tf.stack(_test_images(tf, info)))
-    assert len(evaluated) == len(answer['num_detections']) == info.num_records('test')
-    assert sum(len(found[1]) for found in evaluated) > 0
+    evaluated, answer = served_and_evaluated(tf, task, info, model, config.resolved_model_dir)
     for index, boxes, scores, classes, masks in evaluated:
-        n = int(answer['num_detections'][index])
-        assert n == len(boxes)
+        n = assert_served_as_evaluated(answer, task, index, boxes, scores, classes)
         assert masks.shape == (n, 28, 28) and answer['detection_masks'].shape[2:] == (28, 28)
         np.testing.assert_allclose(answer['detection_masks'][index, :n], masks, atol=1e-5)
-        np.testing.assert_allclose(answer['detection_boxes'][index, :n], boxes, atol=1e-5)
-        np.testing.assert_allclose(answer['detection_scores'][index, :n], scores, atol=1e-5)
-        assert answer['detection_classes'][index, :n].numpy().tolist() == classes.tolist()
-        names = [name.decode() for name in answer['detection_class_names'][index, :n].numpy()]
-        assert names == [task.classes[c] for c in classes]
 
 
 def _checkpoint_weights(tf, job_dir):

@@ -6,11 +6,11 @@ import keras
 import numpy as np
 import pytest
 from test_object_training import _config
-from test_object_training import _test_images
+from test_object_training import assert_served_as_evaluated
 from test_object_training import fixture_coco_build  # noqa: F401 (the `coco_build` fixture)
+from test_object_training import served_and_evaluated
 
 from trainer import dataset_info
-from trainer import objects_evaluate
 from trainer import objects_geometry as geometry
 from trainer import objects_train
 from trainer import retinanet
@@ -32,7 +32,7 @@ def test_kerashubs_retinanet_trains_detection_and_serves_the_boxes_it_is_scored_
         assert 0.0 <= metrics[f'test_{name}'] <= 1.0 and f'val_{name}' in metrics
     task = objects_train.task_for(config, info)
     model = objects_train.build(task)[0]
-    detector = model.get_layer('retinanet_detector')
+    detector = model.get_layer(retinanet.DETECTOR)
     # The class head starts at RetinaNet's prior (keras-hub 0.32 gives it to the box head).
     prior = detector.classification_head.prediction_layer.bias.numpy()
     np.testing.assert_allclose(1 / (1 + np.exp(-prior)), 0.01, rtol=1e-5)
@@ -40,24 +40,18 @@ def test_kerashubs_retinanet_trains_detection_and_serves_the_boxes_it_is_scored_
     copied = warm_start.apply(model, config.job_dir, config, objects_train.heads(task))
     assert not copied['new_layers']
     assert objects_train.heads(task) == {'classification_head': list(task.classes)}
-    evaluated = list(objects_evaluate.Scorer(task, info, 'test', 4).detections(model))
-    served = tf.saved_model.load(config.resolved_model_dir).signatures['serving_default']
-    answer = served(image_bytes=tf.stack(_test_images(tf, info)))
-    assert len(evaluated) == len(answer['num_detections']) == info.num_records('test')
-    assert sum(len(found[1]) for found in evaluated) > 0
+    evaluated, answer = served_and_evaluated(tf, task, info, model, config.resolved_model_dir)
+    assert 'detection_masks' not in answer
     for index, boxes, scores, classes, masks in evaluated:
-        n = int(answer['num_detections'][index])
-        assert n == len(boxes) and masks is None and 'detection_masks' not in answer
-        np.testing.assert_allclose(answer['detection_boxes'][index, :n], boxes, atol=1e-5)
-        np.testing.assert_allclose(answer['detection_scores'][index, :n], scores, atol=1e-5)
-        assert answer['detection_classes'][index, :n].numpy().tolist() == classes.tolist()
+        assert_served_as_evaluated(answer, task, index, boxes, scores, classes)
+        assert masks is None
 
 
 def test_retinanets_targets_are_the_librarys_label_encoding_of_the_objects(tf):
     canvas = (128, 128)
     boxes = tf.constant([[0.25, 0.25, 0.5, 0.5], [0.0, 0.0, 1.0, 1.0], [0.6, 0.1, 0.9, 0.3]])
     objects = geometry.Objects(boxes, tf.constant([2, 0, 1]), tf.constant([False, True, False]))
-    image, found = retinanet.targets(3, canvas)(tf.zeros([*canvas, 3]), objects)
+    image, found = retinanet.targets(canvas)(tf.zeros([*canvas, 3]), objects)
     anchors = retinanet.anchor_boxes(canvas).numpy()
     labels, deltas = found[retinanet.CLASSES].numpy()[:, 0], found[retinanet.BOXES].numpy()
     assert image.dtype == tf.uint8 and labels.shape == (len(anchors),)
@@ -77,5 +71,5 @@ def test_retinanets_targets_are_the_librarys_label_encoding_of_the_objects(tf):
         np.testing.assert_allclose(decoded[0], np.tile(box * 128, (len(at), 1)), atol=1e-3)
     assert np.all(deltas[labels < 0] == 0.0)
     none = geometry.Objects(tf.zeros([0, 4]), tf.zeros([0], tf.int32), tf.zeros([0], tf.bool))
-    _, empty = retinanet.targets(3, canvas)(tf.zeros([*canvas, 3]), none)
+    _, empty = retinanet.targets(canvas)(tf.zeros([*canvas, 3]), none)
     assert np.all(empty[retinanet.CLASSES].numpy() == -1.0)

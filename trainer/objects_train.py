@@ -102,7 +102,7 @@ def task_for(config, info) -> Task:
         class_maps=kind.class_maps,
         **objects_input.augmentation(config.input.augment),
     )
-    multiple = 2 ** retinanet.LEVELS[1] if model == retinanet.NAME else 32
+    multiple = retinanet.MULTIPLE if model == retinanet.NAME else 32
     if any(side % multiple for side in settings.canvas):
         raise ValueError(
             f'--image-size {config.image_size}: a {name} {model} needs multiples of {multiple}'
@@ -114,11 +114,7 @@ def build(task):
     """(the Keras model, its compile arguments, its targets function) of a Task."""
     if task.model == retinanet.NAME:
         model = retinanet.build(len(task.classes), task.settings.canvas)
-        return (
-            model,
-            retinanet.compile_args(),
-            retinanet.targets(len(task.classes), task.settings.canvas),
-        )
+        return model, retinanet.compile_args(), retinanet.targets(task.settings.canvas)
     if task.name != objects_input.SEMANTIC:
         masks = task.name == objects_input.INSTANCE
         model = centernet.build(len(task.classes), task.settings.canvas, masks=masks)

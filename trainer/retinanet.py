@@ -20,8 +20,8 @@ so the weights of a KerasHub ResNet start the encoder through `--init-from`; the
 keeps the encoder (`conv1_*`, `stack*`), the class head (`classification_head`) is copied only
 from a job on the same classes.
 
-The canvas must be a multiple of 128 (the pyramid's level 7). A RetinaNet is no model for a CPU
-smoke run (the compact CenterNet is): it is here for GPUs and larger sets.
+The canvas must be a multiple of MULTIPLE, 128 (the pyramid's level 7). A RetinaNet is no
+model for a CPU smoke run (the compact CenterNet is): it is here for GPUs and larger sets.
 """
 
 import keras
@@ -36,6 +36,7 @@ BOXES = 'bbox_regression'
 HEADS = ('classification_head',)
 DETECTOR = 'retinanet_detector'  # the library's model, inside the trainer's
 LEVELS = (3, 7)
+MULTIPLE = 2 ** LEVELS[1]  # of the canvas's sides: the pyramid's coarsest level
 ALPHA, GAMMA = 0.25, 2.0  # the focal loss's, as RetinaNet's paper and KerasHub's
 PRE_NMS = 1000  # the best scores of an image kept before suppression
 BACKGROUND, IGNORED = -1.0, -2.0  # the label encoder's class targets
@@ -52,8 +53,8 @@ def _library():
 def build(num_classes, canvas, name=NAME) -> keras.Model:
     """uint8 images [B, *canvas, 3] -> {CLASSES: logits [B, A, C], BOXES: deltas [B, A, 4]}
     (float32), A the anchors of the canvas."""
-    if any(side % 2 ** LEVELS[1] for side in canvas):
-        raise ValueError(f'--image-size {list(canvas)}: a {NAME} needs multiples of 128')
+    if any(side % MULTIPLE for side in canvas):
+        raise ValueError(f'--image-size {list(canvas)}: a {NAME} needs multiples of {MULTIPLE}')
     hub = _library()
     encoder = hub.models.ResNetBackbone(**deeplab.RESNET_18, image_shape=(*canvas, 3))
     backbone = hub.models.RetinaNetBackbone(
@@ -103,12 +104,11 @@ def anchor_boxes(canvas) -> tf.Tensor:
     return tf.concat(list(found.values()), axis=0)
 
 
-def targets(num_classes, canvas):
+def targets(canvas):
     """A function (image, geometry.Objects, class map) -> (image uint8, {CLASSES: [A, 1] class
     ids, BACKGROUND or IGNORED; BOXES: [A, 5] box deltas and 1 at matched anchors}), encoded
     by the library's RetinaNetLabelEncoder from an image's first MAX_BOXES objects, padded to
     that many (its matching needs a fixed count). Crowd regions are left out of the matching."""
-    del num_classes  # the class targets are ids
     from keras_hub.src.models.retinanet import retinanet_label_encoder  # noqa: PLC0415
 
     encoder = retinanet_label_encoder.RetinaNetLabelEncoder(
